@@ -1,0 +1,103 @@
+// mount.fuse.acqfs: the helper mount(8) runs for `mount -t fuse.acqfs`:
+//   mount.fuse.acqfs SOURCE MOUNTPOINT -o lowerdir=L,upperdir=U,workdir=W[,...]
+// the calling convention of fuse-overlayfs and the unionmount test suite.
+// It returns once the mount is usable, with the daemon in the background.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/daemon.h"
+#include "cli/state.h"
+
+namespace {
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: mount.fuse.acqfs SOURCE MOUNTPOINT -o "
+               "lowerdir=DIR,upperdir=DIR,workdir=DIR[,userxattr][,allow_other]"
+               "\n");
+  return 1;
+}
+
+int Fail(const std::string& what, const std::string& subject,
+         const std::string& reason) {
+  std::fprintf(stderr, "acqfs: %s: %s: %s\n", what.c_str(), subject.c_str(),
+               reason.c_str());
+  return 1;
+}
+
+// Generic mount(8) options that carry no meaning for acqfs (nosuid and nodev
+// are always on).
+bool Ignorable(const std::string& o) {
+  static const char* kIgnored[] = {"rw", "defaults", "nosuid", "nodev",
+                                   "noatime", "relatime", "_netdev", "auto",
+                                   "noauto", "nofail", "user", "users",
+                                   "exec", "noexec", "suid", "dev"};
+  for (const char* i : kIgnored)
+    if (o == i) return true;
+  return o.rfind("x-", 0) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace acqfs;
+  std::vector<std::string> pos;
+  std::string opts;
+  bool foreground = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "-o" && i + 1 < argc) {
+      if (!opts.empty()) opts += ",";
+      opts += argv[++i];
+    } else if (a.rfind("-o", 0) == 0 && a.size() > 2) {
+      if (!opts.empty()) opts += ",";
+      opts += a.substr(2);
+    } else if (a == "-f") {
+      foreground = true;
+    } else if (a == "-n" || a == "-s" || a == "-v") {
+      // mount(8) flags: no mtab, sloppy, verbose
+    } else if (a == "-h" || a == "--help") {
+      return Usage() - 1;
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.size() != 2) return Usage();
+  cli::DaemonOptions d;
+  MountConfig& c = d.config;
+  std::stringstream ss(opts);
+  std::string o;
+  while (std::getline(ss, o, ',')) {
+    if (o.empty() || Ignorable(o)) continue;
+    if (o.rfind("lowerdir=", 0) == 0) c.lower = o.substr(9);
+    else if (o.rfind("upperdir=", 0) == 0) c.upper = o.substr(9);
+    else if (o.rfind("workdir=", 0) == 0) c.work = o.substr(8);
+    else if (o == "userxattr") c.force_userxattr = true;
+    else if (o == "allow_other") c.allow_other = true;
+    else if (o == "no_writeback") c.writeback_cache = false;
+    else if (o.rfind("timeout=", 0) == 0) c.timeout = std::atof(o.c_str() + 8);
+    else return Fail("mount", "-o " + o, "unknown option");
+  }
+  if (c.lower.find(':') != std::string::npos)
+    return Fail("mount", "lowerdir=" + c.lower,
+                "acqfs takes exactly one lower directory");
+  for (auto* p : {&c.lower, &c.upper, &c.work}) {
+    if (p->empty()) return Usage();
+    auto r = cli::RealPath(*p);
+    if (!r) return Fail("mount", *p, r.error().Message());
+    *p = *r;
+  }
+  auto mnt = cli::RealPath(pos[1]);
+  if (!mnt) return Fail("mount: mountpoint", pos[1], mnt.error().Message());
+  c.mountpoint = *mnt;
+  d.foreground = foreground;
+  Status s = cli::StartDaemon(d);
+  if (!s) return Fail("mount", c.mountpoint, s.error().op);
+  return 0;
+}

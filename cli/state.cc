@@ -1,0 +1,103 @@
+#include "cli/state.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/sys.h"
+
+namespace acqfs::cli {
+
+std::string ResolveStateDir(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* e = std::getenv("ACQFS_STATE_DIR"); e && *e) return e;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
+    return std::string(x) + "/acqfs";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/root") + "/.local/state/acqfs";
+}
+
+bool ValidSandboxName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..")
+    return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+SandboxPaths::SandboxPaths(const std::string& state_dir,
+                           const std::string& n)
+    : name(n),
+      dir(state_dir + "/" + n),
+      upper(dir + "/upper"),
+      work(dir + "/work"),
+      meta(dir + "/meta.json"),
+      pid(dir + "/daemon.pid"),
+      log(dir + "/daemon.log"),
+      lock(dir + "/lock") {}
+
+Result<SandboxMeta> ReadMeta(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error::Errno("read", path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Error::Of(EINVAL, "parse sandbox metadata", path);
+  SandboxMeta m;
+  m.name = j.value("name", "");
+  m.lower = j.value("lower", "");
+  m.mountpoint = j.value("mountpoint", "");
+  m.xattr_namespace = j.value("xattr_namespace", "");
+  return m;
+}
+
+Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
+  nlohmann::json j = {{"name", meta.name},
+                      {"lower", meta.lower},
+                      {"mountpoint", meta.mountpoint},
+                      {"xattr_namespace", meta.xattr_namespace}};
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Error::Errno("write", tmp);
+    out << j.dump(2) << "\n";
+    if (!out.flush()) return Error::Errno("write", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return Error::Errno("rename", path);
+  return Ok();
+}
+
+Status MakeDirs(const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') cur = "";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += "/" + part;
+    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST)
+      return Error::Errno("mkdir", cur);
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Error::Errno("stat", path);
+  if (!S_ISDIR(st.st_mode)) return Error::Of(ENOTDIR, "mkdir", path);
+  return Ok();
+}
+
+Result<std::string> RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf)) return Error::Errno("resolve", path);
+  return std::string(buf);
+}
+
+}  // namespace acqfs::cli

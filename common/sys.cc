@@ -1,0 +1,233 @@
+#include "common/sys.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+
+namespace acqfs::sys {
+
+std::string Join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (name.empty()) return dir;
+  return dir + "/" + name;
+}
+
+std::string Dirname(const std::string& rel) {
+  auto p = rel.rfind('/');
+  return p == std::string::npos ? std::string() : rel.substr(0, p);
+}
+
+std::string Basename(const std::string& rel) {
+  auto p = rel.rfind('/');
+  return p == std::string::npos ? rel : rel.substr(p + 1);
+}
+
+Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
+                             mode_t mode, const std::string& shown) {
+  struct open_how how;
+  std::memset(&how, 0, sizeof how);
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  if (flags & (O_CREAT | O_TMPFILE)) how.mode = mode;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const char* p = rel.empty() ? "." : rel.c_str();
+  for (;;) {
+    long fd = ::syscall(SYS_openat2, root, p, &how, sizeof how);
+    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+    if (errno == EINTR || errno == EAGAIN) continue;
+    return Error::Errno("openat2", shown);
+  }
+}
+
+Result<UniqueFd> OpenDirPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), O_DIRECTORY | O_CLOEXEC | flags);
+  if (fd < 0) return Error::Errno("open directory", path);
+  return UniqueFd(fd);
+}
+
+Result<struct stat> StatAt(int dirfd, const std::string& name,
+                           const std::string& shown) {
+  struct stat st;
+  const char* p = name.empty() ? "" : name.c_str();
+  int fl = AT_SYMLINK_NOFOLLOW | (name.empty() ? AT_EMPTY_PATH : 0);
+  if (::fstatat(dirfd, p, &st, fl) != 0) return Error::Errno("fstatat", shown);
+  return st;
+}
+
+Status StatAtIfExists(int dirfd, const std::string& name, struct stat* st,
+                      bool* found, const std::string& shown) {
+  if (::fstatat(dirfd, name.c_str(), st, AT_SYMLINK_NOFOLLOW) == 0) {
+    *found = true;
+    return Ok();
+  }
+  *found = false;
+  if (errno == ENOENT || errno == ENOTDIR) return Ok();
+  return Error::Errno("fstatat", shown);
+}
+
+Result<struct stat> Fstat(int fd, const std::string& shown) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Error::Errno("fstat", shown);
+  return st;
+}
+
+namespace {
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+}  // namespace
+
+Result<std::vector<DirEntry>> ReadDir(int dirfd, const std::string& shown) {
+  // getdents64 on a private descriptor: the caller's offset is not disturbed.
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM)
+    fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error::Errno("open directory", shown);
+  UniqueFd owned(fd);
+  std::vector<DirEntry> out;
+  alignas(8) char buf[32768];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::Errno("getdents64", shown);
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0)
+        continue;
+      out.push_back(DirEntry{d->d_name, d->d_ino, d->d_type});
+    }
+  }
+  return out;
+}
+
+Result<std::string> ReadLinkAt(int dirfd, const std::string& name,
+                               const std::string& shown) {
+  std::string buf(256, '\0');
+  for (;;) {
+    ssize_t n = ::readlinkat(dirfd, name.c_str(), buf.data(), buf.size());
+    if (n < 0) return Error::Errno("readlinkat", shown);
+    if (static_cast<size_t>(n) < buf.size()) {
+      buf.resize(n);
+      return buf;
+    }
+    buf.resize(buf.size() * 2);
+  }
+}
+
+std::string XattrPath(int dirfd, const std::string& name) {
+  // "/." makes the l*xattr calls act on the directory itself rather than on
+  // the /proc magic link.
+  return "/proc/self/fd/" + std::to_string(dirfd) + "/" +
+         (name.empty() ? std::string(".") : name);
+}
+
+Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
+                                            const std::string& shown) {
+  std::vector<std::string> names;
+  std::string buf;
+  for (;;) {
+    ssize_t n = ::llistxattr(xpath.c_str(), nullptr, 0);
+    if (n < 0) {
+      if (errno == ENOTSUP) return names;
+      return Error::Errno("llistxattr", shown);
+    }
+    if (n == 0) return names;
+    buf.resize(n);
+    n = ::llistxattr(xpath.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == ERANGE) continue;
+      return Error::Errno("llistxattr", shown);
+    }
+    buf.resize(n);
+    break;
+  }
+  for (size_t i = 0; i < buf.size();) {
+    size_t len = std::strlen(buf.data() + i);
+    if (len) names.emplace_back(buf.data() + i, len);
+    i += len + 1;
+  }
+  return names;
+}
+
+Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
+                             const std::string& shown) {
+  std::string buf;
+  for (;;) {
+    ssize_t n = ::lgetxattr(xpath.c_str(), key.c_str(), nullptr, 0);
+    if (n < 0) return Error::Errno("lgetxattr " + key, shown);
+    buf.resize(n);
+    if (n == 0) return buf;
+    n = ::lgetxattr(xpath.c_str(), key.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == ERANGE) continue;
+      return Error::Errno("lgetxattr " + key, shown);
+    }
+    buf.resize(n);
+    return buf;
+  }
+}
+
+Status SetXattr(const std::string& xpath, const std::string& key,
+                const std::string& value, int flags, const std::string& shown) {
+  if (::lsetxattr(xpath.c_str(), key.c_str(), value.data(), value.size(),
+                  flags) != 0)
+    return Error::Errno("lsetxattr " + key, shown);
+  return Ok();
+}
+
+Status RemoveXattr(const std::string& xpath, const std::string& key,
+                   const std::string& shown) {
+  if (::lremovexattr(xpath.c_str(), key.c_str()) != 0)
+    return Error::Errno("lremovexattr " + key, shown);
+  return Ok();
+}
+
+Status Renameat2(int olddir, const std::string& oldname, int newdir,
+                 const std::string& newname, unsigned flags,
+                 const std::string& shown) {
+  if (::renameat2(olddir, oldname.c_str(), newdir, newname.c_str(), flags) != 0)
+    return Error::Errno("renameat2", shown);
+  return Ok();
+}
+
+Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
+                 const std::string& shown) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Error::Errno("pwrite", shown);
+    }
+    p += w;
+    n -= w;
+    off += w;
+  }
+  return Ok();
+}
+
+std::string TempName(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(rng() ^ counter.fetch_add(1)));
+  return prefix + buf;
+}
+
+}  // namespace acqfs::sys

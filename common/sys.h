@@ -1,0 +1,81 @@
+// Checked system-call wrappers. Each returns Result/Status with an Error that
+// names the operation and the path, retries EINTR where the call can see it,
+// and never follows symlinks unless the name says so.
+// Thread-safety: stateless functions, safe from any thread.
+#ifndef ACQFS_COMMON_SYS_H_
+#define ACQFS_COMMON_SYS_H_
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/handle.h"
+
+namespace acqfs::sys {
+
+// Joins a relative path and a name ("" is the root): Join("", "a") == "a".
+std::string Join(const std::string& dir, const std::string& name);
+// The parent part and the last component of a relative path.
+std::string Dirname(const std::string& rel);
+std::string Basename(const std::string& rel);
+
+// Opens `rel` below the directory `root` with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS): no component, the last one
+// included, may be a symlink (with O_PATH|O_NOFOLLOW the link itself opens).
+// `rel` == "" opens `root` itself. `shown` names the path in errors.
+Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
+                             mode_t mode, const std::string& shown);
+
+// Opens a directory by absolute path, O_DIRECTORY|O_CLOEXEC plus `flags`.
+Result<UniqueFd> OpenDirPath(const std::string& path, int flags);
+
+Result<struct stat> StatAt(int dirfd, const std::string& name,
+                           const std::string& shown);
+// Like StatAt, but ENOENT/ENOTDIR become an empty result instead of an error.
+// Returns true in *found when the name exists.
+Status StatAtIfExists(int dirfd, const std::string& name, struct stat* st,
+                      bool* found, const std::string& shown);
+Result<struct stat> Fstat(int fd, const std::string& shown);
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+  unsigned char type;  // DT_*
+};
+// Reads every entry of an open directory except "." and "..".
+Result<std::vector<DirEntry>> ReadDir(int dirfd, const std::string& shown);
+
+Result<std::string> ReadLinkAt(int dirfd, const std::string& name,
+                               const std::string& shown);
+
+// Extended attributes of `name` inside `dirfd` (never following a symlink at
+// `name`), through /proc/self/fd so that symlinks and special files work too.
+std::string XattrPath(int dirfd, const std::string& name);
+Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
+                                            const std::string& shown);
+// ENODATA is reported as an error with err == ENODATA.
+Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
+                             const std::string& shown);
+Status SetXattr(const std::string& xpath, const std::string& key,
+                const std::string& value, int flags, const std::string& shown);
+Status RemoveXattr(const std::string& xpath, const std::string& key,
+                   const std::string& shown);
+
+Status Renameat2(int olddir, const std::string& oldname, int newdir,
+                 const std::string& newname, unsigned flags,
+                 const std::string& shown);
+
+// Full writes/reads at an offset, retrying short transfers and EINTR.
+Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
+                 const std::string& shown);
+
+// A random name for temporary entries: "<prefix><16 hex digits>".
+std::string TempName(const std::string& prefix);
+
+}  // namespace acqfs::sys
+
+#endif  // ACQFS_COMMON_SYS_H_

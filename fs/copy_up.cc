@@ -1,0 +1,276 @@
+#include "fs/copy_up.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <vector>
+
+#include "common/sys.h"
+#include "fs/layer.h"
+
+namespace acqfs {
+namespace {
+
+std::mutex g_hook_mu;
+CopyUpHook g_hook;
+
+Status RunHook(const std::string& rel) {
+  std::lock_guard<std::mutex> l(g_hook_mu);
+  if (g_hook) return g_hook(rel);
+  return Ok();
+}
+
+Result<UniqueFd> OpenSourceFile(int dirfd, const std::string& name,
+                                const std::string& shown) {
+  int fd = ::openat(dirfd, name.c_str(),
+                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM)
+    fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Error::Errno("open for copy-up", shown);
+  return UniqueFd(fd);
+}
+
+Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
+                   const std::string& dst_name, const std::string& shown) {
+  auto in = OpenSourceFile(src_dirfd, src_name, shown);
+  if (!in) return in.error();
+  int ofd = ::openat(dst_dirfd, dst_name.c_str(),
+                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (ofd < 0) return Error::Errno("create copy-up file", shown);
+  UniqueFd out(ofd);
+  ACQFS_TRY(CopyData(in->get(), out.get(), shown));
+  if (::fsync(out.get()) != 0) return Error::Errno("fsync copy-up", shown);
+  return Ok();
+}
+
+// Creates at dst a copy of the source entry without its attributes (for a
+// directory: an empty directory).
+Status CreateCopy(int src_dirfd, const std::string& src_name,
+                  const struct stat& st, int dst_dirfd,
+                  const std::string& dst_name, const std::string& shown) {
+  switch (st.st_mode & S_IFMT) {
+    case S_IFREG:
+      return CopyRegular(src_dirfd, src_name, dst_dirfd, dst_name, shown);
+    case S_IFDIR:
+      if (::mkdirat(dst_dirfd, dst_name.c_str(), 0700) != 0)
+        return Error::Errno("mkdir copy-up", shown);
+      return Ok();
+    case S_IFLNK: {
+      auto target = sys::ReadLinkAt(src_dirfd, src_name, shown);
+      if (!target) return target.error();
+      if (::symlinkat(target->c_str(), dst_dirfd, dst_name.c_str()) != 0)
+        return Error::Errno("symlink copy-up", shown);
+      return Ok();
+    }
+    default:
+      if (::mknodat(dst_dirfd, dst_name.c_str(), st.st_mode & S_IFMT,
+                    st.st_rdev) != 0)
+        return Error::Errno("mknod copy-up", shown);
+      return Ok();
+  }
+}
+
+Status CopyXattrs(const Layers& layers, int src_dirfd,
+                  const std::string& src_name, int dst_dirfd,
+                  const std::string& dst_name, const std::string& shown) {
+  std::string src = sys::XattrPath(src_dirfd, src_name);
+  std::string dst = sys::XattrPath(dst_dirfd, dst_name);
+  auto names = sys::ListXattrs(src, shown);
+  if (!names) return names.error();
+  for (const auto& n : *names) {
+    if (layers.format.IsPrivateXattr(n)) continue;
+    auto v = sys::GetXattr(src, n, shown);
+    if (!v) {
+      if (v.err() == ENODATA) continue;
+      return v.error();
+    }
+    auto s = sys::SetXattr(dst, n, *v, 0, shown);
+    if (!s) {
+      bool user_ns = n.rfind("user.", 0) == 0;
+      // Only user.* is guaranteed to be ours to copy; security/system/trusted
+      // attributes the daemon is not allowed to set are left behind.
+      if (user_ns || (s.err() != EPERM && s.err() != ENOTSUP &&
+                      s.err() != EACCES))
+        return s.error();
+    }
+  }
+  return Ok();
+}
+
+}  // namespace
+
+void SetCopyUpHookForTesting(CopyUpHook hook) {
+  std::lock_guard<std::mutex> l(g_hook_mu);
+  g_hook = std::move(hook);
+}
+
+Status CopyData(int in, int out, const std::string& shown) {
+  if (::ioctl(out, FICLONE, in) == 0) return Ok();
+  off_t total = 0;
+  for (;;) {
+    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+    if (n > 0) {
+      total += n;
+      continue;
+    }
+    if (n == 0) return Ok();
+    if (errno == EINTR) continue;
+    if (total == 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                       errno == EOPNOTSUPP))
+      break;
+    return Error::Errno("copy_file_range", shown);
+  }
+  std::vector<char> buf(1 << 20);
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = ::pread(in, buf.data(), buf.size(), off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::Errno("read for copy-up", shown);
+    }
+    if (n == 0) return Ok();
+    ACQFS_TRY(sys::PwriteAll(out, buf.data(), n, off, shown));
+    off += n;
+  }
+}
+
+Status CopyAttrs(const Layers& layers, int src_dirfd,
+                 const std::string& src_name, const struct stat& src_st,
+                 int dst_dirfd, const std::string& dst_name,
+                 const std::string& shown) {
+  ACQFS_TRY(CopyXattrs(layers, src_dirfd, src_name, dst_dirfd, dst_name, shown));
+  const char* dn = dst_name.c_str();
+  if (layers.privileged) {
+    if (::fchownat(dst_dirfd, dn, src_st.st_uid, src_st.st_gid,
+                   AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("chown copy-up", shown);
+  }
+  if (!S_ISLNK(src_st.st_mode)) {
+    if (::fchmodat(dst_dirfd, dn, src_st.st_mode & 07777, 0) != 0)
+      return Error::Errno("chmod copy-up", shown);
+  }
+  struct timespec ts[2] = {src_st.st_atim, src_st.st_mtim};
+  if (::utimensat(dst_dirfd, dn, ts, AT_SYMLINK_NOFOLLOW) != 0)
+    return Error::Errno("utimensat copy-up", shown);
+  return Ok();
+}
+
+Status CopyUp(const Layers& layers, const std::string& rel) {
+  std::string dir = sys::Dirname(rel), name = sys::Basename(rel);
+  std::string shown = layers.lower.Shown(rel);
+  auto src_dir = layers.lower.OpenDir(dir);
+  if (!src_dir) return src_dir.error();
+  auto st = sys::StatAt(src_dir->get(), name, shown);
+  if (!st) return st.error();
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  int tfd = layers.tmp.get();
+  auto cleanup = [&] { (void)RemoveTree(tfd, tmp, layers.tmp_path); };
+  Status s = CreateCopy(src_dir->get(), name, *st, tfd, tmp, shown);
+  if (s) s = CopyAttrs(layers, src_dir->get(), name, *st, tfd, tmp, shown);
+  if (s) s = RunHook(rel);
+  if (!s) {
+    if (s.err() != EEXIST) cleanup();
+    return s;
+  }
+  auto dst_dir = layers.upper.OpenDir(dir);
+  if (!dst_dir) {
+    cleanup();
+    return dst_dir.error();
+  }
+  s = sys::Renameat2(tfd, tmp, dst_dir->get(), name, RENAME_NOREPLACE,
+                     layers.upper.Shown(rel));
+  if (!s) cleanup();
+  return s;
+}
+
+Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
+                       const std::string& dst_name) {
+  std::string shown = layers.upper.Shown(dir.path);
+  // The directory's own attributes come from the upper when it has one.
+  const Layer& meta_layer = dir.upper ? layers.upper : layers.lower;
+  std::string parent = sys::Dirname(dir.path), base = sys::Basename(dir.path);
+  auto meta_dir = meta_layer.OpenDir(parent);
+  if (!meta_dir) return meta_dir.error();
+  auto meta_st = sys::StatAt(meta_dir->get(), base, shown);
+  if (!meta_st) return meta_st.error();
+  if (::mkdirat(dst_dirfd, dst_name.c_str(), 0700) != 0)
+    return Error::Errno("mkdir materialise", shown);
+  int dfd = ::openat(dst_dirfd, dst_name.c_str(),
+                     O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return Error::Errno("open materialise", shown);
+  UniqueFd dst(dfd);
+
+  auto entries = ListMerged(layers, dir);
+  if (!entries) return entries.error();
+  UniqueFd upper_fd, lower_fd;
+  if (dir.upper) {
+    auto u = layers.upper.OpenDir(dir.path);
+    if (!u) return u.error();
+    upper_fd = std::move(*u);
+  }
+  if (dir.merged) {
+    auto l = layers.lower.OpenDir(dir.path);
+    if (!l) return l.error();
+    lower_fd = std::move(*l);
+  }
+  for (const auto& e : *entries) {
+    std::string rel = sys::Join(dir.path, e.name);
+    auto c = ResolveChild(layers, dir, e.name);
+    if (!c) return c.error();
+    if (!c->exists) continue;
+    if (c->is_dir()) {
+      ACQFS_TRY(BuildMergedCopy(layers, c->AsDir(rel), dst.get(), e.name));
+      continue;
+    }
+    if (c->upper) {
+      if (::linkat(upper_fd.get(), e.name.c_str(), dst.get(), e.name.c_str(),
+                   0) == 0)
+        continue;
+      ACQFS_TRY(CreateCopy(upper_fd.get(), e.name, c->upper_st, dst.get(),
+                           e.name, layers.upper.Shown(rel)));
+      ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st,
+                          dst.get(), e.name, layers.upper.Shown(rel)));
+    } else {
+      ACQFS_TRY(CreateCopy(lower_fd.get(), e.name, c->lower_st, dst.get(),
+                           e.name, layers.lower.Shown(rel)));
+      ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st,
+                          dst.get(), e.name, layers.lower.Shown(rel)));
+    }
+  }
+  return CopyAttrs(layers, meta_dir->get(), base, *meta_st, dst_dirfd,
+                   dst_name, shown);
+}
+
+Status RemoveTree(int dirfd, const std::string& name,
+                  const std::string& shown) {
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0) return Ok();
+  if (errno == ENOENT) return Ok();
+  if (errno != EISDIR && errno != EPERM)
+    return Error::Errno("unlink", shown + "/" + name);
+  int fd = ::openat(dirfd, name.c_str(),
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) {
+    ::fchmodat(dirfd, name.c_str(), 0700, 0);
+    fd = ::openat(dirfd, name.c_str(),
+                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (fd < 0) return Error::Errno("open for removal", shown + "/" + name);
+  UniqueFd d(fd);
+  struct stat st;
+  if (::fstat(d.get(), &st) == 0 && (st.st_mode & 0700) != 0700)
+    ::fchmod(d.get(), 0700);
+  auto ents = sys::ReadDir(d.get(), shown + "/" + name);
+  if (!ents) return ents.error();
+  for (const auto& e : *ents)
+    ACQFS_TRY(RemoveTree(d.get(), e.name, shown + "/" + name));
+  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0)
+    return Error::Errno("rmdir", shown + "/" + name);
+  return Ok();
+}
+
+}  // namespace acqfs

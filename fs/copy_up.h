@@ -1,0 +1,56 @@
+// Copy-up and its relatives: every way acqfs builds a new upper entry from
+// an existing one. Each builds in <workdir>/acqfs-tmp and publishes with a
+// single renameat, so a crash at any instant leaves either no upper entry or
+// a complete one (plus junk in acqfs-tmp, removed at the next mount).
+// Thread-safety: the functions are reentrant; callers serialise changes to
+// the same upper path (the overlay's tree lock does).
+#ifndef ACQFS_FS_COPY_UP_H_
+#define ACQFS_FS_COPY_UP_H_
+
+#include <sys/stat.h>
+
+#include <functional>
+#include <string>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+struct Layers;
+struct DirView;
+
+// Called after a copy is complete in the work area and before it is
+// published; a failure aborts the copy-up. Tests use it to interrupt.
+using CopyUpHook = std::function<Status(const std::string& rel)>;
+void SetCopyUpHookForTesting(CopyUpHook hook);
+
+// Copies the lower object at `rel` (any type; a directory without its
+// children) into the upper layer at the same path. The upper parent must
+// exist and `rel` must not exist in the upper.
+Status CopyUp(const Layers& layers, const std::string& rel);
+
+// Builds in `dst_dirfd`/`dst_name` a full, independent copy of the merged
+// directory `dir`: upper non-directories are hard-linked (keeping their
+// inodes), lower ones copied, directories rebuilt recursively, whiteouts
+// dropped, metadata copied. Used to materialise a directory before a rename.
+Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
+                       const std::string& dst_name);
+
+// Copies xattrs (except the overlay's private ones), owner (when
+// privileged), mode and times of `src_st` / the source entry onto the
+// destination entry. Never follows symlinks.
+Status CopyAttrs(const Layers& layers, int src_dirfd,
+                 const std::string& src_name, const struct stat& src_st,
+                 int dst_dirfd, const std::string& dst_name,
+                 const std::string& shown);
+
+// Copies all bytes of `in` to `out`: FICLONE, else copy_file_range, else
+// read/write.
+Status CopyData(int in, int out, const std::string& shown);
+
+// Removes `name` in `dirfd` and everything below it.
+Status RemoveTree(int dirfd, const std::string& name, const std::string& shown);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_COPY_UP_H_

@@ -1,0 +1,609 @@
+#include "fs/fuse_ops.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace acqfs {
+namespace {
+
+FuseContext* Ctx(fuse_req_t req) {
+  return static_cast<FuseContext*>(fuse_req_userdata(req));
+}
+
+Node* NodeOf(fuse_req_t req, fuse_ino_t ino) {
+  if (ino == FUSE_ROOT_ID) return Ctx(req)->overlay->root();
+  return reinterpret_cast<Node*>(ino);
+}
+
+fuse_ino_t IdOf(fuse_req_t req, Node* node) {
+  if (node == Ctx(req)->overlay->root()) return FUSE_ROOT_ID;
+  return reinterpret_cast<fuse_ino_t>(node);
+}
+
+Creds CredsOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return Creds{c->uid, c->gid};
+}
+
+void ReplyError(fuse_req_t req, const Error& e) {
+  if (e.err == ENOENT || e.err == EEXIST || e.err == ENODATA ||
+      e.err == ENOTEMPTY || e.err == ENOTSUP)
+    spdlog::debug("{}", e.Message());
+  else
+    spdlog::warn("{}", e.Message());
+  fuse_reply_err(req, e.err);
+}
+
+// Runs a handler, turning allocation failures and any stray exception into
+// an errno reply, so no exception ever crosses into libfuse.
+template <class F>
+void Guard(fuse_req_t req, F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+  }
+}
+
+struct FileHandle {
+  FileHandle(Node* n, UniqueFd f, bool lower)
+      : node(n), fd(std::move(f)), from_lower(lower) {}
+  Node* node;
+  std::mutex mu;
+  UniqueFd fd;
+  bool from_lower;
+
+  // The descriptor to use now: a read-only handle opened on the lower copy
+  // switches to the upper copy once the file has been copied up.
+  int Fd(Overlay* ov) {
+    std::lock_guard<std::mutex> l(mu);
+    if (from_lower && node->upper.load()) {
+      auto up = ov->ReopenUpper(node);
+      if (up) {
+        fd = std::move(*up);
+        from_lower = false;
+      }
+    }
+    return fd.get();
+  }
+};
+
+FileHandle* FhOf(const fuse_file_info* fi) {
+  return reinterpret_cast<FileHandle*>(fi->fh);
+}
+
+struct DirHandle {
+  std::vector<ListedEntry> entries;  // "." and ".." first
+};
+
+void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
+               fuse_entry_param* e) {
+  std::memset(e, 0, sizeof *e);
+  e->ino = IdOf(req, node);
+  e->attr = st;
+  e->attr_timeout = Ctx(req)->timeout;
+  e->entry_timeout = Ctx(req)->timeout;
+}
+
+// Replies to a request that produced a node (lookup, mkdir, ...).
+void ReplyNode(fuse_req_t req, Result<Node*> node) {
+  Overlay* ov = Ctx(req)->overlay;
+  if (!node) return ReplyError(req, node.error());
+  auto st = ov->GetAttr(*node);
+  if (!st) {
+    ov->Forget(*node, 1);
+    return ReplyError(req, st.error());
+  }
+  fuse_entry_param e;
+  FillEntry(req, *node, *st, &e);
+  fuse_reply_entry(req, &e);
+}
+
+int OpenFlags(fuse_req_t req, int flags) {
+  if (Ctx(req)->writeback_cache) {
+    // The kernel may read through any handle to fill partial pages, and it
+    // keeps the file offset for O_APPEND itself.
+    if ((flags & O_ACCMODE) == O_WRONLY) flags = (flags & ~O_ACCMODE) | O_RDWR;
+    flags &= ~O_APPEND;
+  }
+  return flags;
+}
+
+void SetOpenInfo(fuse_file_info* fi, FileHandle* fh) {
+  fi->fh = reinterpret_cast<uint64_t>(fh);
+  fi->keep_cache = 1;
+  if (fi->flags & O_DIRECT) fi->direct_io = 1;
+}
+
+// ---------------------------------------------------------------- callbacks
+
+void OpInit(void* userdata, struct fuse_conn_info* conn) {
+  auto* ctx = static_cast<FuseContext*>(userdata);
+  auto want = [&](unsigned cap) {
+    if (conn->capable & cap) conn->want |= cap;
+  };
+  if (ctx->writeback_cache) want(FUSE_CAP_WRITEBACK_CACHE);
+  want(FUSE_CAP_SPLICE_READ);
+  want(FUSE_CAP_SPLICE_WRITE);
+  want(FUSE_CAP_SPLICE_MOVE);
+  want(FUSE_CAP_PARALLEL_DIROPS);
+  want(FUSE_CAP_CACHE_SYMLINKS);
+  want(FUSE_CAP_READDIRPLUS);
+  want(FUSE_CAP_AUTO_INVAL_DATA);
+  want(FUSE_CAP_ASYNC_READ);
+  conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
+  spdlog::info("fuse init: capable={:#x} want={:#x} max_write={}",
+               conn->capable, conn->want, conn->max_write);
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    auto node = Ctx(req)->overlay->Lookup(NodeOf(req, parent), name);
+    if (!node && node.err() == ENOENT) {
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof e);
+      e.entry_timeout = Ctx(req)->timeout;  // negative entry
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    ReplyNode(req, std::move(node));
+  });
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Guard(req, [&] {
+    Ctx(req)->overlay->Forget(NodeOf(req, ino), nlookup);
+    fuse_reply_none(req);
+  });
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count,
+                   struct fuse_forget_data* forgets) {
+  Guard(req, [&] {
+    for (size_t i = 0; i < count; i++)
+      Ctx(req)->overlay->Forget(NodeOf(req, forgets[i].ino),
+                                forgets[i].nlookup);
+    fuse_reply_none(req);
+  });
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto st = Ctx(req)->overlay->GetAttr(NodeOf(req, ino));
+    if (!st && fi) {
+      // An open but unlinked file: its handle still knows it.
+      FileHandle* fh = FhOf(fi);
+      auto fst = sys::Fstat(fh->Fd(Ctx(req)->overlay), "(open file)");
+      if (fst) {
+        fst->st_ino = fh->node->ino;
+        fuse_reply_attr(req, &*fst, Ctx(req)->timeout);
+        return;
+      }
+    }
+    if (!st) return ReplyError(req, st.error());
+    fuse_reply_attr(req, &*st, Ctx(req)->timeout);
+  });
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    SetAttrRequest r;
+    r.set_mode = to_set & FUSE_SET_ATTR_MODE;
+    r.set_uid = to_set & FUSE_SET_ATTR_UID;
+    r.set_gid = to_set & FUSE_SET_ATTR_GID;
+    r.set_size = to_set & FUSE_SET_ATTR_SIZE;
+    r.set_atime = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW);
+    r.set_mtime = to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW);
+    r.atime_now = to_set & FUSE_SET_ATTR_ATIME_NOW;
+    r.mtime_now = to_set & FUSE_SET_ATTR_MTIME_NOW;
+    r.mode = attr->st_mode;
+    r.uid = attr->st_uid;
+    r.gid = attr->st_gid;
+    r.size = attr->st_size;
+    r.atime = attr->st_atim;
+    r.mtime = attr->st_mtim;
+    Overlay* ov = Ctx(req)->overlay;
+    int fd = fi ? FhOf(fi)->Fd(ov) : -1;
+    auto st = ov->SetAttr(NodeOf(req, ino), r, fd);
+    if (!st) return ReplyError(req, st.error());
+    fuse_reply_attr(req, &*st, Ctx(req)->timeout);
+  });
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, [&] {
+    auto t = Ctx(req)->overlay->ReadLink(NodeOf(req, ino));
+    if (!t) return ReplyError(req, t.error());
+    fuse_reply_readlink(req, t->c_str());
+  });
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+             dev_t rdev) {
+  Guard(req, [&] {
+    ReplyNode(req, Ctx(req)->overlay->Mknod(NodeOf(req, parent), name, mode,
+                                            rdev, CredsOf(req)));
+  });
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name,
+             mode_t mode) {
+  Guard(req, [&] {
+    ReplyNode(req, Ctx(req)->overlay->Mkdir(NodeOf(req, parent), name, mode,
+                                            CredsOf(req)));
+  });
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent,
+               const char* name) {
+  Guard(req, [&] {
+    ReplyNode(req, Ctx(req)->overlay->Symlink(NodeOf(req, parent), name, link,
+                                              CredsOf(req)));
+  });
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
+            const char* name) {
+  Guard(req, [&] {
+    ReplyNode(req, Ctx(req)->overlay->Link(NodeOf(req, ino),
+                                           NodeOf(req, parent), name));
+  });
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    Status s = Ctx(req)->overlay->Unlink(NodeOf(req, parent), name);
+    if (!s) return ReplyError(req, s.error());
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    Status s = Ctx(req)->overlay->Rmdir(NodeOf(req, parent), name);
+    if (!s) return ReplyError(req, s.error());
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name,
+              fuse_ino_t newparent, const char* newname, unsigned int flags) {
+  Guard(req, [&] {
+    Status s = Ctx(req)->overlay->Rename(NodeOf(req, parent), name,
+                                         NodeOf(req, newparent), newname,
+                                         flags);
+    if (!s) return ReplyError(req, s.error());
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    Node* node = NodeOf(req, ino);
+    bool from_lower = false;
+    auto fd = Ctx(req)->overlay->Open(node, OpenFlags(req, fi->flags),
+                                      &from_lower);
+    if (!fd) return ReplyError(req, fd.error());
+    auto* fh = new FileHandle(node, std::move(*fd), from_lower);
+    SetOpenInfo(fi, fh);
+    if (fuse_reply_open(req, fi) != 0) {
+      Ctx(req)->overlay->ReleaseOpen(node);
+      delete fh;
+    }
+  });
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    Overlay* ov = Ctx(req)->overlay;
+    auto r = ov->Create(NodeOf(req, parent), name, mode,
+                        OpenFlags(req, fi->flags), CredsOf(req));
+    if (!r) return ReplyError(req, r.error());
+    Node* node = r->first;
+    auto st = ov->GetAttr(node);
+    if (!st) {
+      ov->ReleaseOpen(node);
+      ov->Forget(node, 1);
+      return ReplyError(req, st.error());
+    }
+    auto* fh = new FileHandle(node, std::move(r->second), false);
+    SetOpenInfo(fi, fh);
+    fuse_entry_param e;
+    FillEntry(req, node, *st, &e);
+    if (fuse_reply_create(req, &e, fi) != 0) {
+      ov->ReleaseOpen(node);
+      delete fh;
+    }
+  });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+            struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+    buf.buf[0].flags =
+        static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = fd;
+    buf.buf[0].pos = off;
+    fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+  });
+}
+
+void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
+                off_t off, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
+    out.buf[0].flags =
+        static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    out.buf[0].fd = fd;
+    out.buf[0].pos = off;
+    ssize_t n = fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
+    if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+    fuse_reply_write(req, static_cast<size_t>(n));
+  });
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  fuse_reply_err(req, 0);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    FileHandle* fh = FhOf(fi);
+    Node* node = fh->node;
+    delete fh;
+    Ctx(req)->overlay->ReleaseOpen(node);
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+             struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
+    fuse_reply_err(req, rc == 0 ? 0 : errno);
+  });
+}
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    Overlay* ov = Ctx(req)->overlay;
+    Node* node = NodeOf(req, ino);
+    auto list = ov->ReadDir(node);
+    if (!list) return ReplyError(req, list.error());
+    auto* dh = new DirHandle;
+    dh->entries.reserve(list->size() + 2);
+    dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
+    dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
+    for (auto& e : *list) dh->entries.push_back(std::move(e));
+    fi->fh = reinterpret_cast<uint64_t>(dh);
+    fi->keep_cache = 0;
+    if (fuse_reply_open(req, fi) != 0) delete dh;
+  });
+}
+
+void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+               struct fuse_file_info* fi, bool plus) {
+  Overlay* ov = Ctx(req)->overlay;
+  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
+  Node* dir = NodeOf(req, ino);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); i++) {
+    const ListedEntry& ent = dh->entries[i];
+    char* p = buf.data() + used;
+    size_t room = size - used;
+    size_t len;
+    if (!plus) {
+      struct stat st {};
+      st.st_ino = ent.ino;
+      st.st_mode = DTTOIF(ent.type);
+      len = fuse_add_direntry(req, p, room, ent.name.c_str(), &st, i + 1);
+    } else if (i < 2) {  // "." and "..": no lookup
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof e);
+      e.attr.st_ino = ent.ino;
+      e.attr.st_mode = S_IFDIR;
+      len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
+    } else {
+      auto node = ov->Lookup(dir, ent.name);
+      if (!node) continue;  // vanished since opendir
+      auto st = ov->GetAttr(*node);
+      if (!st) {
+        ov->Forget(*node, 1);
+        continue;
+      }
+      fuse_entry_param e;
+      FillEntry(req, *node, *st, &e);
+      len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
+      if (len > room) ov->Forget(*node, 1);
+    }
+    if (len > room) break;
+    used += len;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+               struct fuse_file_info* fi) {
+  Guard(req, [&] { DoReaddir(req, ino, size, off, fi, false); });
+}
+
+void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info* fi) {
+  Guard(req, [&] { DoReaddir(req, ino, size, off, fi, true); });
+}
+
+void OpReleasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                struct fuse_file_info* fi) {
+  fuse_reply_err(req, 0);
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, [&] {
+    auto st = Ctx(req)->overlay->StatFs();
+    if (!st) return ReplyError(req, st.error());
+    fuse_reply_statfs(req, &*st);
+  });
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name,
+                const char* value, size_t size, int flags) {
+  Guard(req, [&] {
+    Status s = Ctx(req)->overlay->SetXattr(NodeOf(req, ino), name,
+                                           std::string(value, size), flags);
+    if (!s) return ReplyError(req, s.error());
+    fuse_reply_err(req, 0);
+  });
+}
+
+void ReplyXattrValue(fuse_req_t req, const std::string& v, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, v.size());
+  } else if (v.size() > size) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, v.data(), v.size());
+  }
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name,
+                size_t size) {
+  Guard(req, [&] {
+    auto v = Ctx(req)->overlay->GetXattr(NodeOf(req, ino), name);
+    if (!v) return ReplyError(req, v.error());
+    ReplyXattrValue(req, *v, size);
+  });
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Guard(req, [&] {
+    auto names = Ctx(req)->overlay->ListXattr(NodeOf(req, ino));
+    if (!names) return ReplyError(req, names.error());
+    std::string joined;
+    for (const auto& n : *names) {
+      joined += n;
+      joined.push_back('\0');
+    }
+    ReplyXattrValue(req, joined, size);
+  });
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Guard(req, [&] {
+    Status s = Ctx(req)->overlay->RemoveXattr(NodeOf(req, ino), name);
+    if (!s) return ReplyError(req, s.error());
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
+  // default_permissions makes the kernel check modes; this only confirms the
+  // node still exists.
+  Guard(req, [&] {
+    auto st = Ctx(req)->overlay->GetAttr(NodeOf(req, ino));
+    fuse_reply_err(req, st ? 0 : st.err());
+  });
+}
+
+void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+                     struct fuse_file_info* fi_in, fuse_ino_t ino_out,
+                     off_t off_out, struct fuse_file_info* fi_out, size_t len,
+                     int flags) {
+  Guard(req, [&] {
+    Overlay* ov = Ctx(req)->overlay;
+    int in = FhOf(fi_in)->Fd(ov), out = FhOf(fi_out)->Fd(ov);
+    loff_t oi = off_in, oo = off_out;
+    ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
+    if (n < 0) return (void)fuse_reply_err(req, errno);
+    fuse_reply_write(req, static_cast<size_t>(n));
+  });
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+                 off_t length, struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    int rc = ::fallocate(fd, mode, offset, length);
+    fuse_reply_err(req, rc == 0 ? 0 : errno);
+  });
+}
+
+void OpLseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+             struct fuse_file_info* fi) {
+  Guard(req, [&] {
+    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    off_t r = ::lseek(fd, off, whence);
+    if (r < 0) return (void)fuse_reply_err(req, errno);
+    fuse_reply_lseek(req, r);
+  });
+}
+
+struct fuse_lowlevel_ops MakeOps() {
+  struct fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof ops);
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mknod = OpMknod;
+  ops.mkdir = OpMkdir;
+  ops.symlink = OpSymlink;
+  ops.link = OpLink;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.create = OpCreate;
+  ops.read = OpRead;
+  ops.write_buf = OpWriteBuf;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.readdirplus = OpReaddirplus;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  ops.access = OpAccess;
+  ops.copy_file_range = OpCopyFileRange;
+  ops.fallocate = OpFallocate;
+  ops.lseek = OpLseek;
+  return ops;
+}
+
+}  // namespace
+
+const struct fuse_lowlevel_ops* FuseOperations() {
+  static const struct fuse_lowlevel_ops ops = MakeOps();
+  return &ops;
+}
+
+}  // namespace acqfs

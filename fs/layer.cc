@@ -1,0 +1,217 @@
+#include "fs/layer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fs/copy_up.h"
+
+namespace acqfs {
+
+Result<Layer> Layer::Open(const std::string& path) {
+  auto fd = sys::OpenDirPath(path, O_PATH);
+  if (!fd) return fd.error();
+  return Layer(std::move(*fd), path);
+}
+
+std::string Layer::Shown(const std::string& rel) const {
+  return rel.empty() ? root_path_ : root_path_ + "/" + rel;
+}
+
+Result<UniqueFd> Layer::Open(const std::string& rel, int flags,
+                             mode_t mode) const {
+  return sys::OpenBeneath(root(), rel, flags, mode, Shown(rel));
+}
+
+Result<UniqueFd> Layer::OpenDir(const std::string& rel) const {
+  return Open(rel, O_PATH | O_DIRECTORY);
+}
+
+Result<struct stat> Layer::Stat(const std::string& rel) const {
+  auto fd = Open(rel, O_PATH | O_NOFOLLOW);
+  if (!fd) return fd.error();
+  return sys::Fstat(fd->get(), Shown(rel));
+}
+
+Status Layer::StatIfExists(const std::string& rel, struct stat* st,
+                           bool* found) const {
+  auto fd = Open(rel, O_PATH | O_NOFOLLOW);
+  if (!fd) {
+    *found = false;
+    if (fd.err() == ENOENT || fd.err() == ENOTDIR) return Ok();
+    return fd.error();
+  }
+  auto s = sys::Fstat(fd->get(), Shown(rel));
+  if (!s) return s.error();
+  *st = *s;
+  *found = true;
+  return Ok();
+}
+
+Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
+                            const std::string& work, XattrNamespace ns) {
+  Layers l;
+  auto lo = Layer::Open(lower);
+  if (!lo) return lo.error();
+  auto up = Layer::Open(upper);
+  if (!up) return up.error();
+  auto wk = Layer::Open(work);
+  if (!wk) return wk.error();
+  l.lower = std::move(*lo);
+  l.upper = std::move(*up);
+  l.work = std::move(*wk);
+  l.format = LayerFormat(ns);
+  l.privileged = ::geteuid() == 0;
+  l.tmp_path = work + "/" + LayerFormat::kTempDirName;
+  // Leftovers of an interrupted copy-up are junk: remove them.
+  struct stat st;
+  bool found = false;
+  ACQFS_TRY(l.work.StatIfExists(LayerFormat::kTempDirName, &st, &found));
+  if (found) {
+    auto wfd = l.work.OpenDir("");
+    if (!wfd) return wfd.error();
+    ACQFS_TRY(RemoveTree(wfd->get(), LayerFormat::kTempDirName, l.tmp_path));
+  }
+  auto wfd = l.work.OpenDir("");
+  if (!wfd) return wfd.error();
+  if (::mkdirat(wfd->get(), LayerFormat::kTempDirName, 0700) != 0)
+    return Error::Errno("mkdir", l.tmp_path);
+  auto tfd = l.work.OpenDir(LayerFormat::kTempDirName);
+  if (!tfd) return tfd.error();
+  l.tmp = std::move(*tfd);
+  return l;
+}
+
+DirView ChildInfo::AsDir(const std::string& child_path) const {
+  DirView v;
+  v.path = child_path;
+  v.upper = upper;
+  bool lower_dir = lower && S_ISDIR(lower_st.st_mode);
+  v.merged = lower_dir && (!upper || opaque != OpaqueMark::kOpaque);
+  if (upper && !S_ISDIR(upper_st.st_mode)) v.merged = false;
+  v.xwhiteouts = upper && opaque == OpaqueMark::kMayHoldXattrWhiteouts;
+  return v;
+}
+
+Result<DirView> RootView(const Layers& layers) {
+  DirView v;
+  v.path = "";
+  v.upper = true;
+  auto mark = layers.format.ReadOpaque(layers.upper.root(), "",
+                                       layers.upper.root_path());
+  if (!mark) return mark.error();
+  v.merged = *mark != OpaqueMark::kOpaque;
+  v.xwhiteouts = *mark == OpaqueMark::kMayHoldXattrWhiteouts;
+  return v;
+}
+
+namespace {
+
+// Is the upper regular file `name` in `dirfd` an xattr whiteout?
+Result<bool> UpperXattrWhiteout(const Layers& layers, const DirView& dir,
+                                int dirfd, const std::string& name,
+                                const struct stat& st) {
+  if (!dir.xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
+  return layers.format.IsXattrWhiteout(
+      dirfd, name, layers.upper.Shown(sys::Join(dir.path, name)));
+}
+
+}  // namespace
+
+Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
+                               const std::string& name) {
+  ChildInfo c;
+  std::string rel = sys::Join(dir.path, name);
+  if (dir.upper) {
+    auto ufd = layers.upper.OpenDir(dir.path);
+    if (!ufd) return ufd.error();
+    bool found = false;
+    ACQFS_TRY(sys::StatAtIfExists(ufd->get(), name, &c.upper_st, &found,
+                                  layers.upper.Shown(rel)));
+    if (found) {
+      auto xw = UpperXattrWhiteout(layers, dir, ufd->get(), name, c.upper_st);
+      if (!xw) return xw.error();
+      if (LayerFormat::IsWhiteout(c.upper_st) || *xw) {
+        c.whiteout = true;
+      } else {
+        c.upper = true;
+        if (S_ISDIR(c.upper_st.st_mode)) {
+          auto m = layers.format.ReadOpaque(ufd->get(), name,
+                                            layers.upper.Shown(rel));
+          if (!m) return m.error();
+          c.opaque = *m;
+        }
+      }
+    }
+  }
+  if (dir.merged) {
+    bool found = false;
+    auto lfd = layers.lower.OpenDir(dir.path);
+    if (lfd) {
+      ACQFS_TRY(sys::StatAtIfExists(lfd->get(), name, &c.lower_st, &found,
+                                    layers.lower.Shown(rel)));
+    } else if (lfd.err() != ENOENT && lfd.err() != ENOTDIR) {
+      return lfd.error();
+    }
+    c.lower = found;
+  }
+  c.exists = c.upper || (c.lower && !c.whiteout);
+  return c;
+}
+
+Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
+                                            const DirView& dir) {
+  std::vector<MergedEntry> out;
+  std::unordered_map<std::string, size_t> index;
+  std::unordered_set<std::string> whiteouts;
+  if (dir.upper) {
+    auto ufd = layers.upper.OpenDir(dir.path);
+    if (!ufd) return ufd.error();
+    auto ents = sys::ReadDir(ufd->get(), layers.upper.Shown(dir.path));
+    if (!ents) return ents.error();
+    for (auto& e : *ents) {
+      if (e.type == DT_CHR || e.type == DT_UNKNOWN ||
+          (e.type == DT_REG && dir.xwhiteouts)) {
+        struct stat st;
+        bool found = false;
+        std::string shown = layers.upper.Shown(sys::Join(dir.path, e.name));
+        ACQFS_TRY(sys::StatAtIfExists(ufd->get(), e.name, &st, &found, shown));
+        if (!found) continue;
+        auto xw = UpperXattrWhiteout(layers, dir, ufd->get(), e.name, st);
+        if (!xw) return xw.error();
+        if (LayerFormat::IsWhiteout(st) || *xw) {
+          whiteouts.insert(e.name);
+          continue;
+        }
+        if (e.type == DT_UNKNOWN) e.type = IFTODT(st.st_mode);
+      }
+      index[e.name] = out.size();
+      out.push_back(MergedEntry{e.name, e.type, true, false, e.ino, 0});
+    }
+  }
+  if (dir.merged) {
+    auto lfd = layers.lower.OpenDir(dir.path);
+    if (!lfd) {
+      if (lfd.err() == ENOENT || lfd.err() == ENOTDIR) return out;
+      return lfd.error();
+    }
+    auto ents = sys::ReadDir(lfd->get(), layers.lower.Shown(dir.path));
+    if (!ents) return ents.error();
+    for (auto& e : *ents) {
+      auto it = index.find(e.name);
+      if (it != index.end()) {
+        out[it->second].in_lower = true;
+        out[it->second].lower_ino = e.ino;
+        continue;
+      }
+      if (whiteouts.count(e.name)) continue;
+      out.push_back(MergedEntry{e.name, e.type, false, true, 0, e.ino});
+    }
+  }
+  return out;
+}
+
+}  // namespace acqfs

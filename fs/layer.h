@@ -1,0 +1,126 @@
+// Layer, Layers and the lookup rules of the merged view, without FUSE.
+//
+// A Layer is a directory tree reached only through its root directory fd:
+// every path inside it is opened with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS), so no walk ever follows a symlink or leaves the tree.
+// The lower layer is only ever opened O_RDONLY or O_PATH.
+//
+// Layers bundles the lower, the upper, the work area and the format. The
+// lookup rules (ResolveChild) and the merged listing (ListMerged) are pure
+// functions of the on-disk state, so the git bridge and the tests use them
+// without a mount.
+// Thread-safety: a Layers object is immutable after Open(); its functions may
+// be called from any thread.
+#ifndef ACQFS_FS_LAYER_H_
+#define ACQFS_FS_LAYER_H_
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/handle.h"
+#include "common/sys.h"
+#include "fs/layer_format.h"
+
+namespace acqfs {
+
+class Layer {
+ public:
+  Layer() = default;
+  Layer(UniqueFd root, std::string root_path)
+      : root_(std::move(root)), root_path_(std::move(root_path)) {}
+  Layer(Layer&&) = default;
+  Layer& operator=(Layer&&) = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  static Result<Layer> Open(const std::string& path);
+
+  int root() const { return root_.get(); }
+  const std::string& root_path() const { return root_path_; }
+  // The absolute path of `rel`, for messages only.
+  std::string Shown(const std::string& rel) const;
+
+  Result<UniqueFd> Open(const std::string& rel, int flags,
+                        mode_t mode = 0) const;
+  // O_PATH descriptor of a directory.
+  Result<UniqueFd> OpenDir(const std::string& rel) const;
+  Result<struct stat> Stat(const std::string& rel) const;
+  // found=false (and Ok) when the path or a parent does not exist.
+  Status StatIfExists(const std::string& rel, struct stat* st,
+                      bool* found) const;
+
+ private:
+  UniqueFd root_;
+  std::string root_path_;
+};
+
+struct Layers {
+  Layer lower;
+  Layer upper;
+  Layer work;      // <workdir>
+  UniqueFd tmp;    // <workdir>/acqfs-tmp
+  std::string tmp_path;
+  LayerFormat format{XattrNamespace::kUser};
+  bool privileged = false;  // may chown to others, set trusted xattrs
+
+  // Opens the three directories, creates and empties <workdir>/acqfs-tmp.
+  static Result<Layers> Open(const std::string& lower, const std::string& upper,
+                             const std::string& work, XattrNamespace ns);
+};
+
+// What the layers say about one directory of the merged view.
+struct DirView {
+  std::string path;          // relative to the layer roots, "" for the root
+  bool upper = false;        // an upper directory exists at `path`
+  bool merged = false;       // the lower directory at `path` shows through
+  bool xwhiteouts = false;   // the upper dir may hold xattr whiteouts
+};
+
+// What the layers hold under one name of a merged directory.
+struct ChildInfo {
+  bool exists = false;        // visible in the merged view
+  bool whiteout = false;      // upper holds a whiteout (name deleted)
+  bool upper = false;         // upper object present (not a whiteout)
+  bool lower = false;         // lower object present under a merged parent
+  struct stat upper_st {};    // valid when upper
+  struct stat lower_st {};    // valid when lower
+  OpaqueMark opaque = OpaqueMark::kNone;  // upper directories only
+
+  bool is_dir() const {
+    return S_ISDIR(upper ? upper_st.st_mode : lower_st.st_mode);
+  }
+  // The child directory's own view (only meaningful when is_dir()).
+  DirView AsDir(const std::string& child_path) const;
+};
+
+// Resolves `name` in `dir`: upper first (a whiteout hides the name; an upper
+// non-directory hides the lower; an upper directory merges with a lower
+// directory unless opaque), the lower only when `dir` is merged.
+Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
+                               const std::string& name);
+
+// The view of the root directory.
+Result<DirView> RootView(const Layers& layers);
+
+struct MergedEntry {
+  std::string name;
+  unsigned char type;   // DT_*
+  bool in_upper;
+  bool in_lower;        // a lower entry of this name exists (maybe shadowed)
+  uint64_t upper_ino;   // d_ino in the upper (when in_upper)
+  uint64_t lower_ino;   // d_ino in the lower (when in_lower)
+};
+
+// The merged listing: upper entries (whiteouts dropped), then lower entries
+// neither shadowed nor whited out (none when the directory is not merged).
+Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
+                                            const DirView& dir);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_LAYER_H_

@@ -1,0 +1,82 @@
+// LayerFormat: the single owner of the upper layer's on-disk format, which is
+// the Linux kernel overlayfs format (Documentation/filesystems/overlayfs.rst):
+//   - a whiteout is a character device with device number 0/0;
+//   - an opaque directory carries "<ns>overlay.opaque" = "y";
+//   - "<ns>overlay.opaque" = "x" marks a directory that may hold xattr
+//     whiteouts: zero-size regular files carrying "<ns>overlay.whiteout"
+//     (read, never written, by acqfs);
+//   - <ns> is "trusted." for privileged mounts and "user." for unprivileged
+//     ones (the kernel's `userxattr` option).
+// acqfs's own temporary entries live in <workdir>/acqfs-tmp, never in
+// <workdir>/work, which belongs to the kernel.
+// Thread-safety: immutable after construction.
+#ifndef ACQFS_FS_LAYER_FORMAT_H_
+#define ACQFS_FS_LAYER_FORMAT_H_
+
+#include <sys/stat.h>
+
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+enum class XattrNamespace { kTrusted, kUser };
+
+// What a directory's opaque marker says.
+enum class OpaqueMark { kNone, kOpaque, kMayHoldXattrWhiteouts };
+
+class LayerFormat {
+ public:
+  explicit LayerFormat(XattrNamespace ns) : ns_(ns) {}
+
+  // The namespace a daemon with these privileges uses: trusted when it runs
+  // as root (and userxattr is not forced), user otherwise.
+  static XattrNamespace DefaultNamespace(bool force_user);
+
+  XattrNamespace ns() const { return ns_; }
+  // "trusted.overlay." or "user.overlay.".
+  std::string Prefix() const;
+  std::string OpaqueKey() const { return Prefix() + "opaque"; }
+  std::string WhiteoutKey() const { return Prefix() + "whiteout"; }
+
+  // True for xattrs owned by the overlay format; they are hidden from users
+  // of the mount and cannot be set through it.
+  bool IsPrivateXattr(std::string_view name) const;
+
+  // The marker value <-> meaning. Parse(Make(m)) == m.
+  static std::string MakeOpaqueValue(OpaqueMark m);
+  static OpaqueMark ParseOpaqueValue(std::string_view v);
+
+  // A whiteout in the device form.
+  static bool IsWhiteout(const struct stat& st) {
+    return S_ISCHR(st.st_mode) && st.st_rdev == 0;
+  }
+  static constexpr mode_t kWhiteoutMode = S_IFCHR | 0;
+
+  // Creates a 0/0 whiteout called `name` in `dirfd`.
+  static Status MakeWhiteout(int dirfd, const std::string& name,
+                             const std::string& shown);
+
+  // Reads the opaque marker of `name` in `dirfd` (a directory).
+  Result<OpaqueMark> ReadOpaque(int dirfd, const std::string& name,
+                                const std::string& shown) const;
+  Status SetOpaque(int dirfd, const std::string& name,
+                   const std::string& shown) const;
+  // For a zero-size regular file: does it carry the whiteout xattr?
+  Result<bool> IsXattrWhiteout(int dirfd, const std::string& name,
+                               const std::string& shown) const;
+
+  // The work directory's private subdirectory for acqfs temporaries.
+  static constexpr const char* kTempDirName = "acqfs-tmp";
+  // Prefix of temporary names inside it.
+  static constexpr const char* kTempPrefix = "#acqfs.";
+
+ private:
+  XattrNamespace ns_;
+};
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_LAYER_FORMAT_H_

@@ -1,0 +1,106 @@
+#include "fs/mount.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fs/fuse_ops.h"
+#include "fs/layer.h"
+#include "fs/overlay.h"
+
+namespace acqfs {
+namespace {
+
+// Owners for libfuse objects.
+struct SessionDeleter {
+  void operator()(fuse_session* s) const { fuse_session_destroy(s); }
+};
+using UniqueSession = std::unique_ptr<fuse_session, SessionDeleter>;
+struct LoopConfigDeleter {
+  void operator()(fuse_loop_config* c) const { fuse_loop_cfg_destroy(c); }
+};
+using UniqueLoopConfig = std::unique_ptr<fuse_loop_config, LoopConfigDeleter>;
+struct ArgsOwner {
+  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
+  ~ArgsOwner() { fuse_opt_free_args(&args); }
+};
+
+// Every mount made with the same layers shows the same tree.
+std::string MountOptions(const MountConfig& c) {
+  std::string o = "fsname=acqfs,subtype=acqfs,default_permissions,nosuid,nodev";
+  if (c.allow_other) o += ",allow_other";
+  return o;
+}
+
+// Checks that the format can be written on this upper layer before any
+// request depends on it: a 0/0 whiteout and the opaque xattr.
+Status ProbeFormat(const Layers& layers) {
+  std::string name = sys::TempName("#probe.");
+  int tfd = layers.tmp.get();
+  Status s = LayerFormat::MakeWhiteout(tfd, name, layers.tmp_path);
+  if (s) (void)::unlinkat(tfd, name.c_str(), 0);
+  if (!s) return s;
+  if (::mkdirat(tfd, name.c_str(), 0700) != 0)
+    return Error::Errno("mkdir", layers.tmp_path);
+  s = layers.format.SetOpaque(tfd, name, layers.tmp_path + "/" + name);
+  (void)::unlinkat(tfd, name.c_str(), AT_REMOVEDIR);
+  return s;
+}
+
+}  // namespace
+
+Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
+  auto fail = [&](const Error& e) -> Status {
+    ready(e);
+    return e;
+  };
+  XattrNamespace ns = LayerFormat::DefaultNamespace(config.force_userxattr);
+  auto layers = Layers::Open(config.lower, config.upper, config.work, ns);
+  if (!layers) return fail(layers.error());
+  if (Status s = ProbeFormat(*layers); !s) return fail(s.error());
+  auto overlay = Overlay::Create(std::move(*layers));
+  if (!overlay) return fail(overlay.error());
+
+  FuseContext ctx;
+  ctx.overlay = overlay->get();
+  ctx.timeout = config.timeout;
+  ctx.writeback_cache = config.writeback_cache;
+  ctx.debug = config.debug;
+
+  ArgsOwner args;
+  std::vector<std::string> argv = {"acqfs", "-o", MountOptions(config)};
+  if (config.debug) argv.push_back("-d");
+  for (auto& a : argv)
+    if (fuse_opt_add_arg(&args.args, a.c_str()) != 0)
+      return fail(Error::Of(ENOMEM, "fuse_opt_add_arg", a));
+
+  UniqueSession se(fuse_session_new(&args.args, FuseOperations(),
+                                    sizeof(fuse_lowlevel_ops), &ctx));
+  if (!se) return fail(Error::Of(EINVAL, "fuse_session_new", config.mountpoint));
+  if (fuse_set_signal_handlers(se.get()) != 0)
+    return fail(Error::Of(EIO, "fuse_set_signal_handlers", config.mountpoint));
+  if (fuse_session_mount(se.get(), config.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se.get());
+    return fail(Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
+  }
+  spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
+               config.lower, config.upper,
+               ns == XattrNamespace::kTrusted ? "trusted" : "user");
+  ready(Ok());
+
+  UniqueLoopConfig loop(fuse_loop_cfg_create());
+  fuse_loop_cfg_set_max_threads(loop.get(), config.max_threads);
+  fuse_loop_cfg_set_clone_fd(loop.get(), 0);
+  int rc = fuse_session_loop_mt(se.get(), loop.get());
+  fuse_session_unmount(se.get());
+  fuse_remove_signal_handlers(se.get());
+  spdlog::info("unmounted {} (loop returned {})", config.mountpoint, rc);
+  if (rc < 0) return Error::Of(-rc, "fuse loop", config.mountpoint);
+  return Ok();
+}
+
+}  // namespace acqfs

@@ -1,0 +1,34 @@
+// Mounting: turns a MountConfig into a running FUSE session over an Overlay.
+// RunFilesystem blocks until the filesystem is unmounted (or the daemon gets
+// SIGTERM/SIGINT/SIGHUP, which unmount it cleanly).
+// Thread-safety: call once per process.
+#ifndef ACQFS_FS_MOUNT_H_
+#define ACQFS_FS_MOUNT_H_
+
+#include <functional>
+#include <string>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+struct MountConfig {
+  std::string lower, upper, work, mountpoint;
+  bool allow_other = false;
+  bool force_userxattr = false;   // use user.overlay.* even when privileged
+  double timeout = 1.0;           // entry/attr/negative-entry cache seconds
+  bool writeback_cache = true;
+  unsigned max_threads = 4;
+  bool debug = false;             // libfuse request tracing
+};
+
+// Called once: with Ok() when the mount is usable, or with the reason it
+// could not be made.
+using ReadyCallback = std::function<void(const Status&)>;
+
+// Mounts and serves requests until unmounted. Returns Ok on a clean end.
+Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_MOUNT_H_

@@ -1,0 +1,895 @@
+#include "fs/overlay.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "common/sys.h"
+#include "fs/copy_up.h"
+
+namespace acqfs {
+
+using SharedLock = std::shared_lock<std::shared_mutex>;
+using ExclusiveLock = std::unique_lock<std::shared_mutex>;
+using TableLock = std::lock_guard<std::mutex>;
+
+// ---------------------------------------------------------------- set-up
+
+Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
+Overlay::~Overlay() = default;
+
+Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
+  std::unique_ptr<Overlay> ov(new Overlay(std::move(layers)));
+  const Layers& l = ov->layers_;
+  auto lst = sys::Fstat(l.lower.root(), l.lower.root_path());
+  if (!lst) return lst.error();
+  auto ust = sys::Fstat(l.upper.root(), l.upper.root_path());
+  if (!ust) return ust.error();
+  ov->same_dev_ = lst->st_dev == ust->st_dev;
+  auto view = RootView(l);
+  if (!view) return view.error();
+  auto node = std::make_unique<Node>(lst->st_ino, S_IFDIR);
+  node->upper = true;
+  node->lower_dir = true;
+  node->opaque = !view->merged;
+  node->xwhiteouts = view->xwhiteouts;
+  node->nlookup = 1;
+  ov->root_ = node.get();
+  ov->nodes_.emplace(node.get(), std::move(node));
+  return ov;
+}
+
+// ---------------------------------------------------------------- helpers
+
+std::string Overlay::PathLocked(const Node* node) const {
+  std::vector<const std::string*> parts;
+  for (const Node* n = node; n && n != root_; n = n->parent)
+    parts.push_back(&n->name);
+  std::string p;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!p.empty()) p += '/';
+    p += **it;
+  }
+  return p;
+}
+
+std::string Overlay::PathOf(Node* node) {
+  SharedLock l(tree_mu_);
+  return PathLocked(node);
+}
+
+uint64_t Overlay::ParentIno(Node* dir) {
+  SharedLock l(tree_mu_);
+  return dir->parent ? dir->parent->ino : dir->ino;
+}
+
+DirView Overlay::ViewOf(const Node* dir) const {
+  DirView v;
+  v.path = PathLocked(dir);
+  v.upper = dir->upper;
+  v.merged = dir->merged();
+  v.xwhiteouts = dir->xwhiteouts;
+  return v;
+}
+
+uint64_t Overlay::TagUpper(uint64_t ino) const {
+  return same_dev_ ? ino : (ino | (uint64_t{1} << 63));
+}
+
+uint64_t Overlay::InoFor(const ChildInfo& c) const {
+  if (c.lower) return c.lower_st.st_ino;
+  return TagUpper(c.upper_st.st_ino);
+}
+
+Result<UniqueFd> Overlay::UpperDir(const Node* dir) {
+  return layers_.upper.OpenDir(PathLocked(dir));
+}
+
+Result<bool> Overlay::LowerHas(const Node* parent, const std::string& name,
+                               bool* is_dir) {
+  *is_dir = false;
+  if (!parent->merged()) return false;
+  struct stat st;
+  bool found = false;
+  ACQFS_TRY(layers_.lower.StatIfExists(
+      sys::Join(PathLocked(parent), name), &st, &found));
+  *is_dir = found && S_ISDIR(st.st_mode);
+  return found;
+}
+
+void Overlay::FixStat(const Node* node, struct stat* st) const {
+  st->st_ino = node->ino;
+  if (node->is_dir() && node->merged()) st->st_nlink = 1;
+}
+
+// ---------------------------------------------------------------- table
+
+void Overlay::AttachLocked(Node* node, Node* parent, const std::string& name) {
+  parent->children[name] = node;
+  if (!node->parent && !node->unlinked && node != root_) {
+    node->parent = parent;
+    node->name = name;
+  } else {
+    node->aliases.emplace_back(parent, name);
+  }
+}
+
+void Overlay::DetachNameLocked(Node* node, Node* parent,
+                               const std::string& name) {
+  auto it = parent->children.find(name);
+  if (it != parent->children.end() && it->second == node)
+    parent->children.erase(it);
+  if (node->parent == parent && node->name == name) {
+    if (!node->aliases.empty()) {
+      node->parent = node->aliases.back().first;
+      node->name = node->aliases.back().second;
+      node->aliases.pop_back();
+    } else {
+      node->parent = nullptr;
+      node->name.clear();
+      node->unlinked = true;
+    }
+    return;
+  }
+  for (auto a = node->aliases.begin(); a != node->aliases.end(); ++a) {
+    if (a->first == parent && a->second == name) {
+      node->aliases.erase(a);
+      return;
+    }
+  }
+}
+
+void Overlay::MoveNameLocked(Node* node, Node* parent, const std::string& name,
+                             Node* new_parent, const std::string& new_name) {
+  auto it = parent->children.find(name);
+  if (it != parent->children.end() && it->second == node)
+    parent->children.erase(it);
+  new_parent->children[new_name] = node;
+  if (node->parent == parent && node->name == name) {
+    node->parent = new_parent;
+    node->name = new_name;
+    return;
+  }
+  for (auto& a : node->aliases) {
+    if (a.first == parent && a.second == name) {
+      a.first = new_parent;
+      a.second = new_name;
+      return;
+    }
+  }
+}
+
+void Overlay::MaybeFreeLocked(Node* node) {
+  while (node && node != root_ && node->nlookup == 0 && node->opens == 0 &&
+         node->children.empty()) {
+    Node* parent = node->parent;
+    for (auto& [p, n] : node->aliases) {
+      auto it = p->children.find(n);
+      if (it != p->children.end() && it->second == node) p->children.erase(it);
+    }
+    if (parent) {
+      auto it = parent->children.find(node->name);
+      if (it != parent->children.end() && it->second == node)
+        parent->children.erase(it);
+    }
+    if (node->upper_ino) {
+      auto it = upper_links_.find(node->upper_ino);
+      if (it != upper_links_.end() && it->second == node)
+        upper_links_.erase(it);
+    }
+    nodes_.erase(node);
+    node = parent;
+  }
+}
+
+void Overlay::MaybeFree(Node* node) {
+  TableLock t(table_mu_);
+  MaybeFreeLocked(node);
+}
+
+void Overlay::Forget(Node* node, uint64_t count) {
+  SharedLock l(tree_mu_);
+  TableLock t(table_mu_);
+  node->nlookup = count >= node->nlookup ? 0 : node->nlookup - count;
+  MaybeFreeLocked(node);
+}
+
+void Overlay::AddOpen(Node* node) {
+  TableLock t(table_mu_);
+  node->opens++;
+}
+
+void Overlay::ReleaseOpen(Node* node) {
+  SharedLock l(tree_mu_);
+  TableLock t(table_mu_);
+  if (node->opens) node->opens--;
+  if (node->opens == 0) node->orphan.reset();
+  MaybeFreeLocked(node);
+}
+
+// ---------------------------------------------------------------- lookup
+
+Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
+                                    const ChildInfo& c, bool count) {
+  const struct stat& st = c.upper ? c.upper_st : c.lower_st;
+  bool hard_link = c.upper && !S_ISDIR(st.st_mode) && st.st_nlink > 1;
+  TableLock t(table_mu_);
+  auto it = parent->children.find(name);
+  if (it != parent->children.end()) {
+    if (count) it->second->nlookup++;
+    return it->second;
+  }
+  if (hard_link) {
+    auto h = upper_links_.find(c.upper_st.st_ino);
+    if (h != upper_links_.end()) {
+      AttachLocked(h->second, parent, name);
+      if (count) h->second->nlookup++;
+      return h->second;
+    }
+  }
+  auto node = std::make_unique<Node>(InoFor(c), st.st_mode & S_IFMT);
+  node->upper = c.upper;
+  node->lower_dir = c.lower && S_ISDIR(c.lower_st.st_mode);
+  node->opaque = c.opaque == OpaqueMark::kOpaque;
+  node->xwhiteouts = c.opaque == OpaqueMark::kMayHoldXattrWhiteouts;
+  if (hard_link) {
+    node->upper_ino = c.upper_st.st_ino;
+    upper_links_[node->upper_ino] = node.get();
+  }
+  node->nlookup = count ? 1 : 0;
+  Node* raw = node.get();
+  nodes_.emplace(raw, std::move(node));
+  AttachLocked(raw, parent, name);
+  return raw;
+}
+
+Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
+                                    bool count) {
+  if (!parent->is_dir()) return Error::Of(ENOTDIR, "lookup", name);
+  if (parent->unlinked) return Error::Of(ENOENT, "lookup", name);
+  {
+    TableLock t(table_mu_);
+    auto it = parent->children.find(name);
+    if (it != parent->children.end()) {
+      if (count) it->second->nlookup++;
+      return it->second;
+    }
+  }
+  DirView v = ViewOf(parent);
+  auto c = ResolveChild(layers_, v, name);
+  if (!c) return c.error();
+  if (!c->exists)
+    return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
+  return NodeForChild(parent, name, *c, count);
+}
+
+Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
+  SharedLock l(tree_mu_);
+  return LookupLocked(parent, name, true);
+}
+
+// ---------------------------------------------------------------- reading
+
+Result<struct stat> Overlay::StatLocked(Node* node) {
+  struct stat st;
+  if (node->unlinked) {
+    TableLock t(table_mu_);
+    if (!node->orphan) return Error::Of(ENOENT, "stat", "(unlinked)");
+    auto s = sys::Fstat(node->orphan.get(), "(unlinked)");
+    if (!s) return s.error();
+    st = *s;
+  } else {
+    const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+    auto s = layer.Stat(PathLocked(node));
+    if (!s) return s.error();
+    st = *s;
+  }
+  if ((st.st_mode & S_IFMT) != node->type)
+    return Error::Of(ENOENT, "stat (type changed)", PathLocked(node));
+  FixStat(node, &st);
+  return st;
+}
+
+Result<struct stat> Overlay::GetAttr(Node* node) {
+  SharedLock l(tree_mu_);
+  return StatLocked(node);
+}
+
+Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
+  SharedLock l(tree_mu_);
+  if (dir->unlinked) return std::vector<ListedEntry>{};
+  auto entries = ListMerged(layers_, ViewOf(dir));
+  if (!entries) return entries.error();
+  std::vector<ListedEntry> out;
+  out.reserve(entries->size());
+  TableLock t(table_mu_);
+  for (auto& e : *entries) {
+    uint64_t ino = e.in_lower ? e.lower_ino : TagUpper(e.upper_ino);
+    auto it = dir->children.find(e.name);
+    if (it != dir->children.end()) ino = it->second->ino;
+    out.push_back(ListedEntry{std::move(e.name), e.type, ino});
+  }
+  return out;
+}
+
+Result<std::string> Overlay::ReadLink(Node* node) {
+  SharedLock l(tree_mu_);
+  if (node->unlinked) return Error::Of(ENOENT, "readlink", "(unlinked)");
+  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  std::string path = PathLocked(node);
+  auto dir = layer.OpenDir(sys::Dirname(path));
+  if (!dir) return dir.error();
+  return sys::ReadLinkAt(dir->get(), sys::Basename(path), layer.Shown(path));
+}
+
+Result<struct statvfs> Overlay::StatFs() {
+  struct statvfs st;
+  if (::fstatvfs(layers_.upper.root(), &st) != 0)
+    return Error::Errno("fstatvfs", layers_.upper.root_path());
+  return st;
+}
+
+// ---------------------------------------------------------------- copy-up
+
+Status Overlay::EnsureUpper(Node* node) {
+  if (node->upper) return Ok();
+  if (node->unlinked || !node->parent)
+    return Error::Of(ENOENT, "copy up", "(unlinked)");
+  ACQFS_TRY(EnsureUpper(node->parent));
+  ACQFS_TRY(acqfs::CopyUp(layers_, PathLocked(node)));
+  node->upper = true;
+  return Ok();
+}
+
+Status Overlay::CopyUp(Node* node) {
+  ExclusiveLock l(tree_mu_);
+  return EnsureUpper(node);
+}
+
+void Overlay::MarkMaterialised(Node* dir) {
+  dir->upper = true;
+  for (auto& [name, child] : dir->children) {
+    if (child->parent != dir || child->name != name) continue;  // alias
+    child->upper = true;
+    child->lower_dir = false;
+    child->opaque = false;
+    child->xwhiteouts = false;
+    if (child->is_dir()) MarkMaterialised(child);
+  }
+}
+
+Status Overlay::Materialise(Node* dir) {
+  ACQFS_TRY(EnsureUpper(dir->parent));
+  std::string path = PathLocked(dir);
+  std::string shown = layers_.upper.Shown(path);
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  int tfd = layers_.tmp.get();
+  Status s = BuildMergedCopy(layers_, ViewOf(dir), tfd, tmp);
+  if (s) s = layers_.format.SetOpaque(tfd, tmp, shown);
+  auto pfd = UpperDir(dir->parent);
+  if (s && !pfd) s = pfd.error();
+  if (s) {
+    unsigned flags = dir->upper ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+    s = sys::Renameat2(tfd, tmp, pfd->get(), dir->name, flags, shown);
+  }
+  // After an exchange `tmp` holds the old upper directory; either way it is
+  // junk now.
+  Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+  if (!s) return s;
+  {
+    TableLock t(table_mu_);
+    MarkMaterialised(dir);
+    dir->opaque = true;
+    dir->xwhiteouts = false;
+  }
+  return rm;
+}
+
+Status Overlay::PrepareToMove(Node* node) {
+  if (node->is_dir() && node->merged()) return Materialise(node);
+  return EnsureUpper(node);
+}
+
+// ---------------------------------------------------------------- creation
+
+Status Overlay::ChownNew(int dirfd, const std::string& name, int pfd,
+                         const Creds& creds, const std::string& shown) {
+  if (!layers_.privileged) return Ok();
+  auto pst = sys::Fstat(pfd, shown);
+  if (!pst) return pst.error();
+  gid_t gid = (pst->st_mode & S_ISGID) ? pst->st_gid : creds.gid;
+  if (::fchownat(dirfd, name.c_str(), creds.uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+    return Error::Errno("chown", shown);
+  return Ok();
+}
+
+Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
+                        const Creds* creds, const Maker& make) {
+  std::string rel = sys::Join(PathLocked(parent), name);
+  std::string shown = layers_.upper.Shown(rel);
+  auto c = ResolveChild(layers_, ViewOf(parent), name);
+  if (!c) return c.error();
+  if (c->exists) return Error::Of(EEXIST, "create", shown);
+  ACQFS_TRY(EnsureUpper(parent));
+  auto pfd = UpperDir(parent);
+  if (!pfd) return pfd.error();
+  if (!c->whiteout) {
+    ACQFS_TRY(make(pfd->get(), name));
+    if (creds) ACQFS_TRY(ChownNew(pfd->get(), name, pfd->get(), *creds, shown));
+    return Ok();
+  }
+  // Replace the whiteout atomically with an entry built in the work area.
+  int tfd = layers_.tmp.get();
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  Status s = make(tfd, tmp);
+  if (s && creds) s = ChownNew(tfd, tmp, pfd->get(), *creds, shown);
+  if (s && is_dir) s = layers_.format.SetOpaque(tfd, tmp, shown);
+  if (s)
+    s = sys::Renameat2(tfd, tmp, pfd->get(), name,
+                       is_dir ? RENAME_EXCHANGE : 0, shown);
+  if (!s || is_dir) (void)RemoveTree(tfd, tmp, layers_.tmp_path);
+  return s;
+}
+
+namespace {
+Status MakeCall(int rc, const char* op, const std::string& shown) {
+  if (rc != 0) return Error::Errno(op, shown);
+  return Ok();
+}
+}  // namespace
+
+Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name,
+                             mode_t mode, Creds creds) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  ACQFS_TRY(Publish(parent, name, true, &creds, [&](int d, const std::string& n) {
+    return MakeCall(::mkdirat(d, n.c_str(), mode & 07777), "mkdir", shown);
+  }));
+  return LookupLocked(parent, name, true);
+}
+
+Result<Node*> Overlay::Mknod(Node* parent, const std::string& name,
+                             mode_t mode, dev_t rdev, Creds creds) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
+    return Error::Of(EPERM, "mknod 0/0 character device", shown);
+  ACQFS_TRY(Publish(parent, name, false, &creds,
+                    [&](int d, const std::string& n) {
+                      return MakeCall(::mknodat(d, n.c_str(), mode, rdev),
+                                      "mknod", shown);
+                    }));
+  return LookupLocked(parent, name, true);
+}
+
+Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
+                               const std::string& target, Creds creds) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  ACQFS_TRY(Publish(parent, name, false, &creds,
+                    [&](int d, const std::string& n) {
+                      return MakeCall(::symlinkat(target.c_str(), d, n.c_str()),
+                                      "symlink", shown);
+                    }));
+  return LookupLocked(parent, name, true);
+}
+
+Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
+                                                   const std::string& name,
+                                                   mode_t mode, int flags,
+                                                   Creds creds) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  UniqueFd fd;
+  int oflags = (flags & ~(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY)) | O_CREAT |
+               O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  ACQFS_TRY(Publish(parent, name, false, &creds,
+                    [&](int d, const std::string& n) -> Status {
+                      int f = ::openat(d, n.c_str(), oflags, mode & 07777);
+                      if (f < 0) return Error::Errno("create", shown);
+                      fd.reset(f);
+                      return Ok();
+                    }));
+  auto node = LookupLocked(parent, name, true);
+  if (!node) return node.error();
+  AddOpen(*node);
+  return std::make_pair(*node, std::move(fd));
+}
+
+Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  if (node->is_dir()) return Error::Of(EPERM, "link", shown);
+  if (node->unlinked) return Error::Of(ENOENT, "link", shown);
+  ACQFS_TRY(EnsureUpper(node));
+  auto src_dir = UpperDir(node->parent);
+  if (!src_dir) return src_dir.error();
+  std::string src_name = node->name;
+  ACQFS_TRY(Publish(parent, name, false, nullptr,
+                    [&](int d, const std::string& n) {
+                      return MakeCall(::linkat(src_dir->get(), src_name.c_str(),
+                                               d, n.c_str(), 0),
+                                      "link", shown);
+                    }));
+  auto st = sys::StatAt(src_dir->get(), src_name, shown);
+  if (!st) return st.error();
+  TableLock t(table_mu_);
+  auto stale = parent->children.find(name);
+  if (stale != parent->children.end())
+    DetachNameLocked(stale->second, parent, name);
+  AttachLocked(node, parent, name);
+  node->upper_ino = st->st_ino;
+  upper_links_[st->st_ino] = node;
+  node->nlookup++;
+  return node;
+}
+
+// ---------------------------------------------------------------- removal
+
+Status Overlay::KeepOrphanIfOpen(Node* node) {
+  TableLock t(table_mu_);
+  if (node->opens == 0 || !node->aliases.empty() || node->orphan) return Ok();
+  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  auto fd = layer.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+  if (!fd) return fd.error();
+  node->orphan = std::move(*fd);
+  return Ok();
+}
+
+Status Overlay::Unlink(Node* parent, const std::string& name) {
+  ExclusiveLock l(tree_mu_);
+  auto child = LookupLocked(parent, name, false);
+  if (!child) return child.error();
+  Node* node = *child;
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  Status s = [&]() -> Status {
+    if (node->is_dir()) return Error::Of(EISDIR, "unlink", shown);
+    bool lower_is_dir;
+    auto has_lower = LowerHas(parent, name, &lower_is_dir);
+    if (!has_lower) return has_lower.error();
+    ACQFS_TRY(EnsureUpper(parent));
+    auto pfd = UpperDir(parent);
+    if (!pfd) return pfd.error();
+    ACQFS_TRY(KeepOrphanIfOpen(node));
+    if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
+    if (!*has_lower)
+      return MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown);
+    int tfd = layers_.tmp.get();
+    std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
+    Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
+    if (!r) (void)RemoveTree(tfd, tmp, layers_.tmp_path);
+    return r;
+  }();
+  TableLock t(table_mu_);
+  if (s) DetachNameLocked(node, parent, name);
+  MaybeFreeLocked(node);
+  return s;
+}
+
+Status Overlay::Rmdir(Node* parent, const std::string& name) {
+  ExclusiveLock l(tree_mu_);
+  auto child = LookupLocked(parent, name, false);
+  if (!child) return child.error();
+  Node* node = *child;
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  Status s = [&]() -> Status {
+    if (!node->is_dir()) return Error::Of(ENOTDIR, "rmdir", shown);
+    auto entries = ListMerged(layers_, ViewOf(node));
+    if (!entries) return entries.error();
+    if (!entries->empty()) return Error::Of(ENOTEMPTY, "rmdir", shown);
+    bool lower_is_dir;
+    auto has_lower = LowerHas(parent, name, &lower_is_dir);
+    if (!has_lower) return has_lower.error();
+    ACQFS_TRY(EnsureUpper(parent));
+    auto pfd = UpperDir(parent);
+    if (!pfd) return pfd.error();
+    if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
+    int tfd = layers_.tmp.get();
+    std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    if (*has_lower) {
+      ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
+      Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, RENAME_EXCHANGE,
+                                shown);
+      Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+      return r ? rm : r;
+    }
+    ACQFS_TRY(sys::Renameat2(pfd->get(), name, tfd, tmp, 0, shown));
+    return RemoveTree(tfd, tmp, layers_.tmp_path);
+  }();
+  TableLock t(table_mu_);
+  if (s) DetachNameLocked(node, parent, name);
+  MaybeFreeLocked(node);
+  return s;
+}
+
+// ---------------------------------------------------------------- rename
+
+Status Overlay::ClearUpperDir(int pfd, const std::string& name,
+                              const std::string& shown) {
+  // Swap the (empty in the merged view, but maybe holding whiteouts) upper
+  // directory for an empty opaque one, so a rename can replace it.
+  int tfd = layers_.tmp.get();
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  if (::mkdirat(tfd, tmp.c_str(), 0700) != 0)
+    return Error::Errno("mkdir", layers_.tmp_path);
+  Status s = layers_.format.SetOpaque(tfd, tmp, shown);
+  if (s) s = sys::Renameat2(tfd, tmp, pfd, name, RENAME_EXCHANGE, shown);
+  Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+  return s ? rm : s;
+}
+
+Status Overlay::Rename(Node* parent, const std::string& name,
+                       Node* new_parent, const std::string& new_name,
+                       unsigned flags) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
+      (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
+    return Error::Of(EINVAL, "rename flags", shown);
+  const bool exchange = flags & RENAME_EXCHANGE;
+  auto src = LookupLocked(parent, name, false);
+  if (!src) return src.error();
+  Node* a = *src;
+  Node* b = nullptr;
+  auto dst = LookupLocked(new_parent, new_name, false);
+  if (dst) b = *dst;
+  else if (dst.err() != ENOENT) return dst.error();
+
+  Status s = [&]() -> Status {
+    if ((flags & RENAME_NOREPLACE) && b) return Error::Of(EEXIST, "rename", shown);
+    if (exchange && !b) return Error::Of(ENOENT, "rename exchange", shown);
+    if (a == b) return Ok();
+    if (b && !exchange) {
+      if (a->is_dir() && !b->is_dir()) return Error::Of(ENOTDIR, "rename", shown);
+      if (!a->is_dir() && b->is_dir()) return Error::Of(EISDIR, "rename", shown);
+      if (b->is_dir()) {
+        auto entries = ListMerged(layers_, ViewOf(b));
+        if (!entries) return entries.error();
+        if (!entries->empty()) return Error::Of(ENOTEMPTY, "rename", shown);
+      }
+    }
+    bool src_lower_dir = false, dst_lower_dir = false;
+    auto src_lower = LowerHas(parent, name, &src_lower_dir);
+    if (!src_lower) return src_lower.error();
+    auto dst_lower = LowerHas(new_parent, new_name, &dst_lower_dir);
+    if (!dst_lower) return dst_lower.error();
+    ACQFS_TRY(EnsureUpper(parent));
+    ACQFS_TRY(EnsureUpper(new_parent));
+    ACQFS_TRY(PrepareToMove(a));
+    if (exchange) ACQFS_TRY(PrepareToMove(b));
+    auto pfd = UpperDir(parent);
+    if (!pfd) return pfd.error();
+    auto npfd = UpperDir(new_parent);
+    if (!npfd) return npfd.error();
+    // A directory arriving where the lower has a directory must not merge.
+    if (a->is_dir() && dst_lower_dir && !a->opaque) {
+      ACQFS_TRY(layers_.format.SetOpaque(pfd->get(), name, shown));
+      a->opaque = true;
+    }
+    if (exchange && b->is_dir() && src_lower_dir && !b->opaque) {
+      ACQFS_TRY(layers_.format.SetOpaque(npfd->get(), new_name, shown));
+      b->opaque = true;
+    }
+    if (exchange)
+      return sys::Renameat2(pfd->get(), name, npfd->get(), new_name,
+                            RENAME_EXCHANGE, shown);
+    if (b) {
+      ACQFS_TRY(KeepOrphanIfOpen(b));
+      if (b->upper && b->is_dir())
+        ACQFS_TRY(ClearUpperDir(npfd->get(), new_name, shown));
+    } else {
+      struct stat st;
+      bool found = false;
+      ACQFS_TRY(sys::StatAtIfExists(npfd->get(), new_name, &st, &found, shown));
+      if (found) {  // a whiteout: swap it to the source, keep it if needed
+        ACQFS_TRY(sys::Renameat2(pfd->get(), name, npfd->get(), new_name,
+                                 RENAME_EXCHANGE, shown));
+        if (*src_lower) return Ok();
+        return MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink",
+                        shown);
+      }
+    }
+    if (*src_lower) {
+      if (::renameat2(pfd->get(), name.c_str(), npfd->get(), new_name.c_str(),
+                      RENAME_WHITEOUT) == 0)
+        return Ok();
+      if (errno != EPERM && errno != EINVAL && errno != EOPNOTSUPP)
+        return Error::Errno("rename", shown);
+    }
+    ACQFS_TRY(sys::Renameat2(pfd->get(), name, npfd->get(), new_name, 0, shown));
+    if (*src_lower) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
+    return Ok();
+  }();
+  if (s && a != b) {
+    TableLock t(table_mu_);
+    bool a_lower_dir = false, b_lower_dir = false;
+    {
+      // Where each node now sits decides whether a lower dir lies below it.
+      bool d;
+      auto r1 = LowerHas(new_parent, new_name, &d);
+      a_lower_dir = r1 && d;
+      auto r2 = LowerHas(parent, name, &d);
+      b_lower_dir = r2 && d;
+    }
+    if (b && !exchange) DetachNameLocked(b, new_parent, new_name);
+    MoveNameLocked(a, parent, name, new_parent, new_name);
+    a->lower_dir = a_lower_dir;
+    if (b && exchange) {
+      MoveNameLocked(b, new_parent, new_name, parent, name);
+      b->lower_dir = b_lower_dir;
+    }
+  }
+  TableLock t(table_mu_);
+  MaybeFreeLocked(a);
+  if (b) MaybeFreeLocked(b);
+  return s;
+}
+
+// ---------------------------------------------------------------- data
+
+Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
+  const bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+  int oflags = (flags & ~(O_CREAT | O_EXCL | O_NOCTTY)) | O_NOFOLLOW;
+  if (write) {
+    ExclusiveLock l(tree_mu_);
+    if (node->unlinked) return Error::Of(ENOENT, "open", "(unlinked)");
+    ACQFS_TRY(EnsureUpper(node));
+    *from_lower = false;
+    auto fd = layers_.upper.Open(PathLocked(node), oflags);
+    if (fd) AddOpen(node);
+    return fd;
+  }
+  SharedLock l(tree_mu_);
+  if (node->unlinked) return Error::Of(ENOENT, "open", "(unlinked)");
+  std::string path = PathLocked(node);
+  *from_lower = !node->upper;
+  Result<UniqueFd> fd = Error::Of(EIO, "open", path);
+  if (node->upper) {
+    fd = layers_.upper.Open(path, oflags);
+  } else {
+    fd = layers_.lower.Open(path, O_RDONLY | O_NOFOLLOW | O_NOATIME);
+    if (!fd && fd.err() == EPERM)
+      fd = layers_.lower.Open(path, O_RDONLY | O_NOFOLLOW);
+  }
+  if (fd) AddOpen(node);
+  return fd;
+}
+
+Result<UniqueFd> Overlay::ReopenUpper(Node* node) {
+  SharedLock l(tree_mu_);
+  if (node->unlinked) return Error::Of(ENOENT, "reopen", "(unlinked)");
+  return layers_.upper.Open(PathLocked(node), O_RDONLY | O_NOFOLLOW);
+}
+
+// ---------------------------------------------------------------- attributes
+
+Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
+  if (node->unlinked) {
+    int src = fh_fd;
+    {
+      TableLock t(table_mu_);
+      if (src < 0 && node->orphan) src = node->orphan.get();
+    }
+    if (src < 0) return Error::Of(ENOENT, "setattr", "(unlinked)");
+    int fd = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return Error::Errno("dup", "(unlinked)");
+    return UniqueFd(fd);
+  }
+  ACQFS_TRY(EnsureUpper(node));
+  return layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+}
+
+Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
+                                     int fh_fd) {
+  ExclusiveLock l(tree_mu_);
+  std::string shown = node->unlinked ? "(unlinked)"
+                                     : layers_.upper.Shown(PathLocked(node));
+  auto target = OpenAttrTarget(node, fh_fd);
+  if (!target) return target.error();
+  int fd = target->get();
+  std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  if (req.set_mode && ::chmod(proc.c_str(), req.mode & 07777) != 0)
+    return Error::Errno("chmod", shown);
+  if (req.set_uid || req.set_gid) {
+    uid_t u = req.set_uid ? req.uid : static_cast<uid_t>(-1);
+    gid_t g = req.set_gid ? req.gid : static_cast<gid_t>(-1);
+    if (::fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("chown", shown);
+  }
+  if (req.set_size) {
+    int wfd = fh_fd;
+    UniqueFd owned;
+    if (wfd < 0 || ::ftruncate(wfd, req.size) != 0) {
+      int f = ::open(proc.c_str(), O_WRONLY | O_CLOEXEC);
+      if (f < 0) return Error::Errno("open for truncate", shown);
+      owned.reset(f);
+      if (::ftruncate(f, req.size) != 0) return Error::Errno("truncate", shown);
+    }
+  }
+  if (req.set_atime || req.set_mtime) {
+    struct timespec ts[2];
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1].tv_nsec = UTIME_OMIT;
+    if (req.set_atime) {
+      ts[0] = req.atime;
+      if (req.atime_now) ts[0].tv_nsec = UTIME_NOW;
+    }
+    if (req.set_mtime) {
+      ts[1] = req.mtime;
+      if (req.mtime_now) ts[1].tv_nsec = UTIME_NOW;
+    }
+    if (::utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("utimensat", shown);
+  }
+  auto st = sys::Fstat(fd, shown);
+  if (!st) return st.error();
+  FixStat(node, &*st);
+  return st;
+}
+
+// ---------------------------------------------------------------- xattrs
+
+
+Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(ENODATA, "getxattr", name);
+  SharedLock l(tree_mu_);
+  if (node->unlinked) return Error::Of(ENOENT, "getxattr", "(unlinked)");
+  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  std::string path = PathLocked(node);
+  std::string leaf = node == root_ ? "" : sys::Basename(path);
+  auto dir = layer.OpenDir(node == root_ ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  return sys::GetXattr(sys::XattrPath(dir->get(), leaf), name,
+                       layer.Shown(path));
+}
+
+Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
+  SharedLock l(tree_mu_);
+  if (node->unlinked) return Error::Of(ENOENT, "listxattr", "(unlinked)");
+  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  std::string path = PathLocked(node);
+  std::string leaf = node == root_ ? "" : sys::Basename(path);
+  auto dir = layer.OpenDir(node == root_ ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  auto names = sys::ListXattrs(sys::XattrPath(dir->get(), leaf),
+                               layer.Shown(path));
+  if (!names) return names.error();
+  std::vector<std::string> out;
+  for (auto& n : *names)
+    if (!layers_.format.IsPrivateXattr(n)) out.push_back(std::move(n));
+  return out;
+}
+
+Status Overlay::SetXattr(Node* node, const std::string& name,
+                         const std::string& value, int flags) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(EPERM, "setxattr", name);
+  ExclusiveLock l(tree_mu_);
+  ACQFS_TRY(EnsureUpper(node));
+  std::string path = PathLocked(node);
+  std::string leaf = node == root_ ? "" : sys::Basename(path);
+  auto dir = layers_.upper.OpenDir(node == root_ ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  return sys::SetXattr(sys::XattrPath(dir->get(), leaf), name, value, flags,
+                       layers_.upper.Shown(path));
+}
+
+Status Overlay::RemoveXattr(Node* node, const std::string& name) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(ENODATA, "removexattr", name);
+  ExclusiveLock l(tree_mu_);
+  ACQFS_TRY(EnsureUpper(node));
+  std::string path = PathLocked(node);
+  std::string leaf = node == root_ ? "" : sys::Basename(path);
+  auto dir = layers_.upper.OpenDir(node == root_ ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  return sys::RemoveXattr(sys::XattrPath(dir->get(), leaf), name,
+                          layers_.upper.Shown(path));
+}
+
+}  // namespace acqfs

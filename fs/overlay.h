@@ -1,0 +1,221 @@
+// Overlay: the merged filesystem as a tree of Nodes, with every operation
+// the FUSE adapter needs, and no dependency on FUSE.
+//
+// A Node stands for one object of the merged view as the kernel knows it. It
+// sits at a position (parent + name; extra names for hard links) and knows
+// which layers hold it at that position: `upper` (an upper object exists),
+// `lower_dir` (a lower directory exists there), `opaque`. A non-directory
+// without `upper` is read from the lower at the same path: a lower object
+// never moves without being copied up first (files) or materialised
+// (directories), so the merged path is also its lower path.
+//
+// Identity: Node::ino is the st_ino reported; it is the lower object's st_ino
+// when a lower object exists at the node's path (a copied-up file keeps its
+// number), else the upper st_ino. The kernel's node id is the Node's address.
+//
+// Locking (order: tree_mu_ before table_mu_):
+//   tree_mu_  shared for lookups, getattr, readdir, reads; exclusive for any
+//             change of the namespace or of a node's layers (copy-up).
+//   table_mu_ guards children maps, lookup/open counts, node ownership, and
+//             (together with an exclusive tree_mu_) parent/name/aliases.
+// Every public method takes the locks it needs.
+#ifndef ACQFS_FS_OVERLAY_H_
+#define ACQFS_FS_OVERLAY_H_
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/handle.h"
+#include "fs/layer.h"
+
+namespace acqfs {
+
+struct Node {
+  Node(uint64_t ino_, mode_t type_) : ino(ino_), type(type_) {}
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const uint64_t ino;   // reported st_ino
+  const mode_t type;    // S_IFMT bits
+  bool is_dir() const { return S_ISDIR(type); }
+  // The lower directory at this path shows through.
+  bool merged() const { return lower_dir && !(upper.load() && opaque); }
+
+  // Position. Written with tree_mu_ exclusive and table_mu_ held.
+  Node* parent = nullptr;  // null for the root and for unlinked nodes
+  std::string name;
+  std::vector<std::pair<Node*, std::string>> aliases;  // other hard links
+  bool unlinked = false;
+
+  // Layers. Written with tree_mu_ exclusive.
+  std::atomic<bool> upper{false};
+  bool lower_dir = false;
+  bool opaque = false;
+  bool xwhiteouts = false;
+  uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
+
+  // Guarded by table_mu_.
+  std::unordered_map<std::string, Node*> children;
+  uint64_t nlookup = 0;
+  uint32_t opens = 0;
+  UniqueFd orphan;  // O_PATH fd kept when an open node loses its last name
+};
+
+struct Creds {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct SetAttrRequest {
+  bool set_mode = false, set_uid = false, set_gid = false, set_size = false;
+  bool set_atime = false, set_mtime = false;
+  bool atime_now = false, mtime_now = false;
+  mode_t mode = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  off_t size = 0;
+  struct timespec atime {}, mtime {};
+};
+
+struct ListedEntry {
+  std::string name;
+  unsigned char type;  // DT_*
+  uint64_t ino;
+};
+
+class Overlay {
+ public:
+  static Result<std::unique_ptr<Overlay>> Create(Layers layers);
+  Overlay(const Overlay&) = delete;
+  Overlay& operator=(const Overlay&) = delete;
+  ~Overlay();
+
+  Node* root() { return root_; }
+  const Layers& layers() const { return layers_; }
+
+  // Every method returning a Node* counts one lookup on it (the FUSE
+  // contract); Forget gives them back.
+  Result<Node*> Lookup(Node* parent, const std::string& name);
+  void Forget(Node* node, uint64_t count);
+
+  Result<struct stat> GetAttr(Node* node);
+  Result<std::vector<ListedEntry>> ReadDir(Node* dir);
+  Result<std::string> ReadLink(Node* node);
+  Result<struct statvfs> StatFs();
+
+  Result<Node*> Mkdir(Node* parent, const std::string& name, mode_t mode,
+                      Creds creds);
+  Result<Node*> Mknod(Node* parent, const std::string& name, mode_t mode,
+                      dev_t rdev, Creds creds);
+  Result<Node*> Symlink(Node* parent, const std::string& name,
+                        const std::string& target, Creds creds);
+  Result<Node*> Link(Node* node, Node* parent, const std::string& name);
+  // Creates and opens a regular file; `flags` as for open(2).
+  Result<std::pair<Node*, UniqueFd>> Create(Node* parent,
+                                            const std::string& name,
+                                            mode_t mode, int flags,
+                                            Creds creds);
+  Status Unlink(Node* parent, const std::string& name);
+  Status Rmdir(Node* parent, const std::string& name);
+  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
+  Status Rename(Node* parent, const std::string& name, Node* new_parent,
+                const std::string& new_name, unsigned flags);
+
+  // Opens a file's data. Writing (or O_TRUNC) copies it up first.
+  // *from_lower says the descriptor reads the lower copy.
+  Result<UniqueFd> Open(Node* node, int flags, bool* from_lower);
+  // Reopens an upper copy read-only (for handles opened before a copy-up).
+  Result<UniqueFd> ReopenUpper(Node* node);
+  // Counts an open handle; ReleaseOpen drops it.
+  void AddOpen(Node* node);
+  void ReleaseOpen(Node* node);
+
+  // `fh_fd` is the handle's descriptor when the request came with one, or -1.
+  Result<struct stat> SetAttr(Node* node, const SetAttrRequest& req,
+                              int fh_fd);
+
+  Result<std::string> GetXattr(Node* node, const std::string& name);
+  Result<std::vector<std::string>> ListXattr(Node* node);
+  Status SetXattr(Node* node, const std::string& name,
+                  const std::string& value, int flags);
+  Status RemoveXattr(Node* node, const std::string& name);
+
+  // Makes sure the node exists in the upper layer (copying it and its
+  // parents up). Public for tests and the adapter's fallocate path.
+  Status CopyUp(Node* node);
+
+  // st_ino of the directory's parent (its own for the root), for "..".
+  uint64_t ParentIno(Node* dir);
+
+  // The node's path relative to the layer roots (for logs and tests).
+  std::string PathOf(Node* node);
+
+ private:
+  explicit Overlay(Layers layers);
+
+  // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
+  // name says it changes something, then exclusive).
+  std::string PathLocked(const Node* node) const;
+  DirView ViewOf(const Node* dir) const;
+  Result<Node*> LookupLocked(Node* parent, const std::string& name,
+                             bool count);
+  Result<Node*> NodeForChild(Node* parent, const std::string& name,
+                             const ChildInfo& c, bool count);
+  uint64_t InoFor(const ChildInfo& c) const;
+  uint64_t TagUpper(uint64_t ino) const;
+  Result<struct stat> StatLocked(Node* node);
+  void FixStat(const Node* node, struct stat* st) const;
+  Result<UniqueFd> UpperDir(const Node* dir);
+  Result<bool> LowerHas(const Node* parent, const std::string& name,
+                        bool* is_dir);
+
+  Status EnsureUpper(Node* node);
+  Status Materialise(Node* dir);
+  void MarkMaterialised(Node* dir);
+  Status PrepareToMove(Node* node);
+  Status ClearUpperDir(int pfd, const std::string& name,
+                       const std::string& shown);
+  Status KeepOrphanIfOpen(Node* node);
+  Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
+
+  // Creates an entry named `name` in `parent` with `make(dirfd, name)`,
+  // replacing a whiteout atomically (opaque for directories).
+  using Maker = std::function<Status(int dirfd, const std::string& name)>;
+  Status Publish(Node* parent, const std::string& name, bool is_dir,
+                 const Creds* creds, const Maker& make);
+  Status ChownNew(int dirfd, const std::string& name, int pfd,
+                  const Creds& creds, const std::string& shown);
+
+  // table_mu_ held.
+  void AttachLocked(Node* node, Node* parent, const std::string& name);
+  void DetachNameLocked(Node* node, Node* parent, const std::string& name);
+  void MoveNameLocked(Node* node, Node* parent, const std::string& name,
+                      Node* new_parent, const std::string& new_name);
+  void MaybeFreeLocked(Node* node);
+  void MaybeFree(Node* node);
+
+  Layers layers_;
+  bool same_dev_ = false;
+  Node* root_ = nullptr;
+
+  mutable std::shared_mutex tree_mu_;
+  std::mutex table_mu_;  // acquired after tree_mu_
+  std::unordered_map<Node*, std::unique_ptr<Node>> nodes_;  // table_mu_
+  std::unordered_map<uint64_t, Node*> upper_links_;         // table_mu_
+};
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_OVERLAY_H_

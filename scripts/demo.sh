@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The main job in one minute: mounts this checkout as the read-only lower of a
+# sandbox at /tmp/acqfs-demo (or $1), lists it, changes it, shows that the
+# checkout itself did not change, and unmounts. Exits non-zero if the checkout
+# changed. Set ACQFS to use another binary, KEEP_STATE=1 to keep the layers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lower=$PWD
+acqfs=${ACQFS:-$PWD/build/bin/acqfs}
+mnt=${1:-/tmp/acqfs-demo}
+name=demo
+
+if [[ ! -x $acqfs ]]; then
+  echo "demo: $acqfs not found; build first (cmake --build build)" >&2
+  exit 1
+fi
+if mountpoint -q "$mnt" 2>/dev/null; then
+  echo "demo: $mnt is already a mount point; unmount it first" >&2
+  exit 1
+fi
+mkdir -p "$mnt"
+state=$(mktemp -d /tmp/acqfs-demo-state.XXXXXX)
+
+# Names, types, sizes, modes, owners, mtimes and ctimes of the whole checkout
+# (.git included), plus the bytes of README.md.
+fingerprint() {
+  { find "$lower" -printf '%P\t%y\t%s\t%m\t%U:%G\t%T@\t%C@\n' | LC_ALL=C sort
+    sha256sum "$lower/README.md"; } | sha256sum | cut -d' ' -f1
+}
+
+mounted=0
+cleanup() {
+  if [[ $mounted -eq 1 ]]; then
+    "$acqfs" umount "$mnt" --state-dir "$state" || fusermount3 -u "$mnt" || true
+  fi
+  [[ -n "${KEEP_STATE:-}" ]] || rm -rf "$state"
+}
+trap cleanup EXIT
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+before=$(fingerprint)
+
+step "acqfs mount $lower $mnt --name $name --state-dir $state"
+"$acqfs" mount "$lower" "$mnt" --name "$name" --state-dir "$state"
+mounted=1
+
+step "ls -la $mnt  (the checkout, seen through the sandbox)"
+ls -la "$mnt"
+
+step "change the sandbox: new file, edit README.md, delete .gitignore"
+echo "written inside the sandbox" >"$mnt/SANDBOX-NOTE.txt"
+echo "<!-- edited inside the sandbox -->" >>"$mnt/README.md"
+rm -f "$mnt/.gitignore"
+echo "sandbox README.md ends with:  $(tail -n 1 "$mnt/README.md")"
+echo "sandbox SANDBOX-NOTE.txt:     $(cat "$mnt/SANDBOX-NOTE.txt")"
+if [[ -e $mnt/.gitignore ]]; then echo "sandbox .gitignore:          present (BUG)"
+else echo "sandbox .gitignore:          gone"; fi
+
+step "the checkout itself"
+echo "checkout README.md ends with: $(tail -n 1 "$lower/README.md")"
+if [[ -e $lower/SANDBOX-NOTE.txt ]]; then echo "checkout SANDBOX-NOTE.txt:    present (BUG)"
+else echo "checkout SANDBOX-NOTE.txt:    absent"; fi
+if [[ -e $lower/.gitignore ]]; then echo "checkout .gitignore:          present"
+else echo "checkout .gitignore:          absent"; fi
+
+step "the upper layer ($state/$name/upper): only the changes"
+(cd "$state/$name/upper" && find . -mindepth 1 -printf '%y %m %s\t%P\n' | sort -k4)
+echo "(type c with size 0 = whiteout: a deleted lower name)"
+
+step "acqfs umount $mnt"
+"$acqfs" umount "$mnt" --state-dir "$state"
+mounted=0
+
+after=$(fingerprint)
+step "checkout fingerprint before: $before"
+echo "   checkout fingerprint after:  $after"
+if [[ $before != "$after" ]]; then
+  echo "demo: FAILED: the checkout changed" >&2
+  exit 1
+fi
+echo "demo: the checkout is unchanged"
