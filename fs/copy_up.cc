@@ -172,9 +172,10 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
   auto cleanup = [&] { (void)RemoveTree(tfd, tmp, layers.tmp_path); };
   Status s = CreateCopy(src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = CopyAttrs(layers, src_dir->get(), name, *st, tfd, tmp, shown);
+  if (s) s = layers.format.SetOrigin(tfd, tmp, st->st_ino, shown);
   if (s) s = RunHook(rel);
   if (!s) {
-    if (s.err() != EEXIST) cleanup();
+    cleanup();
     return s;
   }
   auto dst_dir = layers.upper.OpenDir(dir);
@@ -189,7 +190,7 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
 }
 
 Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
-                       const std::string& dst_name) {
+                       const std::string& dst_name, uint64_t origin) {
   std::string shown = layers.upper.Shown(dir.path);
   // The directory's own attributes come from the upper when it has one.
   const Layer& meta_layer = dir.upper ? layers.upper : layers.lower;
@@ -224,7 +225,11 @@ Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
     if (!c) return c.error();
     if (!c->exists) continue;
     if (c->is_dir()) {
-      ACQFS_TRY(BuildMergedCopy(layers, c->AsDir(rel), dst.get(), e.name));
+      uint64_t child_origin = c->origin;
+      if (!child_origin && c->lower && S_ISDIR(c->lower_st.st_mode))
+        child_origin = c->lower_st.st_ino;
+      ACQFS_TRY(BuildMergedCopy(layers, c->AsDir(rel), dst.get(), e.name,
+                                child_origin));
       continue;
     }
     if (c->upper) {
@@ -235,15 +240,23 @@ Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
                            e.name, layers.upper.Shown(rel)));
       ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st,
                           dst.get(), e.name, layers.upper.Shown(rel)));
+      if (c->origin)
+        ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->origin,
+                                          layers.upper.Shown(rel)));
     } else {
       ACQFS_TRY(CreateCopy(lower_fd.get(), e.name, c->lower_st, dst.get(),
                            e.name, layers.lower.Shown(rel)));
       ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st,
                           dst.get(), e.name, layers.lower.Shown(rel)));
+      ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name,
+                                        c->lower_st.st_ino,
+                                        layers.lower.Shown(rel)));
     }
   }
-  return CopyAttrs(layers, meta_dir->get(), base, *meta_st, dst_dirfd,
-                   dst_name, shown);
+  ACQFS_TRY(CopyAttrs(layers, meta_dir->get(), base, *meta_st, dst_dirfd,
+                      dst_name, shown));
+  if (!origin) return Ok();
+  return layers.format.SetOrigin(dst_dirfd, dst_name, origin, shown);
 }
 
 Status RemoveTree(int dirfd, const std::string& name,

@@ -33,8 +33,10 @@ Status CopyUp(const Layers& layers, const std::string& rel);
 // directory `dir`: upper non-directories are hard-linked (keeping their
 // inodes), lower ones copied, directories rebuilt recursively, whiteouts
 // dropped, metadata copied. Used to materialise a directory before a rename.
+// Every copy carries the origin marker of what it was made from, the new
+// directory `origin` (0: none), so st_ino survives the move.
 Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
-                       const std::string& dst_name);
+                       const std::string& dst_name, uint64_t origin);
 
 // Copies xattrs (except the overlay's private ones), owner (when
 // privileged), mode and times of `src_st` / the source entry onto the

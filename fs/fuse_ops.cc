@@ -62,6 +62,13 @@ struct FileHandle {
   UniqueFd fd;
   bool from_lower;
 
+  // The descriptor only if it is an upper one (for changes), else -1.
+  int UpperFd(Overlay* ov) {
+    int fd = Fd(ov);
+    std::lock_guard<std::mutex> l(mu);
+    return from_lower ? -1 : fd;
+  }
+
   // The descriptor to use now: a read-only handle opened on the lower copy
   // switches to the upper copy once the file has been copied up.
   int Fd(Overlay* ov) {
@@ -213,7 +220,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.atime = attr->st_atim;
     r.mtime = attr->st_mtim;
     Overlay* ov = Ctx(req)->overlay;
-    int fd = fi ? FhOf(fi)->Fd(ov) : -1;
+    int fd = fi ? FhOf(fi)->UpperFd(ov) : -1;
     auto st = ov->SetAttr(NodeOf(req, ino), r, fd);
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
@@ -344,7 +351,8 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    int fd = FhOf(fi)->UpperFd(Ctx(req)->overlay);
+    if (fd < 0) return (void)fuse_reply_err(req, EBADF);
     struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
     out.buf[0].flags =
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -531,7 +539,8 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
                      int flags) {
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    int in = FhOf(fi_in)->Fd(ov), out = FhOf(fi_out)->Fd(ov);
+    int in = FhOf(fi_in)->Fd(ov), out = FhOf(fi_out)->UpperFd(ov);
+    if (out < 0) return (void)fuse_reply_err(req, EBADF);
     loff_t oi = off_in, oo = off_out;
     ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
     if (n < 0) return (void)fuse_reply_err(req, errno);
@@ -542,7 +551,8 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                  off_t length, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    int fd = FhOf(fi)->UpperFd(Ctx(req)->overlay);
+    if (fd < 0) return (void)fuse_reply_err(req, EBADF);
     int rc = ::fallocate(fd, mode, offset, length);
     fuse_reply_err(req, rc == 0 ? 0 : errno);
   });

@@ -138,6 +138,10 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
         c.whiteout = true;
       } else {
         c.upper = true;
+        auto origin = layers.format.ReadOrigin(ufd->get(), name,
+                                               layers.upper.Shown(rel));
+        if (!origin) return origin.error();
+        c.origin = *origin;
         if (S_ISDIR(c.upper_st.st_mode)) {
           auto m = layers.format.ReadOpaque(ufd->get(), name,
                                             layers.upper.Shown(rel));

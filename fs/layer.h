@@ -90,6 +90,7 @@ struct ChildInfo {
   struct stat upper_st {};    // valid when upper
   struct stat lower_st {};    // valid when lower
   OpaqueMark opaque = OpaqueMark::kNone;  // upper directories only
+  uint64_t origin = 0;        // upper origin marker (lower st_ino), or 0
 
   bool is_dir() const {
     return S_ISDIR(upper ? upper_st.st_mode : lower_st.st_mode);

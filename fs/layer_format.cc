@@ -1,6 +1,7 @@
 #include "fs/layer_format.h"
 
 #include <fcntl.h>
+#include <string>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -39,6 +40,44 @@ OpaqueMark LayerFormat::ParseOpaqueValue(std::string_view v) {
   if (v == "y") return OpaqueMark::kOpaque;
   if (v == "x") return OpaqueMark::kMayHoldXattrWhiteouts;
   return OpaqueMark::kNone;
+}
+
+std::string LayerFormat::MakeOriginValue(uint64_t ino) {
+  return std::to_string(ino);
+}
+
+uint64_t LayerFormat::ParseOriginValue(std::string_view v) {
+  if (v.empty() || v.size() > 20) return 0;
+  uint64_t n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return 0;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+Result<uint64_t> LayerFormat::ReadOrigin(int dirfd, const std::string& name,
+                                         const std::string& shown) const {
+  auto v = sys::GetXattr(sys::XattrPath(dirfd, name), OriginKey(), shown);
+  if (!v) {
+    int e = v.err();
+    if (e == ENODATA || e == ENOTSUP || e == EPERM) return uint64_t{0};
+    return v.error();
+  }
+  return ParseOriginValue(*v);
+}
+
+Status LayerFormat::SetOrigin(int dirfd, const std::string& name, uint64_t ino,
+                              const std::string& shown) const {
+  Status s = sys::SetXattr(sys::XattrPath(dirfd, name), OriginKey(),
+                           MakeOriginValue(ino), 0, shown);
+  if (!s && (s.err() == EPERM || s.err() == ENOTSUP)) {
+    struct stat st;
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+      return Ok();
+  }
+  return s;
 }
 
 Status LayerFormat::MakeWhiteout(int dirfd, const std::string& name,

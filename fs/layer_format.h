@@ -17,6 +17,7 @@
 
 #include <string>
 #include <string_view>
+#include <cstdint>
 
 #include "common/error.h"
 
@@ -40,6 +41,13 @@ class LayerFormat {
   std::string Prefix() const;
   std::string OpaqueKey() const { return Prefix() + "opaque"; }
   std::string WhiteoutKey() const { return Prefix() + "whiteout"; }
+  // acqfs's own marker on an upper object made from a lower one (copy-up,
+  // materialisation): the lower object's st_ino, so the object keeps
+  // reporting it wherever it moves and across remounts. The kernel ignores
+  // it and hides it like every "<ns>overlay." xattr.
+  std::string OriginKey() const { return Prefix() + "acqfs.origin"; }
+  static std::string MakeOriginValue(uint64_t ino);
+  static uint64_t ParseOriginValue(std::string_view v);  // 0 if invalid
 
   // True for xattrs owned by the overlay format; they are hidden from users
   // of the mount and cannot be set through it.
@@ -63,6 +71,13 @@ class LayerFormat {
   Result<OpaqueMark> ReadOpaque(int dirfd, const std::string& name,
                                 const std::string& shown) const;
   Status SetOpaque(int dirfd, const std::string& name,
+                   const std::string& shown) const;
+  // Reads the origin marker of `name` in `dirfd`; 0 when there is none.
+  Result<uint64_t> ReadOrigin(int dirfd, const std::string& name,
+                              const std::string& shown) const;
+  // Sets it where the file type allows (user.* xattrs exist only on regular
+  // files and directories; elsewhere the marker is skipped).
+  Status SetOrigin(int dirfd, const std::string& name, uint64_t ino,
                    const std::string& shown) const;
   // For a zero-size regular file: does it carry the whiteout xattr?
   Result<bool> IsXattrWhiteout(int dirfd, const std::string& name,

@@ -80,7 +80,12 @@ uint64_t Overlay::TagUpper(uint64_t ino) const {
 }
 
 uint64_t Overlay::InoFor(const ChildInfo& c) const {
-  if (c.lower) return c.lower_st.st_ino;
+  if (!c.upper) return c.lower_st.st_ino;
+  if (c.origin) return c.origin;  // made from a lower object: keep its number
+  // A merged directory is the lower directory's continuation.
+  if (S_ISDIR(c.upper_st.st_mode) && c.lower && S_ISDIR(c.lower_st.st_mode) &&
+      c.opaque != OpaqueMark::kOpaque)
+    return c.lower_st.st_ino;
   return TagUpper(c.upper_st.st_ino);
 }
 
@@ -303,13 +308,23 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
   if (dir->unlinked) return std::vector<ListedEntry>{};
   auto entries = ListMerged(layers_, ViewOf(dir));
   if (!entries) return entries.error();
+  DirView view = ViewOf(dir);
   std::vector<ListedEntry> out;
   out.reserve(entries->size());
-  TableLock t(table_mu_);
   for (auto& e : *entries) {
-    uint64_t ino = e.in_lower ? e.lower_ino : TagUpper(e.upper_ino);
-    auto it = dir->children.find(e.name);
-    if (it != dir->children.end()) ino = it->second->ino;
+    uint64_t ino = 0;
+    {
+      TableLock t(table_mu_);
+      auto it = dir->children.find(e.name);
+      if (it != dir->children.end()) ino = it->second->ino;
+    }
+    if (!ino && !e.in_upper) ino = e.lower_ino;
+    if (!ino) {
+      // An upper entry: its number depends on its origin marker, as in
+      // lookup. Upper entries are what the sandbox changed, so this is rare.
+      auto c = ResolveChild(layers_, view, e.name);
+      ino = c && c->exists ? InoFor(*c) : TagUpper(e.upper_ino);
+    }
     out.push_back(ListedEntry{std::move(e.name), e.type, ino});
   }
   return out;
@@ -367,7 +382,7 @@ Status Overlay::Materialise(Node* dir) {
   std::string shown = layers_.upper.Shown(path);
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers_.tmp.get();
-  Status s = BuildMergedCopy(layers_, ViewOf(dir), tfd, tmp);
+  Status s = BuildMergedCopy(layers_, ViewOf(dir), tfd, tmp, dir->ino);
   if (s) s = layers_.format.SetOpaque(tfd, tmp, shown);
   auto pfd = UpperDir(dir->parent);
   if (s && !pfd) s = pfd.error();
@@ -530,11 +545,18 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 // ---------------------------------------------------------------- removal
 
 Status Overlay::KeepOrphanIfOpen(Node* node) {
-  TableLock t(table_mu_);
-  if (node->opens == 0 || !node->aliases.empty() || node->orphan) return Ok();
-  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
-  auto fd = layer.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+  {
+    TableLock t(table_mu_);
+    if (node->opens == 0 || !node->aliases.empty() || node->orphan)
+      return Ok();
+  }
+  // The file stays usable through its open handles after losing its last
+  // name (fchmod, ftruncate...). Those changes must land in the upper, so an
+  // open lower file is copied up before it loses its name.
+  ACQFS_TRY(EnsureUpper(node));
+  auto fd = layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
   if (!fd) return fd.error();
+  TableLock t(table_mu_);
   node->orphan = std::move(*fd);
   return Ok();
 }
@@ -769,10 +791,13 @@ Result<UniqueFd> Overlay::ReopenUpper(Node* node) {
 
 Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
   if (node->unlinked) {
-    int src = fh_fd;
+    // Only the orphan descriptor, which KeepOrphanIfOpen made on the upper
+    // copy: whatever a caller passes, an unlinked node is never changed
+    // through a descriptor that might reach the lower.
+    int src = -1;
     {
       TableLock t(table_mu_);
-      if (src < 0 && node->orphan) src = node->orphan.get();
+      if (node->orphan) src = node->orphan.get();
     }
     if (src < 0) return Error::Of(ENOENT, "setattr", "(unlinked)");
     int fd = ::fcntl(src, F_DUPFD_CLOEXEC, 0);

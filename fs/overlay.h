@@ -142,7 +142,8 @@ class Overlay {
   void AddOpen(Node* node);
   void ReleaseOpen(Node* node);
 
-  // `fh_fd` is the handle's descriptor when the request came with one, or -1.
+  // `fh_fd` is the handle's descriptor when the request came with one and it
+  // is an upper descriptor, or -1. A lower descriptor must never be passed.
   Result<struct stat> SetAttr(Node* node, const SetAttrRequest& req,
                               int fh_fd);
 
