@@ -92,7 +92,7 @@ int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
       if (o.empty()) continue;
       if (o == "userxattr") c->force_userxattr = true;
       else if (o == "allow_other") c->allow_other = true;
-      else if (o == "no_writeback") c->writeback_cache = false;
+      else if (o == "writeback") c->writeback_cache = true;
       else if (o == "debug") c->debug = true;
       else if (o.rfind("timeout=", 0) == 0) c->timeout = std::atof(o.c_str() + 8);
       else if (o.rfind("threads=", 0) == 0) c->max_threads = std::atoi(o.c_str() + 8);
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
                   "Let other users (e.g. a container's) use the mount");
   mount->add_option("-o", m.options,
                     "Options: userxattr, timeout=SECONDS, threads=N, "
-                    "no_writeback, debug");
+                    "writeback, debug");
   mount->add_option("--log-level", m.log_level,
                     "trace, debug, info, warn or error (default info)");
   mount->add_flag_callback("-v,--verbose", [&] { m.log_level = "debug"; },

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     else if (o.rfind("workdir=", 0) == 0) c.work = o.substr(8);
     else if (o == "userxattr") c.force_userxattr = true;
     else if (o == "allow_other") c.allow_other = true;
-    else if (o == "no_writeback") c.writeback_cache = false;
+    else if (o == "writeback") c.writeback_cache = true;
     else if (o.rfind("timeout=", 0) == 0) c.timeout = std::atof(o.c_str() + 8);
     else return Fail("mount", "-o " + o, "unknown option");
   }

@@ -16,6 +16,12 @@ using SharedLock = std::shared_lock<std::shared_mutex>;
 using ExclusiveLock = std::unique_lock<std::shared_mutex>;
 using TableLock = std::lock_guard<std::mutex>;
 
+// The open(2) flags that mean something for a layer descriptor. The kernel
+// also passes internal bits (e.g. __FMODE_EXEC for execve) that openat2
+// rejects with EINVAL; O_DIRECT is left to the kernel's FUSE direct-io path.
+constexpr int kPassedOpenFlags =
+    O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DSYNC | O_SYNC;
+
 // ---------------------------------------------------------------- set-up
 
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
@@ -499,7 +505,7 @@ Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   UniqueFd fd;
-  int oflags = (flags & ~(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY)) | O_CREAT |
+  int oflags = (flags & kPassedOpenFlags & ~O_TRUNC) | O_CREAT |
                O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   ACQFS_TRY(Publish(parent, name, false, &creds,
                     [&](int d, const std::string& n) -> Status {
@@ -754,8 +760,9 @@ Status Overlay::Rename(Node* parent, const std::string& name,
 // ---------------------------------------------------------------- data
 
 Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
+  flags &= kPassedOpenFlags;
   const bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-  int oflags = (flags & ~(O_CREAT | O_EXCL | O_NOCTTY)) | O_NOFOLLOW;
+  int oflags = flags | O_NOFOLLOW;
   if (write) {
     ExclusiveLock l(tree_mu_);
     if (node->unlinked) return Error::Of(ENOENT, "open", "(unlinked)");

@@ -1,0 +1,91 @@
+#include "harness/process.h"
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+namespace acqfs::test {
+namespace {
+
+// The state letter from /proc/PID/stat ('R', 'S', 'Z', ...), or 0.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+  return stat[close + 2];
+}
+
+std::vector<std::string> ReadCmdline(const std::string& pid_dir) {
+  std::ifstream in(pid_dir + "/cmdline");
+  std::vector<std::string> args;
+  for (std::string a; std::getline(in, a, '\0');) args.push_back(a);
+  return args;
+}
+
+}  // namespace
+
+bool IsProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char state = ProcessState(pid);
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+bool WaitForProcessExit(pid_t pid, double seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (IsProcessAlive(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+std::vector<std::string> ProcessArgs(pid_t pid) {
+  return ReadCmdline("/proc/" + std::to_string(pid));
+}
+
+bool KillIfAlive(pid_t pid, const std::string& expected) {
+  if (!IsProcessAlive(pid)) return true;
+  std::vector<std::string> args = ProcessArgs(pid);
+  if (args.empty() || args[0].find(expected) == std::string::npos) {
+    return !IsProcessAlive(pid);
+  }
+  ::kill(pid, SIGKILL);
+  return WaitForProcessExit(pid, 10);
+}
+
+pid_t ReadPidFile(const std::string& path) {
+  std::ifstream in(path);
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return 0;
+  return static_cast<pid_t>(pid);
+}
+
+std::vector<pid_t> PidsWithArgument(const std::string& arg) {
+  std::vector<pid_t> pids;
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), &::closedir);
+  if (!proc) return pids;
+  while (dirent* e = ::readdir(proc.get())) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(e->d_name));
+    for (const auto& a : ReadCmdline(std::string("/proc/") + e->d_name)) {
+      if (a == arg && IsProcessAlive(pid)) {
+        pids.push_back(pid);
+        break;
+      }
+    }
+  }
+  return pids;
+}
+
+}  // namespace acqfs::test

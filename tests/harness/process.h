@@ -1,0 +1,37 @@
+// Looking at other processes by pid: liveness, waiting for exit, pid files.
+// Nothing here kills by name; callers signal only pids they started.
+// Thread-safety: stateless functions.
+#ifndef ACQFS_TESTS_HARNESS_PROCESS_H_
+#define ACQFS_TESTS_HARNESS_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace acqfs::test {
+
+// True while `pid` exists and is not a zombie.
+bool IsProcessAlive(pid_t pid);
+
+// Polls until `pid` is gone (or a zombie); false when it outlived `seconds`.
+bool WaitForProcessExit(pid_t pid, double seconds);
+
+// The pid in a pid file ("123\n"); 0 when missing or malformed.
+pid_t ReadPidFile(const std::string& path);
+
+// argv of a process ({} when it is gone).
+std::vector<std::string> ProcessArgs(pid_t pid);
+
+// Sends SIGKILL to `pid` if it is alive and its argv[0] contains `expected`
+// (a guard against a recycled pid), then waits for it to go. Returns false
+// when it is still there afterwards.
+bool KillIfAlive(pid_t pid, const std::string& expected);
+
+// Live processes one of whose argv elements equals `arg` exactly (e.g. a
+// mount point given to a daemon on its command line).
+std::vector<pid_t> PidsWithArgument(const std::string& arg);
+
+}  // namespace acqfs::test
+
+#endif  // ACQFS_TESTS_HARNESS_PROCESS_H_

@@ -1,0 +1,156 @@
+#include "harness/sandbox.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "harness/binaries.h"
+#include "harness/mounts.h"
+#include "harness/process.h"
+
+namespace acqfs::test {
+namespace {
+
+constexpr double kDaemonExitSeconds = 10;
+constexpr size_t kLogTail = 8000;
+
+std::string DescribeMountsAt(const std::string& path) {
+  std::string found;
+  for (const auto& m : ReadMountInfo()) {
+    if (m.mount_point == path) {
+      found += "  " + m.fs_type + " " + m.source + " " + m.mount_options + "\n";
+    }
+  }
+  return found.empty() ? "  (nothing mounted there)\n" : found;
+}
+
+}  // namespace
+
+Sandbox::Sandbox(std::string lower, SandboxOptions options)
+    : lower_(std::move(lower)), options_(std::move(options)) {
+  if (tmp_.path().empty()) return;  // TempDir reported the failure
+  ::chmod(tmp_.path().c_str(), 0755);
+  const uid_t uid = options_.owner_uid;
+  const gid_t gid = options_.owner_gid;
+  state_dir_ = tmp_.MakeDir("state", 0755, uid, gid);
+  mountpoint_ = tmp_.MakeDir("mnt", 0755, uid, gid);
+  Mount();
+}
+
+Sandbox::~Sandbox() {
+  if (mounted_) {
+    auto r = Unmount();
+    if (!r) ADD_FAILURE() << "unmounting the sandbox: " << r.message();
+  }
+  std::string leftovers = ForceCleanup();
+  if (!leftovers.empty()) ADD_FAILURE() << leftovers;
+}
+
+std::vector<std::string> Sandbox::AcqfsCommand(
+    std::vector<std::string> args) const {
+  std::vector<std::string> argv = options_.command_prefix;
+  argv.push_back(options_.acqfs_bin.empty() ? AcqfsBinary()
+                                            : options_.acqfs_bin);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+void Sandbox::Mount() {
+  std::vector<std::string> args = {"mount",   lower_,        mountpoint_,
+                                   "--name",  options_.name, "--state-dir",
+                                   state_dir_};
+  args.insert(args.end(), options_.extra_mount_args.begin(),
+              options_.extra_mount_args.end());
+  CommandResult r =
+      RunCommand(AcqfsCommand(args), options_.mount_timeout_seconds);
+  mounted_ = FindMount(mountpoint_).has_value();  // so cleanup knows
+  daemon_pid_ = ReadPidFile(pid_file());
+  if (!r.ok()) {
+    mount_failure_ = "acqfs mount failed: " + r.Describe();
+  } else if (std::string problem = CheckMounted(); !problem.empty()) {
+    mount_failure_ = problem;
+  }
+  if (!mount_failure_.empty()) {
+    mount_failure_ += "\n--- daemon.log ---\n" + DaemonLog();
+    ADD_FAILURE() << mount_failure_;
+    return;
+  }
+  if (daemon_pid_ == 0) {
+    ADD_FAILURE() << "acqfs mount succeeded but " << pid_file()
+                  << " holds no pid";
+  }
+}
+
+std::string Sandbox::CheckMounted() const {
+  auto m = FindMount(mountpoint_);
+  if (m && m->fs_type == "fuse.acqfs") return "";
+  return "acqfs mount exited 0 but " + mountpoint_ +
+         " is not a fuse.acqfs mount; mounts there:\n" +
+         DescribeMountsAt(RealPath(mountpoint_));
+}
+
+::testing::AssertionResult Sandbox::Unmount(bool by_name) {
+  if (!mounted_) return ::testing::AssertionSuccess();
+  if (daemon_pid_ == 0) daemon_pid_ = ReadPidFile(pid_file());
+  const std::string target = by_name ? options_.name : mountpoint_;
+  CommandResult r =
+      RunCommand(AcqfsCommand({"umount", target, "--state-dir", state_dir_}),
+                 options_.umount_timeout_seconds);
+  std::ostringstream problems;
+  if (!r.ok()) problems << "acqfs umount failed: " << r.Describe() << "\n";
+  if (FindMount(mountpoint_)) {
+    problems << mountpoint_ << " is still mounted after acqfs umount\n";
+  }
+  // A failed umount is torn down below; waiting for its daemon is pointless.
+  if (r.ok() && daemon_pid_ != 0 &&
+      !WaitForProcessExit(daemon_pid_, kDaemonExitSeconds)) {
+    problems << "daemon pid " << daemon_pid_
+             << " still runs after acqfs umount returned\n";
+  }
+  mounted_ = false;
+  if (problems.str().empty()) return ::testing::AssertionSuccess();
+  problems << ForceCleanup();
+  return ::testing::AssertionFailure()
+         << problems.str() << "--- daemon.log ---\n"
+         << DaemonLog();
+}
+
+::testing::AssertionResult Sandbox::Remount() {
+  if (mounted_) return ::testing::AssertionFailure() << "still mounted";
+  mount_failure_.clear();
+  daemon_pid_ = 0;
+  Mount();
+  if (mounted_ && mount_failure_.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "remount: " << mount_failure_;
+}
+
+std::string Sandbox::ForceCleanup() {
+  std::string report;
+  if (!mountpoint_.empty() && FindMount(mountpoint_)) {
+    report += "forcibly unmounting " + mountpoint_ + "\n";
+    report += ForceUnmount(mountpoint_);
+  }
+  if (daemon_pid_ == 0 && !state_dir_.empty()) {
+    daemon_pid_ = ReadPidFile(pid_file());
+  }
+  if (IsProcessAlive(daemon_pid_)) {
+    report += "killing daemon pid " + std::to_string(daemon_pid_) + "\n";
+    if (!KillIfAlive(daemon_pid_, "acqfs")) {
+      report += "daemon pid " + std::to_string(daemon_pid_) + " survived\n";
+    }
+  }
+  mounted_ = false;
+  return report;
+}
+
+std::string Sandbox::DaemonLog() const {
+  std::ifstream in(log_file());
+  if (!in) return "(no " + log_file() + ")";
+  std::string log((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  if (log.size() <= kLogTail) return log;
+  return "[...]" + log.substr(log.size() - kLogTail);
+}
+
+}  // namespace acqfs::test

@@ -1,0 +1,99 @@
+// Sandbox: one acqfs mount of a lower directory, for the length of a test.
+//
+// The constructor makes a TempDir holding a state directory and a mount
+// point, runs `acqfs mount LOWER MNT --name NAME --state-dir STATE` (30 s
+// limit) and checks that MNT is now a fuse.acqfs mount; any failure is
+// reported (ADD_FAILURE, with the command's output and daemon.log) and
+// mounted() tells the test whether to go on. The destructor always unmounts:
+// `acqfs umount` first (a failure there is a test failure), then, if the
+// mount or the daemon is still there, `fusermount3 -u -z`, umount2(MNT_DETACH)
+// and SIGKILL to the pid in daemon.pid.
+// Thread-safety: none; one owner.
+#ifndef ACQFS_TESTS_HARNESS_SANDBOX_H_
+#define ACQFS_TESTS_HARNESS_SANDBOX_H_
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/command.h"
+#include "harness/temp_dir.h"
+
+namespace acqfs::test {
+
+struct SandboxOptions {
+  std::string name = "sandbox";
+  // Words put before every acqfs command line, e.g. a setpriv invocation to
+  // run the daemon as another user.
+  std::vector<std::string> command_prefix;
+  // Owner of the sandbox's directories (-1: leave as created).
+  uid_t owner_uid = static_cast<uid_t>(-1);
+  gid_t owner_gid = static_cast<gid_t>(-1);
+  std::string acqfs_bin;  // "" means AcqfsBinary()
+  std::vector<std::string> extra_mount_args;
+  int mount_timeout_seconds = 30;
+  int umount_timeout_seconds = 60;
+};
+
+class Sandbox {
+ public:
+  explicit Sandbox(std::string lower, SandboxOptions options = {});
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // True once `acqfs mount` succeeded and until Unmount().
+  bool mounted() const { return mounted_; }
+  // Why the mount failed ("" when it did not).
+  const std::string& mount_failure() const { return mount_failure_; }
+
+  // Runs `acqfs umount` (by mount point, or by name when `by_name`) and checks
+  // that it exits 0, that the mount is gone and that the daemon exited. On
+  // failure the mount is torn down forcibly anyway.
+  ::testing::AssertionResult Unmount(bool by_name = false);
+  // Mounts the same lower, state dir and name again after Unmount().
+  ::testing::AssertionResult Remount();
+
+  const std::string& lower() const { return lower_; }
+  const std::string& mountpoint() const { return mountpoint_; }
+  const std::string& state_dir() const { return state_dir_; }
+  const std::string& name() const { return options_.name; }
+  std::string layer_dir() const { return state_dir_ + "/" + options_.name; }
+  std::string upper() const { return layer_dir() + "/upper"; }
+  std::string work() const { return layer_dir() + "/work"; }
+  std::string pid_file() const { return layer_dir() + "/daemon.pid"; }
+  std::string log_file() const { return layer_dir() + "/daemon.log"; }
+  // The daemon's pid as read from daemon.pid after mounting (0 if unknown).
+  pid_t daemon_pid() const { return daemon_pid_; }
+  // daemon.log's content (or a note that it could not be read).
+  std::string DaemonLog() const;
+
+  // Paths of `rel` in the mount, the upper layer and the lower layer.
+  std::string M(const std::string& rel) const {
+    return mountpoint_ + "/" + rel;
+  }
+  std::string U(const std::string& rel) const { return upper() + "/" + rel; }
+  std::string L(const std::string& rel) const { return lower_ + "/" + rel; }
+
+ private:
+  std::vector<std::string> AcqfsCommand(std::vector<std::string> args) const;
+  void Mount();
+  std::string CheckMounted() const;
+  // Tears down whatever is left; returns what it had to do ("" if nothing).
+  std::string ForceCleanup();
+
+  const std::string lower_;
+  const SandboxOptions options_;
+  TempDir tmp_;
+  std::string state_dir_;
+  std::string mountpoint_;
+  std::string mount_failure_;
+  bool mounted_ = false;
+  pid_t daemon_pid_ = 0;
+};
+
+}  // namespace acqfs::test
+
+#endif  // ACQFS_TESTS_HARNESS_SANDBOX_H_

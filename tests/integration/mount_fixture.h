@@ -1,0 +1,89 @@
+// MountTest: the fixture of the integration tests. Each test gets a fresh
+// standard lower repo (MakeLowerRepo) in its own TempDir and a Sandbox that
+// mounts it with acqfs; SetUp fails the test (never skips it) when the mount
+// does not come up. TearDown prints the tail of daemon.log when the test
+// failed, then unmounts and removes everything.
+//
+// Also here: helpers the tests share (renameat2, unix sockets, a kernel
+// overlayfs mount of the same layers).
+// Thread-safety: one fixture per test, on the test's thread.
+#ifndef ACQFS_TESTS_INTEGRATION_MOUNT_FIXTURE_H_
+#define ACQFS_TESTS_INTEGRATION_MOUNT_FIXTURE_H_
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+
+#include "harness/command.h"
+#include "harness/fs_util.h"
+#include "harness/lower_repo.h"
+#include "harness/sandbox.h"
+#include "harness/snapshot.h"
+#include "harness/temp_dir.h"
+
+namespace acqfs::test {
+
+class MountTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  Sandbox& sandbox() { return *sandbox_; }
+  TempDir& tmp() { return *tmp_; }
+  const std::string& lower() const { return lower_; }
+  // A HOME for tools run in the test (git).
+  std::string home() const { return tmp_->Sub("home"); }
+
+  // `rel` in the mount, the upper layer and the lower layer.
+  std::string M(const std::string& rel) const { return sandbox_->M(rel); }
+  std::string U(const std::string& rel) const { return sandbox_->U(rel); }
+  std::string L(const std::string& rel) const { return sandbox_->L(rel); }
+
+  // lstat of `rel` in the mount / the lower / the upper layer; a test
+  // failure if it fails.
+  struct stat StatM(const std::string& rel);
+  struct stat StatL(const std::string& rel);
+  struct stat StatU(const std::string& rel);
+
+ private:
+  std::unique_ptr<TempDir> tmp_;
+  std::string lower_;
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
+// renameat2(2) through syscall(2), as glibc's wrapper may be missing.
+int Renameat2(const std::string& from, const std::string& to, unsigned flags);
+
+// A unix stream socket bound to `path` and listening; invalid on failure
+// (errno set).
+ScopedFd BindUnixSocket(const std::string& path);
+// Connects to `path`, sends `message` to the listener `server` accepts, and
+// checks it arrives.
+::testing::AssertionResult UnixSocketRoundTrip(int server,
+                                               const std::string& path,
+                                               const std::string& message);
+
+// True when `path` is a whiteout in an upper layer: a 0/0 character device.
+::testing::AssertionResult IsWhiteout(const std::string& path);
+
+// Mounts kernel overlayfs at `target` with lowerdir/upperdir/workdir and
+// index=off,redirect_dir=off,metacopy=off (needs root).
+CommandResult MountKernelOverlay(const std::string& lower,
+                                 const std::string& upper,
+                                 const std::string& work,
+                                 const std::string& target);
+
+// A workload touching every kind of operation acqfs implements, run in the
+// mounted tree `root` (a MakeLowerRepo tree): writes, truncation, appends,
+// unlinks (lower and upper), mkdir/rmdir, rm -rf and re-creation of a lower
+// directory, renames (plain, over a file, lower directory, NOREPLACE,
+// EXCHANGE), symlinks, hard links, chmod/chown/utimensat, xattrs, a fifo, a
+// socket, fallocate, copy_file_range and a shared writable mmap. Stops at
+// the first failing step and names it.
+::testing::AssertionResult RunMixedWorkload(const std::string& root);
+
+}  // namespace acqfs::test
+
+#endif  // ACQFS_TESTS_INTEGRATION_MOUNT_FIXTURE_H_
