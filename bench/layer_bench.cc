@@ -31,7 +31,8 @@ Tree& MakeTree(int n) {
     ::mkdir((t->root + d).c_str(), 0755);
   for (int i = 0; i < n; i++) {
     std::string name = "/f" + std::to_string(i);
-    ::close(::open((t->root + "/lower" + name).c_str(), O_CREAT | O_WRONLY, 0644));
+    ::close(
+        ::open((t->root + "/lower" + name).c_str(), O_CREAT | O_WRONLY, 0644));
     if (i % 2 == 0)
       ::close(::open((t->root + "/upper" + name + "u").c_str(),
                      O_CREAT | O_WRONLY, 0644));

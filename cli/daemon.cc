@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/ansicolor_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -32,7 +32,8 @@ void SetUpLogging(const DaemonOptions& o) {
         o.log_path, kLogBytes, 2));
   }
   if (o.foreground || o.log_path.empty())
-    sinks.push_back(std::make_shared<spdlog::sinks::ansicolor_stderr_sink_mt>());
+    sinks.push_back(
+        std::make_shared<spdlog::sinks::ansicolor_stderr_sink_mt>());
   auto logger =
       std::make_shared<spdlog::logger>("acqfs", sinks.begin(), sinks.end());
   logger->set_level(spdlog::level::from_str(o.log_level));
@@ -108,8 +109,7 @@ Status StartDaemon(const DaemonOptions& o) {
   if (msg.rfind("OK", 0) == 0) return Ok();
   int status = 0;
   ::waitpid(pid, &status, 0);
-  if (msg.rfind("ERR ", 0) == 0)
-    return Error::Of(EIO, msg.substr(4), "");
+  if (msg.rfind("ERR ", 0) == 0) return Error::Of(EIO, msg.substr(4), "");
   return Error::Of(EIO, "the daemon ended before mounting; see its log",
                    o.log_path);
 }
@@ -151,17 +151,31 @@ Status Unmount(const std::string& mountpoint) {
   return Ok();
 }
 
+namespace {
+// A process that has ended but was not reaped yet (its parent may be a
+// container's init that never reaps) counts as gone.
+bool Alive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ||
+         line[close + 2] != 'Z';
+}
+}  // namespace
+
 Status WaitForDaemonExit(const std::string& pid_path, double seconds) {
   std::ifstream in(pid_path);
   pid_t pid = 0;
   if (!(in >> pid) || pid <= 0) return Ok();  // no daemon recorded
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (::kill(pid, 0) == 0 || errno == EPERM) {
+  while (Alive(pid)) {
     if (std::chrono::steady_clock::now() > deadline)
       return Error::Of(ETIMEDOUT, "wait for daemon " + std::to_string(pid),
                        pid_path);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::unlink(pid_path.c_str());
   return Ok();

@@ -16,8 +16,8 @@ namespace acqfs::cli {
 
 struct DaemonOptions {
   MountConfig config;
-  std::string log_path;   // daemon log ("" = stderr only)
-  std::string pid_path;   // pid file ("" = none)
+  std::string log_path;  // daemon log ("" = stderr only)
+  std::string pid_path;  // pid file ("" = none)
   std::string log_level = "info";
   bool foreground = false;
 };

@@ -90,13 +90,20 @@ int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
     std::string o;
     while (std::getline(ss, o, ',')) {
       if (o.empty()) continue;
-      if (o == "userxattr") c->force_userxattr = true;
-      else if (o == "allow_other") c->allow_other = true;
-      else if (o == "writeback") c->writeback_cache = true;
-      else if (o == "debug") c->debug = true;
-      else if (o.rfind("timeout=", 0) == 0) c->timeout = std::atof(o.c_str() + 8);
-      else if (o.rfind("threads=", 0) == 0) c->max_threads = std::atoi(o.c_str() + 8);
-      else return Fail(kExitBadInput, "mount", "-o " + o, "unknown option");
+      if (o == "userxattr")
+        c->force_userxattr = true;
+      else if (o == "allow_other")
+        c->allow_other = true;
+      else if (o == "writeback")
+        c->writeback_cache = true;
+      else if (o == "debug")
+        c->debug = true;
+      else if (o.rfind("timeout=", 0) == 0)
+        c->timeout = std::atof(o.c_str() + 8);
+      else if (o.rfind("threads=", 0) == 0)
+        c->max_threads = std::atoi(o.c_str() + 8);
+      else
+        return Fail(kExitBadInput, "mount", "-o " + o, "unknown option");
     }
   }
   return 0;
@@ -104,9 +111,11 @@ int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
 
 int RunMount(const MountArgs& a) {
   auto lower = RealPath(a.lower);
-  if (!lower) return Fail(kExitBadInput, "mount: lower directory", lower.error());
+  if (!lower)
+    return Fail(kExitBadInput, "mount: lower directory", lower.error());
   if (!IsDir(*lower))
-    return Fail(kExitBadInput, "mount: lower directory", *lower, "not a directory");
+    return Fail(kExitBadInput, "mount: lower directory", *lower,
+                "not a directory");
   auto mnt = RealPath(a.mountpoint);
   if (!mnt) return Fail(kExitBadInput, "mount: mountpoint", mnt.error());
   if (!IsDir(*mnt))
@@ -171,7 +180,9 @@ int RunMount(const MountArgs& a) {
   if (meta.xattr_namespace.empty())
     meta.xattr_namespace =
         LayerFormat::DefaultNamespace(config.force_userxattr) ==
-                XattrNamespace::kTrusted ? "trusted" : "user";
+                XattrNamespace::kTrusted
+            ? "trusted"
+            : "user";
   if (meta.xattr_namespace == "trusted" && ::geteuid() != 0) {
     undo();
     return Fail(kExitBadInput, "mount: sandbox", name,
@@ -267,7 +278,8 @@ int main(int argc, char** argv) {
 
   MountArgs m;
   auto* mount = app.add_subcommand(
-      "mount", "Mount LOWER read-only under a writable upper layer at MOUNTPOINT");
+      "mount",
+      "Mount LOWER read-only under a writable upper layer at MOUNTPOINT");
   mount->add_option("lower", m.lower, "The directory shown read-only below")
       ->required();
   mount->add_option("mountpoint", m.mountpoint, "Where the merged view appears")
@@ -286,8 +298,9 @@ int main(int argc, char** argv) {
                     "writeback, debug");
   mount->add_option("--log-level", m.log_level,
                     "trace, debug, info, warn or error (default info)");
-  mount->add_flag_callback("-v,--verbose", [&] { m.log_level = "debug"; },
-                           "Log every failed request");
+  mount->add_flag_callback(
+      "-v,--verbose", [&] { m.log_level = "debug"; },
+      "Log every failed request");
 
   std::string target, umount_state;
   auto* umount = app.add_subcommand("umount", "Unmount a sandbox");

@@ -34,10 +34,10 @@ int Fail(const std::string& what, const std::string& subject,
 // Generic mount(8) options that carry no meaning for acqfs (nosuid and nodev
 // are always on).
 bool Ignorable(const std::string& o) {
-  static const char* kIgnored[] = {"rw", "defaults", "nosuid", "nodev",
+  static const char* kIgnored[] = {"rw",      "defaults", "nosuid",  "nodev",
                                    "noatime", "relatime", "_netdev", "auto",
-                                   "noauto", "nofail", "user", "users",
-                                   "exec", "noexec", "suid", "dev"};
+                                   "noauto",  "nofail",   "user",    "users",
+                                   "exec",    "noexec",   "suid",    "dev"};
   for (const char* i : kIgnored)
     if (o == i) return true;
   return o.rfind("x-", 0) == 0;
@@ -75,14 +75,22 @@ int main(int argc, char** argv) {
   std::string o;
   while (std::getline(ss, o, ',')) {
     if (o.empty() || Ignorable(o)) continue;
-    if (o.rfind("lowerdir=", 0) == 0) c.lower = o.substr(9);
-    else if (o.rfind("upperdir=", 0) == 0) c.upper = o.substr(9);
-    else if (o.rfind("workdir=", 0) == 0) c.work = o.substr(8);
-    else if (o == "userxattr") c.force_userxattr = true;
-    else if (o == "allow_other") c.allow_other = true;
-    else if (o == "writeback") c.writeback_cache = true;
-    else if (o.rfind("timeout=", 0) == 0) c.timeout = std::atof(o.c_str() + 8);
-    else return Fail("mount", "-o " + o, "unknown option");
+    if (o.rfind("lowerdir=", 0) == 0)
+      c.lower = o.substr(9);
+    else if (o.rfind("upperdir=", 0) == 0)
+      c.upper = o.substr(9);
+    else if (o.rfind("workdir=", 0) == 0)
+      c.work = o.substr(8);
+    else if (o == "userxattr")
+      c.force_userxattr = true;
+    else if (o == "allow_other")
+      c.allow_other = true;
+    else if (o == "writeback")
+      c.writeback_cache = true;
+    else if (o.rfind("timeout=", 0) == 0)
+      c.timeout = std::atof(o.c_str() + 8);
+    else
+      return Fail("mount", "-o " + o, "unknown option");
   }
   if (c.lower.find(':') != std::string::npos)
     return Fail("mount", "lowerdir=" + c.lower,

@@ -35,8 +35,7 @@ bool ValidSandboxName(const std::string& name) {
   return true;
 }
 
-SandboxPaths::SandboxPaths(const std::string& state_dir,
-                           const std::string& n)
+SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)
     : name(n),
       dir(state_dir + "/" + n),
       upper(dir + "/upper"),

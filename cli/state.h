@@ -29,8 +29,8 @@ struct SandboxPaths {
 
 struct SandboxMeta {
   std::string name;
-  std::string lower;        // absolute
-  std::string mountpoint;   // absolute, last one used
+  std::string lower;            // absolute
+  std::string mountpoint;       // absolute, last one used
   std::string xattr_namespace;  // "trusted" or "user"
 };
 

@@ -15,9 +15,9 @@
 namespace acqfs {
 
 struct Error {
-  int err = EIO;      // errno value, always > 0
-  std::string op;     // e.g. "openat2", "copy up"
-  std::string path;   // the path the operation was about ("" when none)
+  int err = EIO;     // errno value, always > 0
+  std::string op;    // e.g. "openat2", "copy up"
+  std::string path;  // the path the operation was about ("" when none)
 
   // Captures the current errno.
   static Error Errno(std::string op, std::string path) {
@@ -33,8 +33,8 @@ struct Error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}           // NOLINT: implicit
-  Result(Error error) : v_(std::move(error)) {}       // NOLINT: implicit
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
   T& value() & { return std::get<0>(v_); }
@@ -72,9 +72,9 @@ inline Status Ok() { return Status(); }
 }  // namespace acqfs
 
 // Propagates a failed Result/Status from the enclosing function.
-#define ACQFS_TRY(expr)                               \
-  do {                                                \
-    auto acqfs_try_r_ = (expr);                       \
+#define ACQFS_TRY(expr)                                  \
+  do {                                                   \
+    auto acqfs_try_r_ = (expr);                          \
     if (!acqfs_try_r_.ok()) return acqfs_try_r_.error(); \
   } while (0)
 

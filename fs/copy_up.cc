@@ -39,8 +39,9 @@ Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
                    const std::string& dst_name, const std::string& shown) {
   auto in = OpenSourceFile(src_dirfd, src_name, shown);
   if (!in) return in.error();
-  int ofd = ::openat(dst_dirfd, dst_name.c_str(),
-                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int ofd =
+      ::openat(dst_dirfd, dst_name.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (ofd < 0) return Error::Errno("create copy-up file", shown);
   UniqueFd out(ofd);
   ACQFS_TRY(CopyData(in->get(), out.get(), shown));
@@ -94,8 +95,8 @@ Status CopyXattrs(const Layers& layers, int src_dirfd,
       bool user_ns = n.rfind("user.", 0) == 0;
       // Only user.* is guaranteed to be ours to copy; security/system/trusted
       // attributes the daemon is not allowed to set are left behind.
-      if (user_ns || (s.err() != EPERM && s.err() != ENOTSUP &&
-                      s.err() != EACCES))
+      if (user_ns ||
+          (s.err() != EPERM && s.err() != ENOTSUP && s.err() != EACCES))
         return s.error();
     }
   }
@@ -143,7 +144,8 @@ Status CopyAttrs(const Layers& layers, int src_dirfd,
                  const std::string& src_name, const struct stat& src_st,
                  int dst_dirfd, const std::string& dst_name,
                  const std::string& shown) {
-  ACQFS_TRY(CopyXattrs(layers, src_dirfd, src_name, dst_dirfd, dst_name, shown));
+  ACQFS_TRY(
+      CopyXattrs(layers, src_dirfd, src_name, dst_dirfd, dst_name, shown));
   const char* dn = dst_name.c_str();
   if (layers.privileged) {
     if (::fchownat(dst_dirfd, dn, src_st.st_uid, src_st.st_gid,
@@ -248,8 +250,7 @@ Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
                            e.name, layers.lower.Shown(rel)));
       ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st,
                           dst.get(), e.name, layers.lower.Shown(rel)));
-      ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name,
-                                        c->lower_st.st_ino,
+      ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->lower_st.st_ino,
                                         layers.lower.Shown(rel)));
     }
   }

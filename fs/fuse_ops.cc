@@ -243,8 +243,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   });
 }
 
-void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name,
-             mode_t mode) {
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Guard(req, [&] {
     ReplyNode(req, Ctx(req)->overlay->Mkdir(NodeOf(req, parent), name, mode,
                                             CredsOf(req)));
@@ -286,9 +285,8 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name,
               fuse_ino_t newparent, const char* newname, unsigned int flags) {
   Guard(req, [&] {
-    Status s = Ctx(req)->overlay->Rename(NodeOf(req, parent), name,
-                                         NodeOf(req, newparent), newname,
-                                         flags);
+    Status s = Ctx(req)->overlay->Rename(
+        NodeOf(req, parent), name, NodeOf(req, newparent), newname, flags);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
@@ -298,8 +296,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     Node* node = NodeOf(req, ino);
     bool from_lower = false;
-    auto fd = Ctx(req)->overlay->Open(node, OpenFlags(req, fi->flags),
-                                      &from_lower);
+    auto fd =
+        Ctx(req)->overlay->Open(node, OpenFlags(req, fi->flags), &from_lower);
     if (!fd) return ReplyError(req, fd.error());
     auto* fh = new FileHandle(node, std::move(*fd), from_lower);
     SetOpenInfo(fi, fh);
@@ -358,7 +356,8 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
     out.buf[0].fd = fd;
     out.buf[0].pos = off;
-    ssize_t n = fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
+    ssize_t n =
+        fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
     fuse_reply_write(req, static_cast<size_t>(n));
   });
@@ -494,8 +493,7 @@ void ReplyXattrValue(fuse_req_t req, const std::string& v, size_t size) {
   }
 }
 
-void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name,
-                size_t size) {
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Guard(req, [&] {
     auto v = Ctx(req)->overlay->GetXattr(NodeOf(req, ino), name);
     if (!v) return ReplyError(req, v.error());

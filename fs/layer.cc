@@ -138,8 +138,8 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
         c.whiteout = true;
       } else {
         c.upper = true;
-        auto origin = layers.format.ReadOrigin(ufd->get(), name,
-                                               layers.upper.Shown(rel));
+        auto origin =
+            layers.format.ReadOrigin(ufd->get(), name, layers.upper.Shown(rel));
         if (!origin) return origin.error();
         c.origin = *origin;
         if (S_ISDIR(c.upper_st.st_mode)) {

@@ -62,8 +62,8 @@ class Layer {
 struct Layers {
   Layer lower;
   Layer upper;
-  Layer work;      // <workdir>
-  UniqueFd tmp;    // <workdir>/acqfs-tmp
+  Layer work;    // <workdir>
+  UniqueFd tmp;  // <workdir>/acqfs-tmp
   std::string tmp_path;
   LayerFormat format{XattrNamespace::kUser};
   bool privileged = false;  // may chown to others, set trusted xattrs
@@ -75,22 +75,22 @@ struct Layers {
 
 // What the layers say about one directory of the merged view.
 struct DirView {
-  std::string path;          // relative to the layer roots, "" for the root
-  bool upper = false;        // an upper directory exists at `path`
-  bool merged = false;       // the lower directory at `path` shows through
-  bool xwhiteouts = false;   // the upper dir may hold xattr whiteouts
+  std::string path;         // relative to the layer roots, "" for the root
+  bool upper = false;       // an upper directory exists at `path`
+  bool merged = false;      // the lower directory at `path` shows through
+  bool xwhiteouts = false;  // the upper dir may hold xattr whiteouts
 };
 
 // What the layers hold under one name of a merged directory.
 struct ChildInfo {
-  bool exists = false;        // visible in the merged view
-  bool whiteout = false;      // upper holds a whiteout (name deleted)
-  bool upper = false;         // upper object present (not a whiteout)
-  bool lower = false;         // lower object present under a merged parent
-  struct stat upper_st {};    // valid when upper
-  struct stat lower_st {};    // valid when lower
+  bool exists = false;      // visible in the merged view
+  bool whiteout = false;    // upper holds a whiteout (name deleted)
+  bool upper = false;       // upper object present (not a whiteout)
+  bool lower = false;       // lower object present under a merged parent
+  struct stat upper_st {};  // valid when upper
+  struct stat lower_st {};  // valid when lower
   OpaqueMark opaque = OpaqueMark::kNone;  // upper directories only
-  uint64_t origin = 0;        // upper origin marker (lower st_ino), or 0
+  uint64_t origin = 0;  // upper origin marker (lower st_ino), or 0
 
   bool is_dir() const {
     return S_ISDIR(upper ? upper_st.st_mode : lower_st.st_mode);
@@ -110,11 +110,11 @@ Result<DirView> RootView(const Layers& layers);
 
 struct MergedEntry {
   std::string name;
-  unsigned char type;   // DT_*
+  unsigned char type;  // DT_*
   bool in_upper;
-  bool in_lower;        // a lower entry of this name exists (maybe shadowed)
-  uint64_t upper_ino;   // d_ino in the upper (when in_upper)
-  uint64_t lower_ino;   // d_ino in the lower (when in_lower)
+  bool in_lower;       // a lower entry of this name exists (maybe shadowed)
+  uint64_t upper_ino;  // d_ino in the upper (when in_upper)
+  uint64_t lower_ino;  // d_ino in the lower (when in_lower)
 };
 
 // The merged listing: upper entries (whiteouts dropped), then lower entries

@@ -1,10 +1,11 @@
 #include "fs/layer_format.h"
 
 #include <fcntl.h>
-#include <string>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <string>
 
 #include "common/sys.h"
 

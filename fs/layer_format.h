@@ -15,9 +15,9 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
-#include <cstdint>
 
 #include "common/error.h"
 

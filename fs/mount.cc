@@ -80,12 +80,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
 
   UniqueSession se(fuse_session_new(&args.args, FuseOperations(),
                                     sizeof(fuse_lowlevel_ops), &ctx));
-  if (!se) return fail(Error::Of(EINVAL, "fuse_session_new", config.mountpoint));
+  if (!se)
+    return fail(Error::Of(EINVAL, "fuse_session_new", config.mountpoint));
   if (fuse_set_signal_handlers(se.get()) != 0)
     return fail(Error::Of(EIO, "fuse_set_signal_handlers", config.mountpoint));
   if (fuse_session_mount(se.get(), config.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se.get());
-    return fail(Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
+    return fail(
+        Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
   }
   spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
                config.lower, config.upper,

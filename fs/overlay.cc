@@ -105,8 +105,8 @@ Result<bool> Overlay::LowerHas(const Node* parent, const std::string& name,
   if (!parent->merged()) return false;
   struct stat st;
   bool found = false;
-  ACQFS_TRY(layers_.lower.StatIfExists(
-      sys::Join(PathLocked(parent), name), &st, &found));
+  ACQFS_TRY(layers_.lower.StatIfExists(sys::Join(PathLocked(parent), name), &st,
+                                       &found));
   *is_dir = found && S_ISDIR(st.st_mode);
   return found;
 }
@@ -272,8 +272,7 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
   DirView v = ViewOf(parent);
   auto c = ResolveChild(layers_, v, name);
   if (!c) return c.error();
-  if (!c->exists)
-    return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
+  if (!c->exists) return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
   return NodeForChild(parent, name, *c, count);
 }
 
@@ -449,8 +448,8 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   if (s && creds) s = ChownNew(tfd, tmp, pfd->get(), *creds, shown);
   if (s && is_dir) s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s)
-    s = sys::Renameat2(tfd, tmp, pfd->get(), name,
-                       is_dir ? RENAME_EXCHANGE : 0, shown);
+    s = sys::Renameat2(tfd, tmp, pfd->get(), name, is_dir ? RENAME_EXCHANGE : 0,
+                       shown);
   if (!s || is_dir) (void)RemoveTree(tfd, tmp, layers_.tmp_path);
   return s;
 }
@@ -462,27 +461,27 @@ Status MakeCall(int rc, const char* op, const std::string& shown) {
 }
 }  // namespace
 
-Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name,
-                             mode_t mode, Creds creds) {
+Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
+                             Creds creds) {
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  ACQFS_TRY(Publish(parent, name, true, &creds, [&](int d, const std::string& n) {
-    return MakeCall(::mkdirat(d, n.c_str(), mode & 07777), "mkdir", shown);
-  }));
+  ACQFS_TRY(
+      Publish(parent, name, true, &creds, [&](int d, const std::string& n) {
+        return MakeCall(::mkdirat(d, n.c_str(), mode & 07777), "mkdir", shown);
+      }));
   return LookupLocked(parent, name, true);
 }
 
-Result<Node*> Overlay::Mknod(Node* parent, const std::string& name,
-                             mode_t mode, dev_t rdev, Creds creds) {
+Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
+                             dev_t rdev, Creds creds) {
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
     return Error::Of(EPERM, "mknod 0/0 character device", shown);
-  ACQFS_TRY(Publish(parent, name, false, &creds,
-                    [&](int d, const std::string& n) {
-                      return MakeCall(::mknodat(d, n.c_str(), mode, rdev),
-                                      "mknod", shown);
-                    }));
+  ACQFS_TRY(
+      Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
+        return MakeCall(::mknodat(d, n.c_str(), mode, rdev), "mknod", shown);
+      }));
   return LookupLocked(parent, name, true);
 }
 
@@ -490,11 +489,11 @@ Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  ACQFS_TRY(Publish(parent, name, false, &creds,
-                    [&](int d, const std::string& n) {
-                      return MakeCall(::symlinkat(target.c_str(), d, n.c_str()),
-                                      "symlink", shown);
-                    }));
+  ACQFS_TRY(
+      Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
+        return MakeCall(::symlinkat(target.c_str(), d, n.c_str()), "symlink",
+                        shown);
+      }));
   return LookupLocked(parent, name, true);
 }
 
@@ -505,8 +504,8 @@ Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   UniqueFd fd;
-  int oflags = (flags & kPassedOpenFlags & ~O_TRUNC) | O_CREAT |
-               O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int oflags = (flags & kPassedOpenFlags & ~O_TRUNC) | O_CREAT | O_EXCL |
+               O_NOFOLLOW | O_CLOEXEC;
   ACQFS_TRY(Publish(parent, name, false, &creds,
                     [&](int d, const std::string& n) -> Status {
                       int f = ::openat(d, n.c_str(), oflags, mode & 07777);
@@ -529,12 +528,12 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   auto src_dir = UpperDir(node->parent);
   if (!src_dir) return src_dir.error();
   std::string src_name = node->name;
-  ACQFS_TRY(Publish(parent, name, false, nullptr,
-                    [&](int d, const std::string& n) {
-                      return MakeCall(::linkat(src_dir->get(), src_name.c_str(),
-                                               d, n.c_str(), 0),
-                                      "link", shown);
-                    }));
+  ACQFS_TRY(
+      Publish(parent, name, false, nullptr, [&](int d, const std::string& n) {
+        return MakeCall(
+            ::linkat(src_dir->get(), src_name.c_str(), d, n.c_str(), 0), "link",
+            shown);
+      }));
   auto st = sys::StatAt(src_dir->get(), src_name, shown);
   if (!st) return st.error();
   TableLock t(table_mu_);
@@ -553,8 +552,7 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 Status Overlay::KeepOrphanIfOpen(Node* node) {
   {
     TableLock t(table_mu_);
-    if (node->opens == 0 || !node->aliases.empty() || node->orphan)
-      return Ok();
+    if (node->opens == 0 || !node->aliases.empty() || node->orphan) return Ok();
   }
   // The file stays usable through its open handles after losing its last
   // name (fchmod, ftruncate...). Those changes must land in the upper, so an
@@ -620,8 +618,8 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
     std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
     if (*has_lower) {
       ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
-      Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, RENAME_EXCHANGE,
-                                shown);
+      Status r =
+          sys::Renameat2(tfd, tmp, pfd->get(), name, RENAME_EXCHANGE, shown);
       Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
       return r ? rm : r;
     }
@@ -650,9 +648,8 @@ Status Overlay::ClearUpperDir(int pfd, const std::string& name,
   return s ? rm : s;
 }
 
-Status Overlay::Rename(Node* parent, const std::string& name,
-                       Node* new_parent, const std::string& new_name,
-                       unsigned flags) {
+Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
+                       const std::string& new_name, unsigned flags) {
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
@@ -664,16 +661,21 @@ Status Overlay::Rename(Node* parent, const std::string& name,
   Node* a = *src;
   Node* b = nullptr;
   auto dst = LookupLocked(new_parent, new_name, false);
-  if (dst) b = *dst;
-  else if (dst.err() != ENOENT) return dst.error();
+  if (dst)
+    b = *dst;
+  else if (dst.err() != ENOENT)
+    return dst.error();
 
   Status s = [&]() -> Status {
-    if ((flags & RENAME_NOREPLACE) && b) return Error::Of(EEXIST, "rename", shown);
+    if ((flags & RENAME_NOREPLACE) && b)
+      return Error::Of(EEXIST, "rename", shown);
     if (exchange && !b) return Error::Of(ENOENT, "rename exchange", shown);
     if (a == b) return Ok();
     if (b && !exchange) {
-      if (a->is_dir() && !b->is_dir()) return Error::Of(ENOTDIR, "rename", shown);
-      if (!a->is_dir() && b->is_dir()) return Error::Of(EISDIR, "rename", shown);
+      if (a->is_dir() && !b->is_dir())
+        return Error::Of(ENOTDIR, "rename", shown);
+      if (!a->is_dir() && b->is_dir())
+        return Error::Of(EISDIR, "rename", shown);
       if (b->is_dir()) {
         auto entries = ListMerged(layers_, ViewOf(b));
         if (!entries) return entries.error();
@@ -728,7 +730,8 @@ Status Overlay::Rename(Node* parent, const std::string& name,
       if (errno != EPERM && errno != EINVAL && errno != EOPNOTSUPP)
         return Error::Errno("rename", shown);
     }
-    ACQFS_TRY(sys::Renameat2(pfd->get(), name, npfd->get(), new_name, 0, shown));
+    ACQFS_TRY(
+        sys::Renameat2(pfd->get(), name, npfd->get(), new_name, 0, shown));
     if (*src_lower) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
     return Ok();
   }();
@@ -818,8 +821,8 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
 Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
                                      int fh_fd) {
   ExclusiveLock l(tree_mu_);
-  std::string shown = node->unlinked ? "(unlinked)"
-                                     : layers_.upper.Shown(PathLocked(node));
+  std::string shown =
+      node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
   auto target = OpenAttrTarget(node, fh_fd);
   if (!target) return target.error();
   int fd = target->get();
@@ -865,7 +868,6 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
 
 // ---------------------------------------------------------------- xattrs
 
-
 Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "getxattr", name);
@@ -888,8 +890,8 @@ Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   std::string leaf = node == root_ ? "" : sys::Basename(path);
   auto dir = layer.OpenDir(node == root_ ? "" : sys::Dirname(path));
   if (!dir) return dir.error();
-  auto names = sys::ListXattrs(sys::XattrPath(dir->get(), leaf),
-                               layer.Shown(path));
+  auto names =
+      sys::ListXattrs(sys::XattrPath(dir->get(), leaf), layer.Shown(path));
   if (!names) return names.error();
   std::vector<std::string> out;
   for (auto& n : *names)

@@ -28,8 +28,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -47,8 +47,8 @@ struct Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  const uint64_t ino;   // reported st_ino
-  const mode_t type;    // S_IFMT bits
+  const uint64_t ino;  // reported st_ino
+  const mode_t type;   // S_IFMT bits
   bool is_dir() const { return S_ISDIR(type); }
   // The lower directory at this path shows through.
   bool merged() const { return lower_dir && !(upper.load() && opaque); }
@@ -86,7 +86,8 @@ struct SetAttrRequest {
   uid_t uid = 0;
   gid_t gid = 0;
   off_t size = 0;
-  struct timespec atime {}, mtime {};
+  struct timespec atime {
+  }, mtime{};
 };
 
 struct ListedEntry {
@@ -144,13 +145,12 @@ class Overlay {
 
   // `fh_fd` is the handle's descriptor when the request came with one and it
   // is an upper descriptor, or -1. A lower descriptor must never be passed.
-  Result<struct stat> SetAttr(Node* node, const SetAttrRequest& req,
-                              int fh_fd);
+  Result<struct stat> SetAttr(Node* node, const SetAttrRequest& req, int fh_fd);
 
   Result<std::string> GetXattr(Node* node, const std::string& name);
   Result<std::vector<std::string>> ListXattr(Node* node);
-  Status SetXattr(Node* node, const std::string& name,
-                  const std::string& value, int flags);
+  Status SetXattr(Node* node, const std::string& name, const std::string& value,
+                  int flags);
   Status RemoveXattr(Node* node, const std::string& name);
 
   // Makes sure the node exists in the upper layer (copying it and its
@@ -170,8 +170,7 @@ class Overlay {
   // name says it changes something, then exclusive).
   std::string PathLocked(const Node* node) const;
   DirView ViewOf(const Node* dir) const;
-  Result<Node*> LookupLocked(Node* parent, const std::string& name,
-                             bool count);
+  Result<Node*> LookupLocked(Node* parent, const std::string& name, bool count);
   Result<Node*> NodeForChild(Node* parent, const std::string& name,
                              const ChildInfo& c, bool count);
   uint64_t InoFor(const ChildInfo& c) const;

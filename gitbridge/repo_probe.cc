@@ -29,8 +29,9 @@ Result<RepoInfo> ProbeRepository(const std::string& dir) {
   if (rc == GIT_ENOTFOUND) return info;
   if (rc < 0) {
     const git_error* e = git_error_last();
-    return Error::Of(EIO, std::string("open git repository: ") +
-                              (e ? e->message : "unknown error"),
+    return Error::Of(EIO,
+                     std::string("open git repository: ") +
+                         (e ? e->message : "unknown error"),
                      dir);
   }
   info.is_repo = true;

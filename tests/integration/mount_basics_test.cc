@@ -88,8 +88,7 @@ CommandResult CatAsNobody(const std::string& path) {
 TEST_F(MountCli, OtherUsersAreDeniedWithoutAllowOther) {
   CommandResult r = CatAsNobody(M(lower::kFileA));
   EXPECT_FALSE(r.ok()) << r.Describe();
-  EXPECT_NE(r.err.find("Permission denied"), std::string::npos)
-      << r.Describe();
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.Describe();
 }
 
 TEST(MountCliOptions, AllowOtherLetsOtherUsersIn) {

@@ -1,0 +1,148 @@
+// Robustness of a mounted sandbox: host edits while mounted (the documented
+// visibility rule), a daemon killed in the middle of a copy-up (crash
+// safety), and a tree with many more files than the daemon may hold
+// descriptors (no descriptor per inode).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+// The daemon's entry/attr/negative timeouts (the default, 1 s), plus slack.
+void WaitPastCacheTimeout() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+}
+
+using HostEdits = MountTest;
+
+TEST_F(HostEdits, EditOfAnUntouchedLowerFileShowsAfterTheAttrTimeout) {
+  ASSERT_TRUE(WriteFile(L("host-edited.txt"), "before\n"));
+  std::string first;
+  ASSERT_TRUE(ReadFile(M("host-edited.txt"), &first));
+  EXPECT_EQ(first, "before\n");
+  // The host rewrites its file (size and mtime change).
+  ASSERT_TRUE(WriteFile(L("host-edited.txt"), "after, and longer\n"));
+  WaitPastCacheTimeout();
+  EXPECT_EQ(ContentOf(M("host-edited.txt")), "after, and longer\n");
+}
+
+TEST_F(HostEdits, NewAndDeletedLowerFilesShowAfterTheEntryTimeout) {
+  ASSERT_TRUE(WriteFile(L("doomed.txt"), "x"));
+  EXPECT_TRUE(Exists(M("doomed.txt")));
+  EXPECT_FALSE(Exists(M("born.txt")));  // caches a negative entry
+  ASSERT_TRUE(WriteFile(L("born.txt"), "new"));
+  ASSERT_EQ(::unlink(L("doomed.txt").c_str()), 0);
+  WaitPastCacheTimeout();
+  EXPECT_EQ(ContentOf(M("born.txt")), "new");
+  EXPECT_EQ(LstatErrno(M("doomed.txt")), ENOENT);
+}
+
+TEST_F(HostEdits, CopiedUpFileKeepsTheSandboxVersion) {
+  ASSERT_TRUE(WriteFile(L("shared.txt"), "host v1\n"));
+  ASSERT_TRUE(AppendFile(M("shared.txt"), "sandbox\n"));
+  ASSERT_TRUE(WriteFile(L("shared.txt"), "host v2\n"));
+  WaitPastCacheTimeout();
+  EXPECT_EQ(ContentOf(M("shared.txt")), "host v1\nsandbox\n");
+}
+
+using Crash = MountTest;
+
+// Kills the daemon with SIGKILL while a 256 MiB lower file is being copied
+// up. Whenever the kill lands, the upper holds either no copy or a complete
+// one; remounting resumes, and the view is the original file or the
+// original plus the appended byte, never a torn copy.
+TEST_F(Crash, KillDuringCopyUpLeavesNoPartialUpperFile) {
+  constexpr int kMiB = 256;
+  CommandResult made =
+      RunShell("head -c " + std::to_string(kMiB) + "M /dev/urandom > " +
+                   ShellQuote(L("huge.bin")),
+               120);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  CommandResult sum = RunCommand({"md5sum", L("huge.bin")}, 60);
+  ASSERT_TRUE(sum.ok()) << sum.Describe();
+  const std::string lower_sum = sum.out.substr(0, 32);
+  struct stat lower_st;
+  ASSERT_TRUE(Lstat(L("huge.bin"), &lower_st));
+
+  pid_t daemon = sandbox().daemon_pid();
+  ASSERT_GT(daemon, 0);
+  // The append opens the file for writing: that is the copy-up.
+  pid_t writer = ::fork();
+  ASSERT_GE(writer, 0);
+  if (writer == 0) {
+    ::execlp("sh", "sh", "-c",
+             ("printf x >> " + ShellQuote(M("huge.bin"))).c_str(), nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(writer, &status, 0);  // ENOTCONN once the daemon is gone
+
+  struct stat up;
+  if (::lstat(U("huge.bin").c_str(), &up) == 0) {
+    // Published: it must be the whole file, never a prefix.
+    EXPECT_GE(up.st_size, lower_st.st_size);
+  }
+  ASSERT_TRUE(sandbox().Unmount());  // cleans up the dead mount
+  ASSERT_TRUE(sandbox().Remount());
+  CommandResult after = RunCommand({"md5sum", M("huge.bin")}, 60);
+  ASSERT_TRUE(after.ok()) << after.Describe();
+  struct stat seen;
+  ASSERT_TRUE(Lstat(M("huge.bin"), &seen));
+  if (seen.st_size == lower_st.st_size) {
+    EXPECT_EQ(after.out.substr(0, 32), lower_sum);
+  } else {
+    EXPECT_EQ(seen.st_size, lower_st.st_size + 1);
+  }
+  std::vector<std::string> leftovers;
+  ASSERT_TRUE(ListDir(sandbox().work() + "/acqfs-tmp", &leftovers));
+  EXPECT_TRUE(leftovers.empty()) << "junk left in acqfs-tmp after remount";
+}
+
+// The daemon runs with at most 64 descriptors and serves a tree of 3,000
+// files that the kernel keeps in its inode cache (ls -lR), reads and partly
+// rewrites them: it must never need a descriptor per inode.
+TEST(FewDescriptors, ThousandsOfFilesWithSixtyFourDescriptors) {
+  TempDir tmp;
+  std::string lower = tmp.MakeDir("lower");
+  CommandResult made = RunShell(
+      "cd " + ShellQuote(lower) +
+          " && for d in $(seq 1 30); do mkdir d$d; for f in $(seq 1 100); do "
+          "echo $d-$f > d$d/f$f; done; done",
+      120);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  SandboxOptions opts;
+  opts.command_prefix = {"prlimit", "--nofile=64:64"};
+  Sandbox sb(lower, opts);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  CommandResult ls = RunShell(
+      "ls -lR " + ShellQuote(sb.mountpoint()) + " | grep -c '^-'", 120);
+  ASSERT_TRUE(ls.ok()) << ls.Describe();
+  EXPECT_EQ(ls.out, "3000\n");
+  CommandResult cat = RunShell(
+      "cd " + ShellQuote(sb.mountpoint()) + " && cat d*/f* | wc -l", 120);
+  ASSERT_TRUE(cat.ok()) << cat.Describe();
+  EXPECT_EQ(cat.out, "3000\n");
+  CommandResult write =
+      RunShell("cd " + ShellQuote(sb.mountpoint()) +
+                   " && for f in d1*/f*; do echo more >> $f || exit 1; done",
+               120);
+  ASSERT_TRUE(write.ok()) << write.Describe();
+  EXPECT_EQ(ContentOf(sb.M("d17/f3")), "17-3\nmore\n");
+  EXPECT_EQ(ContentOf(sb.L("d17/f3")), "17-3\n");
+  EXPECT_EQ(sb.DaemonLog().find("Too many open files"), std::string::npos)
+      << sb.DaemonLog();
+  EXPECT_TRUE(sb.Unmount());
+}
+
+}  // namespace
+}  // namespace acqfs::test
