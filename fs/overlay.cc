@@ -648,115 +648,145 @@ Status Overlay::ClearUpperDir(int pfd, const std::string& name,
   return s ? rm : s;
 }
 
+// One rename's operands and what the layers hold under its two names.
+struct Overlay::RenameOp {
+  Node* parent = nullptr;
+  std::string name;
+  Node* new_parent = nullptr;
+  std::string new_name;
+  unsigned flags = 0;
+  bool exchange = false;
+  Node* a = nullptr;  // the source
+  Node* b = nullptr;  // what the target name holds now, if anything
+  std::string shown;
+  bool src_lower = false, src_lower_dir = false;
+  bool dst_lower = false, dst_lower_dir = false;
+};
+
+Status Overlay::CheckRename(const RenameOp& op) {
+  if ((op.flags & RENAME_NOREPLACE) && op.b)
+    return Error::Of(EEXIST, "rename", op.shown);
+  if (op.exchange && !op.b)
+    return Error::Of(ENOENT, "rename exchange", op.shown);
+  if (!op.b || op.exchange || op.a == op.b) return Ok();
+  if (op.a->is_dir() && !op.b->is_dir())
+    return Error::Of(ENOTDIR, "rename", op.shown);
+  if (!op.a->is_dir() && op.b->is_dir())
+    return Error::Of(EISDIR, "rename", op.shown);
+  if (op.b->is_dir()) {
+    auto entries = ListMerged(layers_, ViewOf(op.b));
+    if (!entries) return entries.error();
+    if (!entries->empty()) return Error::Of(ENOTEMPTY, "rename", op.shown);
+  }
+  return Ok();
+}
+
+// Makes both ends upper, materialising moved directories, and marks a
+// directory opaque when it will land where the lower has a directory.
+Status Overlay::PrepareRename(RenameOp& op, int pfd, int npfd) {
+  if (op.a->is_dir() && op.dst_lower_dir && !op.a->opaque) {
+    ACQFS_TRY(layers_.format.SetOpaque(pfd, op.name, op.shown));
+    op.a->opaque = true;
+  }
+  if (op.exchange && op.b->is_dir() && op.src_lower_dir && !op.b->opaque) {
+    ACQFS_TRY(layers_.format.SetOpaque(npfd, op.new_name, op.shown));
+    op.b->opaque = true;
+  }
+  if (op.b && !op.exchange) {
+    ACQFS_TRY(KeepOrphanIfOpen(op.b));
+    if (op.b->upper && op.b->is_dir())
+      ACQFS_TRY(ClearUpperDir(npfd, op.new_name, op.shown));
+  }
+  return Ok();
+}
+
+// The upper-layer move itself, leaving a whiteout at the source when the
+// lower has that name.
+Status Overlay::MoveInUpper(const RenameOp& op, int pfd, int npfd) {
+  if (op.exchange)
+    return sys::Renameat2(pfd, op.name, npfd, op.new_name, RENAME_EXCHANGE,
+                          op.shown);
+  if (!op.b) {
+    struct stat st;
+    bool found = false;
+    ACQFS_TRY(sys::StatAtIfExists(npfd, op.new_name, &st, &found, op.shown));
+    if (found) {  // a whiteout: swap it to the source, keep it if needed
+      ACQFS_TRY(sys::Renameat2(pfd, op.name, npfd, op.new_name, RENAME_EXCHANGE,
+                               op.shown));
+      if (op.src_lower) return Ok();
+      return MakeCall(::unlinkat(pfd, op.name.c_str(), 0), "unlink", op.shown);
+    }
+  }
+  if (op.src_lower) {
+    if (::renameat2(pfd, op.name.c_str(), npfd, op.new_name.c_str(),
+                    RENAME_WHITEOUT) == 0)
+      return Ok();
+    if (errno != EPERM && errno != EINVAL && errno != EOPNOTSUPP)
+      return Error::Errno("rename", op.shown);
+  }
+  ACQFS_TRY(sys::Renameat2(pfd, op.name, npfd, op.new_name, 0, op.shown));
+  if (op.src_lower) return LayerFormat::MakeWhiteout(pfd, op.name, op.shown);
+  return Ok();
+}
+
+// Moves the nodes to their new names (table_mu_ held).
+void Overlay::RecordRenameLocked(const RenameOp& op) {
+  if (op.b && !op.exchange) DetachNameLocked(op.b, op.new_parent, op.new_name);
+  MoveNameLocked(op.a, op.parent, op.name, op.new_parent, op.new_name);
+  op.a->lower_dir = op.dst_lower_dir;
+  if (op.b && op.exchange) {
+    MoveNameLocked(op.b, op.new_parent, op.new_name, op.parent, op.name);
+    op.b->lower_dir = op.src_lower_dir;
+  }
+}
+
 Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
                        const std::string& new_name, unsigned flags) {
   ExclusiveLock l(tree_mu_);
-  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  RenameOp op;
+  op.parent = parent;
+  op.name = name;
+  op.new_parent = new_parent;
+  op.new_name = new_name;
+  op.flags = flags;
+  op.exchange = (flags & RENAME_EXCHANGE) != 0;
+  op.shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
       (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
-    return Error::Of(EINVAL, "rename flags", shown);
-  const bool exchange = flags & RENAME_EXCHANGE;
+    return Error::Of(EINVAL, "rename flags", op.shown);
   auto src = LookupLocked(parent, name, false);
   if (!src) return src.error();
-  Node* a = *src;
-  Node* b = nullptr;
+  op.a = *src;
   auto dst = LookupLocked(new_parent, new_name, false);
   if (dst)
-    b = *dst;
+    op.b = *dst;
   else if (dst.err() != ENOENT)
     return dst.error();
 
   Status s = [&]() -> Status {
-    if ((flags & RENAME_NOREPLACE) && b)
-      return Error::Of(EEXIST, "rename", shown);
-    if (exchange && !b) return Error::Of(ENOENT, "rename exchange", shown);
-    if (a == b) return Ok();
-    if (b && !exchange) {
-      if (a->is_dir() && !b->is_dir())
-        return Error::Of(ENOTDIR, "rename", shown);
-      if (!a->is_dir() && b->is_dir())
-        return Error::Of(EISDIR, "rename", shown);
-      if (b->is_dir()) {
-        auto entries = ListMerged(layers_, ViewOf(b));
-        if (!entries) return entries.error();
-        if (!entries->empty()) return Error::Of(ENOTEMPTY, "rename", shown);
-      }
-    }
-    bool src_lower_dir = false, dst_lower_dir = false;
-    auto src_lower = LowerHas(parent, name, &src_lower_dir);
+    ACQFS_TRY(CheckRename(op));
+    if (op.a == op.b) return Ok();  // two names of one file: nothing to do
+    auto src_lower = LowerHas(parent, name, &op.src_lower_dir);
     if (!src_lower) return src_lower.error();
-    auto dst_lower = LowerHas(new_parent, new_name, &dst_lower_dir);
+    auto dst_lower = LowerHas(new_parent, new_name, &op.dst_lower_dir);
     if (!dst_lower) return dst_lower.error();
+    op.src_lower = *src_lower;
+    op.dst_lower = *dst_lower;
     ACQFS_TRY(EnsureUpper(parent));
     ACQFS_TRY(EnsureUpper(new_parent));
-    ACQFS_TRY(PrepareToMove(a));
-    if (exchange) ACQFS_TRY(PrepareToMove(b));
+    ACQFS_TRY(PrepareToMove(op.a));
+    if (op.exchange) ACQFS_TRY(PrepareToMove(op.b));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
     auto npfd = UpperDir(new_parent);
     if (!npfd) return npfd.error();
-    // A directory arriving where the lower has a directory must not merge.
-    if (a->is_dir() && dst_lower_dir && !a->opaque) {
-      ACQFS_TRY(layers_.format.SetOpaque(pfd->get(), name, shown));
-      a->opaque = true;
-    }
-    if (exchange && b->is_dir() && src_lower_dir && !b->opaque) {
-      ACQFS_TRY(layers_.format.SetOpaque(npfd->get(), new_name, shown));
-      b->opaque = true;
-    }
-    if (exchange)
-      return sys::Renameat2(pfd->get(), name, npfd->get(), new_name,
-                            RENAME_EXCHANGE, shown);
-    if (b) {
-      ACQFS_TRY(KeepOrphanIfOpen(b));
-      if (b->upper && b->is_dir())
-        ACQFS_TRY(ClearUpperDir(npfd->get(), new_name, shown));
-    } else {
-      struct stat st;
-      bool found = false;
-      ACQFS_TRY(sys::StatAtIfExists(npfd->get(), new_name, &st, &found, shown));
-      if (found) {  // a whiteout: swap it to the source, keep it if needed
-        ACQFS_TRY(sys::Renameat2(pfd->get(), name, npfd->get(), new_name,
-                                 RENAME_EXCHANGE, shown));
-        if (*src_lower) return Ok();
-        return MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink",
-                        shown);
-      }
-    }
-    if (*src_lower) {
-      if (::renameat2(pfd->get(), name.c_str(), npfd->get(), new_name.c_str(),
-                      RENAME_WHITEOUT) == 0)
-        return Ok();
-      if (errno != EPERM && errno != EINVAL && errno != EOPNOTSUPP)
-        return Error::Errno("rename", shown);
-    }
-    ACQFS_TRY(
-        sys::Renameat2(pfd->get(), name, npfd->get(), new_name, 0, shown));
-    if (*src_lower) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
-    return Ok();
+    ACQFS_TRY(PrepareRename(op, pfd->get(), npfd->get()));
+    return MoveInUpper(op, pfd->get(), npfd->get());
   }();
-  if (s && a != b) {
-    TableLock t(table_mu_);
-    bool a_lower_dir = false, b_lower_dir = false;
-    {
-      // Where each node now sits decides whether a lower dir lies below it.
-      bool d;
-      auto r1 = LowerHas(new_parent, new_name, &d);
-      a_lower_dir = r1 && d;
-      auto r2 = LowerHas(parent, name, &d);
-      b_lower_dir = r2 && d;
-    }
-    if (b && !exchange) DetachNameLocked(b, new_parent, new_name);
-    MoveNameLocked(a, parent, name, new_parent, new_name);
-    a->lower_dir = a_lower_dir;
-    if (b && exchange) {
-      MoveNameLocked(b, new_parent, new_name, parent, name);
-      b->lower_dir = b_lower_dir;
-    }
-  }
   TableLock t(table_mu_);
-  MaybeFreeLocked(a);
-  if (b) MaybeFreeLocked(b);
+  if (s && op.a != op.b) RecordRenameLocked(op);
+  MaybeFreeLocked(op.a);
+  if (op.b) MaybeFreeLocked(op.b);
   return s;
 }
 

@@ -187,6 +187,11 @@ class Overlay {
   Status PrepareToMove(Node* node);
   Status ClearUpperDir(int pfd, const std::string& name,
                        const std::string& shown);
+  struct RenameOp;
+  Status CheckRename(const RenameOp& op);
+  Status PrepareRename(RenameOp& op, int pfd, int npfd);
+  Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
+  void RecordRenameLocked(const RenameOp& op);
   Status KeepOrphanIfOpen(Node* node);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
 
