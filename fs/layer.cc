@@ -85,6 +85,21 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   return l;
 }
 
+Result<Layers> Layers::OpenForReading(const std::string& lower,
+                                      const std::string& upper,
+                                      XattrNamespace ns) {
+  Layers l;
+  auto lo = Layer::Open(lower);
+  if (!lo) return lo.error();
+  auto up = Layer::Open(upper);
+  if (!up) return up.error();
+  l.lower = std::move(*lo);
+  l.upper = std::move(*up);
+  l.format = LayerFormat(ns);
+  l.privileged = ::geteuid() == 0;
+  return l;
+}
+
 DirView ChildInfo::AsDir(const std::string& child_path) const {
   DirView v;
   v.path = child_path;

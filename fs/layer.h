@@ -71,6 +71,12 @@ struct Layers {
   // Opens the three directories, creates and empties <workdir>/acqfs-tmp.
   static Result<Layers> Open(const std::string& lower, const std::string& upper,
                              const std::string& work, XattrNamespace ns);
+  // Opens lower and upper only, for readers (the git bridge, status) that
+  // may run while a daemon serves the same layers: the work area is not
+  // touched, and `tmp` stays invalid.
+  static Result<Layers> OpenForReading(const std::string& lower,
+                                       const std::string& upper,
+                                       XattrNamespace ns);
 };
 
 // What the layers say about one directory of the merged view.

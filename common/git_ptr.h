@@ -1,0 +1,62 @@
+// Owners for libgit2 objects and the one way to turn a libgit2 failure into
+// an Error. Only gitbridge/ and this header include <git2.h>.
+// Thread-safety: libgit2 objects stay on the thread that made them; the last
+// error is per thread, so GitError() must be called right after the failing
+// call, on the same thread (include/git2/errors.h).
+#ifndef ACQFS_COMMON_GIT_PTR_H_
+#define ACQFS_COMMON_GIT_PTR_H_
+
+#include <git2.h>
+
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+template <class T, void (*F)(T*)>
+struct GitFree {
+  void operator()(T* p) const { F(p); }
+};
+template <class T, void (*F)(T*)>
+using GitPtr = std::unique_ptr<T, GitFree<T, F>>;
+
+using GitRepository = GitPtr<git_repository, git_repository_free>;
+using GitOdb = GitPtr<git_odb, git_odb_free>;
+using GitOdbObject = GitPtr<git_odb_object, git_odb_object_free>;
+using GitObject = GitPtr<git_object, git_object_free>;
+using GitCommit = GitPtr<git_commit, git_commit_free>;
+using GitTree = GitPtr<git_tree, git_tree_free>;
+using GitTreeBuilder = GitPtr<git_treebuilder, git_treebuilder_free>;
+using GitBlob = GitPtr<git_blob, git_blob_free>;
+using GitReference = GitPtr<git_reference, git_reference_free>;
+using GitRevwalk = GitPtr<git_revwalk, git_revwalk_free>;
+using GitConfig = GitPtr<git_config, git_config_free>;
+using GitRemote = GitPtr<git_remote, git_remote_free>;
+using GitIndex = GitPtr<git_index, git_index_free>;
+using GitStatusList = GitPtr<git_status_list, git_status_list_free>;
+using GitSignature = GitPtr<git_signature, git_signature_free>;
+using GitReferenceIterator =
+    GitPtr<git_reference_iterator, git_reference_iterator_free>;
+
+// An Error for a failed libgit2 call: `op` and `path` as for Error, the
+// library's own message appended to op, errno EIO (ENOENT for GIT_ENOTFOUND).
+Error GitError(int rc, const std::string& op, const std::string& path);
+
+// Holds libgit2 initialised for its lifetime (git_libgit2_init/shutdown are
+// reference counted, so nesting is fine).
+class GitLibrary {
+ public:
+  GitLibrary() { git_libgit2_init(); }
+  ~GitLibrary() { git_libgit2_shutdown(); }
+  GitLibrary(const GitLibrary&) = delete;
+  GitLibrary& operator=(const GitLibrary&) = delete;
+};
+
+// Hex form of an object id.
+std::string OidHex(const git_oid& id);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_COMMON_GIT_PTR_H_

@@ -1,0 +1,3 @@
+#include "gitbridge/bridge_repo.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

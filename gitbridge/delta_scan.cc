@@ -1,0 +1,3 @@
+#include "gitbridge/delta_scan.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,48 @@
+// DeltaScan: what a sandbox changed, read from its upper layer alone, so the
+// cost grows with the change and not with the checkout.
+// The scan walks the upper layer (skipping the top-level .git and any entry
+// named .git below it) and reports:
+//   kDelete  a whiteout: the name is gone (a file, or a whole directory);
+//            an opaque directory is reported as kDelete of itself followed
+//            by the upserts of its content;
+//   kUpsert  a regular file or symlink present in the upper, unless it is a
+//            copy-up left byte-for-byte equal to the lower object at the same
+//            path (same type, same size, same xxHash64 of content or link
+//            target, same executable bit): those are not changes.
+// Directories themselves (empty or not), fifos, sockets and devices are not
+// reported: git does not record them.
+// Thread-safety: reentrant.
+#ifndef ACQFS_GITBRIDGE_DELTA_SCAN_H_
+#define ACQFS_GITBRIDGE_DELTA_SCAN_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "fs/layer.h"
+
+namespace acqfs::gitbridge {
+
+struct Change {
+  enum Kind { kDelete, kUpsert };
+  Kind kind;
+  std::string path;   // relative, '/'-separated
+  mode_t mode = 0;    // kUpsert: the upper object's st_mode
+  uint64_t size = 0;  // kUpsert: its size
+};
+
+struct ScanStats {
+  uint64_t upper_entries = 0;     // entries visited in the upper layer
+  uint64_t unchanged_copies = 0;  // copy-ups found equal to the lower
+};
+
+// Changes in path order, each directory's kDelete before its content.
+Result<std::vector<Change>> ScanUpper(const Layers& layers,
+                                      ScanStats* stats = nullptr);
+
+}  // namespace acqfs::gitbridge
+
+#endif  // ACQFS_GITBRIDGE_DELTA_SCAN_H_

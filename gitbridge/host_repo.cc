@@ -1,0 +1,3 @@
+#include "gitbridge/host_repo.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,3 @@
+#include "gitbridge/ignore.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,3 @@
+#include "gitbridge/merged_tree.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,3 @@
+#include "gitbridge/sandbox_repo.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

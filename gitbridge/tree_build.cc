@@ -1,0 +1,3 @@
+#include "gitbridge/tree_build.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,3 @@
+#include "gitbridge/worktree_snapshot.h"
+
+namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge

@@ -1,0 +1,39 @@
+// WorktreeSnapshot: the tree of the sandbox's working state as `git add -A`
+// would record it in the sandbox, built from a base tree (the host's working
+// state) plus the upper layer's changes (DeltaScan):
+//   - kDelete removes the path from the base;
+//   - kUpsert of a path the base does not have (untracked in the sandbox) is
+//     skipped when the sandbox's ignore rules ignore it; a tracked path is
+//     always recorded;
+//   - file modes: 100755 when the owner may execute, else 100644; symlinks
+//     as links (the blob is the target, never followed);
+//   - gitlink (submodule) entries of the base are kept as they are, and the
+//     scan never descends into them;
+//   - blobs are hashed from the upper files and written into `repo`.
+// Thread-safety: one repo per thread.
+#ifndef ACQFS_GITBRIDGE_WORKTREE_SNAPSHOT_H_
+#define ACQFS_GITBRIDGE_WORKTREE_SNAPSHOT_H_
+
+#include <git2.h>
+
+#include <cstdint>
+
+#include "common/error.h"
+#include "fs/layer.h"
+
+namespace acqfs::gitbridge {
+
+struct SnapshotStats {
+  uint64_t changes = 0;          // changes the scan reported
+  uint64_t blobs_written = 0;    // upper files hashed into the repository
+  uint64_t ignored_skipped = 0;  // untracked, ignored paths left out
+};
+
+// `base_tree` may be null (empty). Returns the new tree's id.
+Result<git_oid> BuildWorktreeTree(git_repository* repo, const git_oid* base_tree,
+                                  const Layers& layers,
+                                  SnapshotStats* stats = nullptr);
+
+}  // namespace acqfs::gitbridge
+
+#endif  // ACQFS_GITBRIDGE_WORKTREE_SNAPSHOT_H_
