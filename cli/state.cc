@@ -43,7 +43,8 @@ SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)
       meta(dir + "/meta.json"),
       pid(dir + "/daemon.pid"),
       log(dir + "/daemon.log"),
-      lock(dir + "/lock") {}
+      lock(dir + "/lock"),
+      bridge(dir + "/bridge.git") {}
 
 Result<SandboxMeta> ReadMeta(const std::string& path) {
   std::ifstream in(path);

@@ -4,6 +4,7 @@
 //   <state>/<name>/work       the overlay work directory
 //   <state>/<name>/meta.json  lower, mountpoint, xattr namespace
 //   <state>/<name>/daemon.pid, daemon.log, lock
+//   <state>/<name>/bridge.git the git bridge (for a lower that is a checkout)
 // Thread-safety: plain functions and values.
 #ifndef ACQFS_CLI_STATE_H_
 #define ACQFS_CLI_STATE_H_
@@ -24,7 +25,7 @@ bool ValidSandboxName(const std::string& name);
 
 struct SandboxPaths {
   explicit SandboxPaths(const std::string& state_dir, const std::string& name);
-  std::string name, dir, upper, work, meta, pid, log, lock;
+  std::string name, dir, upper, work, meta, pid, log, lock, bridge;
 };
 
 struct SandboxMeta {

@@ -25,11 +25,11 @@ namespace acqfs::gitbridge {
 
 // One parsed pattern line; exposed for tests.
 struct IgnorePattern {
-  std::string pattern;   // without the leading "!" or "/" and trailing "/"
+  std::string pattern;  // without the leading "!" or "/" and trailing "/"
   bool negate = false;
   bool dir_only = false;
-  bool anchored = false; // matched against the path relative to `base`
-  std::string base;      // directory of the .gitignore ("" = root)
+  bool anchored = false;  // matched against the path relative to `base`
+  std::string base;       // directory of the .gitignore ("" = root)
 };
 
 // Parses a .gitignore-format text whose patterns apply below `base`.

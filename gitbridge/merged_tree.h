@@ -21,9 +21,9 @@ namespace acqfs::gitbridge {
 
 struct MergedNode {
   bool exists = false;
-  bool in_upper = false;   // the visible object is the upper one
-  struct stat st {};       // of the visible object
-  DirView dir;             // when S_ISDIR(st.st_mode): its view
+  bool in_upper = false;  // the visible object is the upper one
+  struct stat st {};      // of the visible object
+  DirView dir;            // when S_ISDIR(st.st_mode): its view
 };
 
 class MergedTree {

@@ -1,3 +1,367 @@
 #include "gitbridge/sandbox_repo.h"
 
-namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge
+#include <fcntl.h>
+#include <git2/sys/odb_backend.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string_view>
+#include <vector>
+
+#include "common/sys.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+constexpr int kMaxSymrefDepth = 5;    // as git's SYMREF_MAXDEPTH
+constexpr int kMaxRefDirDepth = 64;   // nesting below refs/heads
+constexpr size_t kMaxRefFile = 4096;  // HEAD and loose refs
+constexpr size_t kMaxPackedRefs = size_t{1} << 30;
+// Backend priorities: every lower backend (git's own priorities are 1 and 2)
+// is asked before the upper ones, so an upper whiteout of a lower loose
+// object (left by a `git gc` in the sandbox) is never read as an object.
+constexpr int kUpperPackedPriority = 0;
+constexpr int kUpperLoosePriority = -1;
+
+// Is every '/'-separated component of `rel` a plain name?
+bool PlainRelPath(const std::string& rel) {
+  if (rel.empty() || rel.front() == '/' || rel.back() == '/') return false;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = rel.find('/', start);
+    std::string_view c(
+        rel.data() + start,
+        (slash == std::string::npos ? rel.size() : slash) - start);
+    if (c.empty() || c == "." || c == "..") return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
+// `rel` as the merged view shows it, resolved component by component from
+// the root (whiteouts and opaque directories honoured, no symlink followed).
+// nullopt when it or one of its parents is not there.
+Result<std::optional<ChildInfo>> LookupMerged(const Layers& layers,
+                                              const std::string& rel) {
+  if (!PlainRelPath(rel))
+    return Error::Of(EINVAL, "invalid path in sandbox repository", rel);
+  auto root = RootView(layers);
+  if (!root) return root.error();
+  DirView dir = *root;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = rel.find('/', start);
+    std::string name = rel.substr(
+        start, slash == std::string::npos ? std::string::npos : slash - start);
+    auto c = ResolveChild(layers, dir, name);
+    if (!c) return c.error();
+    if (!c->exists) return std::optional<ChildInfo>();
+    if (slash == std::string::npos) return std::optional<ChildInfo>(*c);
+    if (!c->is_dir()) return std::optional<ChildInfo>();
+    dir = c->AsDir(rel.substr(0, slash));
+    start = slash + 1;
+  }
+}
+
+Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::Errno("read", shown);
+    }
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > limit)
+      return Error::Of(EFBIG, "file too large", shown);
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// The content of the regular file `c` (found at `rel`); nullopt when it is
+// not a regular file (a symlink is never followed) or vanished meanwhile.
+Result<std::optional<std::string>> ReadChildFile(const Layers& layers,
+                                                 const ChildInfo& c,
+                                                 const std::string& rel,
+                                                 size_t limit) {
+  const Layer& layer = c.upper ? layers.upper : layers.lower;
+  const struct stat& st = c.upper ? c.upper_st : c.lower_st;
+  if (!S_ISREG(st.st_mode)) return std::optional<std::string>();
+  // O_NONBLOCK: a file swapped for a FIFO meanwhile must not block us.
+  auto fd = layer.Open(rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  if (!fd) {
+    if (fd.err() == ENOENT || fd.err() == ENOTDIR || fd.err() == ELOOP)
+      return std::optional<std::string>();
+    return fd.error();
+  }
+  auto now = sys::Fstat(fd->get(), layer.Shown(rel));
+  if (!now) return now.error();
+  if (!S_ISREG(now->st_mode)) return std::optional<std::string>();
+  auto data = ReadAll(fd->get(), limit, layer.Shown(rel));
+  if (!data) return data.error();
+  return std::optional<std::string>(std::move(*data));
+}
+
+Result<std::optional<std::string>> ReadMergedFile(const Layers& layers,
+                                                  const std::string& rel,
+                                                  size_t limit) {
+  auto c = LookupMerged(layers, rel);
+  if (!c) return c.error();
+  if (!*c) return std::optional<std::string>();
+  return ReadChildFile(layers, **c, rel, limit);
+}
+
+// What a loose ref file (or HEAD) says.
+struct RefValue {
+  enum Kind { kInvalid, kDirect, kSymbolic } kind = kInvalid;
+  git_oid id{};
+  std::string target;  // kSymbolic
+};
+
+RefValue ParseRefFile(std::string text) {
+  RefValue v;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' ||
+                           text.back() == ' ' || text.back() == '\t'))
+    text.pop_back();
+  if (text.rfind("ref:", 0) == 0) {
+    size_t i = 4;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    v.kind = RefValue::kSymbolic;
+    v.target = text.substr(i);
+    return v;
+  }
+  if (text.size() == GIT_OID_HEXSZ &&
+      git_oid_fromstrn(&v.id, text.data(), text.size()) == 0)
+    v.kind = RefValue::kDirect;
+  return v;
+}
+
+bool ValidRefName(const std::string& name) {
+  int valid = 0;
+  if (name.rfind("refs/", 0) != 0) return false;
+  return git_reference_name_is_valid(&valid, name.c_str()) == 0 && valid;
+}
+
+// packed-refs: "<hex> <refname>" lines; '#' (header) and '^' (peeled tag)
+// lines are skipped, as is anything malformed.
+std::map<std::string, git_oid> ParsePackedRefs(const std::string& text) {
+  std::map<std::string, git_oid> refs;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.size() < GIT_OID_HEXSZ + 2 || line[GIT_OID_HEXSZ] != ' ') continue;
+    git_oid id;
+    if (git_oid_fromstrn(&id, line.data(), GIT_OID_HEXSZ) != 0) continue;
+    std::string name = line.substr(GIT_OID_HEXSZ + 1);
+    if (ValidRefName(name)) refs[name] = id;
+  }
+  return refs;
+}
+
+Result<std::map<std::string, git_oid>> ReadPackedRefs(
+    const Layers& layers, const std::string& gitdir) {
+  auto text = ReadMergedFile(layers, gitdir + "/packed-refs", kMaxPackedRefs);
+  if (!text) return text.error();
+  if (!*text) return std::map<std::string, git_oid>();
+  return ParsePackedRefs(**text);
+}
+
+// Adds the loose refs below the merged directory `dir` (`rel` from the layer
+// roots, `prefix` the ref name so far) to `refs`; a symbolic or unreadable
+// ref removes the name instead (the loose file wins over packed-refs).
+Status CollectLooseRefs(const Layers& layers, const DirView& dir,
+                        const std::string& prefix, int depth,
+                        std::map<std::string, git_oid>* refs) {
+  if (depth > kMaxRefDirDepth)
+    return Error::Of(ELOOP, "refs nested too deeply", dir.path);
+  auto entries = ListMerged(layers, dir);
+  if (!entries) return entries.error();
+  for (const MergedEntry& e : *entries) {
+    auto c = ResolveChild(layers, dir, e.name);
+    if (!c) return c.error();
+    if (!c->exists) continue;
+    std::string rel = sys::Join(dir.path, e.name);
+    std::string name = prefix + e.name;
+    if (c->is_dir()) {
+      ACQFS_TRY(
+          CollectLooseRefs(layers, c->AsDir(rel), name + "/", depth + 1, refs));
+      continue;
+    }
+    if (!ValidRefName(name)) continue;  // e.g. "x.lock"
+    auto text = ReadChildFile(layers, *c, rel, kMaxRefFile);
+    RefValue v;
+    if (text && *text) v = ParseRefFile(std::move(**text));
+    if (v.kind == RefValue::kDirect) {
+      (*refs)[name] = v.id;
+    } else {
+      refs->erase(name);
+    }
+  }
+  return Ok();
+}
+
+bool HasSymlink(const std::vector<sys::DirEntry>& entries) {
+  for (const auto& e : entries)
+    if (e.type == DT_LNK) return true;
+  return false;
+}
+
+// Refuses an upper object directory holding symlinks (in it, its fan-out
+// directories or pack/): libgit2 would follow them out of the layer.
+Status CheckUpperObjects(const Layers& layers, const std::string& rel) {
+  auto dfd = layers.upper.OpenDir(rel);
+  if (!dfd) return dfd.error();
+  auto top = sys::ReadDir(dfd->get(), layers.upper.Shown(rel));
+  if (!top) return top.error();
+  if (HasSymlink(*top))
+    return Error::Of(EPERM, "symlink in sandbox object store",
+                     layers.upper.Shown(rel));
+  for (const auto& e : *top) {
+    if (e.type != DT_DIR) continue;
+    std::string sub = rel + "/" + e.name;
+    auto sfd = layers.upper.OpenDir(sub);
+    if (!sfd) return sfd.error();
+    auto ents = sys::ReadDir(sfd->get(), layers.upper.Shown(sub));
+    if (!ents) return ents.error();
+    if (HasSymlink(*ents))
+      return Error::Of(EPERM, "symlink in sandbox object store",
+                       layers.upper.Shown(sub));
+  }
+  return Ok();
+}
+
+Status AddBackend(git_odb* odb, git_odb_backend* backend, int priority,
+                  const std::string& shown) {
+  int rc = git_odb_add_alternate(odb, backend, priority);
+  if (rc < 0) {
+    Error e = GitError(rc, "add object store", shown);
+    backend->free(backend);
+    return e;
+  }
+  return Ok();
+}
+
+// The upper objects directory: its loose objects and packs only. Its
+// info/alternates is not read (the sandbox could point it anywhere).
+Status AddUpperObjects(git_odb* odb, const Layers& layers,
+                       const std::string& rel) {
+  ACQFS_TRY(CheckUpperObjects(layers, rel));
+  std::string path = layers.upper.Shown(rel);
+  git_odb_backend* packed = nullptr;
+  int rc = git_odb_backend_pack(&packed, path.c_str());
+  if (rc < 0) return GitError(rc, "open packs", path);
+  ACQFS_TRY(AddBackend(odb, packed, kUpperPackedPriority, path));
+  git_odb_backend* loose = nullptr;
+  rc = git_odb_backend_loose(&loose, path.c_str(), -1, 0, 0, 0);
+  if (rc < 0) return GitError(rc, "open loose objects", path);
+  return AddBackend(odb, loose, kUpperLoosePriority, path);
+}
+
+// An object database over the objects directory of the merged view: the
+// lower one (with the host's alternates: the lower is trusted) when it shows
+// through, the upper one when present.
+Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
+  git_odb* raw = nullptr;
+  int rc = git_odb_new(&raw);
+  GitOdb odb(raw);
+  if (rc < 0) return GitError(rc, "new object database", gitdir);
+  std::string rel = gitdir + "/objects";
+  auto c = LookupMerged(layers, rel);
+  if (!c) return c.error();
+  if (!*c || !(*c)->is_dir()) return odb;
+  if ((*c)->AsDir(rel).merged) {
+    std::string path = layers.lower.Shown(rel);
+    rc = git_odb_add_disk_alternate(odb.get(), path.c_str());
+    if (rc < 0) return GitError(rc, "add object store", path);
+  }
+  if ((*c)->upper) ACQFS_TRY(AddUpperObjects(odb.get(), layers, rel));
+  return odb;
+}
+
+}  // namespace
+
+Result<SandboxRepo> SandboxRepo::Open(const Layers& layers,
+                                      const std::string& gitdir) {
+  if (!PlainRelPath(gitdir))
+    return Error::Of(EINVAL, "invalid git directory", gitdir);
+  auto odb = OpenObjects(layers, gitdir);
+  if (!odb) return odb.error();
+  git_repository* raw = nullptr;
+  int rc = git_repository_wrap_odb(&raw, odb->get());
+  GitRepository repo(raw);
+  if (rc < 0)
+    return GitError(rc, "wrap object database", layers.upper.Shown(gitdir));
+  SandboxRepo s(layers, gitdir);
+  s.repo_ = std::move(repo);
+  return s;
+}
+
+Result<std::map<std::string, git_oid>> SandboxRepo::Branches() const {
+  auto packed = ReadPackedRefs(*layers_, gitdir_);
+  if (!packed) return packed.error();
+  std::map<std::string, git_oid> refs;
+  for (const auto& [name, id] : *packed)
+    if (name.rfind("refs/heads/", 0) == 0) refs[name] = id;
+  std::string rel = gitdir_ + "/refs/heads";
+  auto c = LookupMerged(*layers_, rel);
+  if (!c) return c.error();
+  if (*c && (*c)->is_dir())
+    ACQFS_TRY(
+        CollectLooseRefs(*layers_, (*c)->AsDir(rel), "refs/heads/", 0, &refs));
+  std::map<std::string, git_oid> out;
+  for (const auto& [name, id] : refs) out[name.substr(11)] = id;
+  return out;
+}
+
+Result<std::optional<git_oid>> SandboxRepo::ResolveRef(const std::string& name,
+                                                       int depth) const {
+  std::string shown = layers_->upper.Shown(gitdir_ + "/" + name);
+  if (depth > kMaxSymrefDepth)
+    return Error::Of(ELOOP, "symbolic ref chain too long", shown);
+  if (!ValidRefName(name))
+    return Error::Of(EINVAL, "invalid ref name '" + name + "'", shown);
+  auto text = ReadMergedFile(*layers_, gitdir_ + "/" + name, kMaxRefFile);
+  if (!text) return text.error();
+  if (*text) {
+    RefValue v = ParseRefFile(std::move(**text));
+    if (v.kind == RefValue::kDirect) return std::optional<git_oid>(v.id);
+    if (v.kind == RefValue::kSymbolic) return ResolveRef(v.target, depth + 1);
+    return Error::Of(EIO, "unreadable ref", shown);
+  }
+  auto packed = ReadPackedRefs(*layers_, gitdir_);
+  if (!packed) return packed.error();
+  auto it = packed->find(name);
+  if (it == packed->end()) return std::optional<git_oid>();
+  return std::optional<git_oid>(it->second);
+}
+
+Result<std::optional<git_oid>> SandboxRepo::Head() const {
+  auto text = ReadMergedFile(*layers_, gitdir_ + "/HEAD", kMaxRefFile);
+  if (!text) return text.error();
+  if (!*text) return std::optional<git_oid>();
+  RefValue v = ParseRefFile(std::move(**text));
+  if (v.kind == RefValue::kDirect) return std::optional<git_oid>(v.id);
+  if (v.kind == RefValue::kSymbolic) return ResolveRef(v.target, 1);
+  return Error::Of(EIO, "unreadable HEAD",
+                   layers_->upper.Shown(gitdir_ + "/HEAD"));
+}
+
+Result<std::string> SandboxRepo::HeadBranch() const {
+  auto text = ReadMergedFile(*layers_, gitdir_ + "/HEAD", kMaxRefFile);
+  if (!text) return text.error();
+  if (!*text) return std::string();
+  RefValue v = ParseRefFile(std::move(**text));
+  if (v.kind != RefValue::kSymbolic || v.target.rfind("refs/heads/", 0) != 0)
+    return std::string();
+  auto id = ResolveRef(v.target, 1);
+  if (!id) return id.error();
+  if (!*id) return std::string();  // unborn
+  return v.target.substr(11);
+}
+
+}  // namespace acqfs::gitbridge

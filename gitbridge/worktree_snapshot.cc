@@ -1,3 +1,179 @@
 #include "gitbridge/worktree_snapshot.h"
 
-namespace acqfs::gitbridge {}  // namespace acqfs::gitbridge
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/git_ptr.h"
+#include "common/sys.h"
+#include "gitbridge/delta_scan.h"
+#include "gitbridge/ignore.h"
+#include "gitbridge/merged_tree.h"
+#include "gitbridge/tree_build.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
+using GitOdbStream = GitPtr<git_odb_stream, git_odb_stream_free>;
+
+// What the base tree holds at a changed path.
+struct BaseInfo {
+  bool in_gitlink = false;  // the path is a gitlink or lies below one
+  bool tracked = false;     // a blob or symlink is recorded at the path
+  bool tree = false;        // a directory is recorded at the path
+};
+
+// Walks the base tree along `path`, one prefix at a time.
+Result<BaseInfo> ClassifyBase(const git_tree* base, const std::string& path) {
+  BaseInfo info;
+  if (!base) return info;
+  for (size_t end = 0; end != std::string::npos;) {
+    end = path.find('/', end + 1);
+    std::string prefix = path.substr(0, end);
+    git_tree_entry* raw = nullptr;
+    int rc = git_tree_entry_bypath(&raw, base, prefix.c_str());
+    GitTreeEntry entry(raw);
+    if (rc == GIT_ENOTFOUND) return info;
+    if (rc < 0) return GitError(rc, "git_tree_entry_bypath", path);
+    git_filemode_t mode = git_tree_entry_filemode(entry.get());
+    if (mode == GIT_FILEMODE_COMMIT) {
+      info.in_gitlink = true;
+      return info;
+    }
+    bool last = end == std::string::npos;
+    if (last) {
+      info.tree = mode == GIT_FILEMODE_TREE;
+      info.tracked = !info.tree;
+    } else if (mode != GIT_FILEMODE_TREE) {
+      return info;  // a file on the way: nothing is recorded below it
+    }
+  }
+  return info;
+}
+
+// Streams `size` bytes of `fd` into a new blob of `repo`.
+Result<git_oid> StreamBlob(git_repository* repo, int fd, uint64_t size,
+                           const std::string& shown) {
+  git_odb* odb_raw = nullptr;
+  int rc = git_repository_odb(&odb_raw, repo);
+  GitOdb odb(odb_raw);
+  if (rc < 0) return GitError(rc, "git_repository_odb", shown);
+  git_odb_stream* ws_raw = nullptr;
+  rc = git_odb_open_wstream(&ws_raw, odb.get(), size, GIT_OBJECT_BLOB);
+  GitOdbStream ws(ws_raw);
+  if (rc < 0) return GitError(rc, "git_odb_open_wstream", shown);
+  std::unique_ptr<char[]> buf(new char[1 << 16]);
+  for (uint64_t left = size; left > 0;) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(left, 1 << 16));
+    ssize_t n = ::read(fd, buf.get(), want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::Errno("read", shown);
+    if (n == 0) return Error::Of(EAGAIN, "read (file shrank)", shown);
+    rc = git_odb_stream_write(ws.get(), buf.get(), static_cast<size_t>(n));
+    if (rc < 0) return GitError(rc, "git_odb_stream_write", shown);
+    left -= static_cast<uint64_t>(n);
+  }
+  git_oid id;
+  rc = git_odb_stream_finalize_write(&id, ws.get());
+  if (rc < 0) return GitError(rc, "git_odb_stream_finalize_write", shown);
+  return id;
+}
+
+// Hashes the upper object at `path` into `repo`: a regular file's bytes or
+// a symlink's target, never following a link.
+Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
+                           const Change& c) {
+  TreeEdit edit{TreeEdit::kPut, c.path};
+  std::string shown = layers.upper.Shown(c.path);
+  if (S_ISLNK(c.mode)) {
+    auto dir = layers.upper.OpenDir(sys::Dirname(c.path));
+    if (!dir) return dir.error();
+    auto target = sys::ReadLinkAt(dir->get(), sys::Basename(c.path), shown);
+    if (!target) return target.error();
+    int rc = git_blob_create_from_buffer(&edit.id, repo, target->data(),
+                                         target->size());
+    if (rc < 0) return GitError(rc, "git_blob_create_from_buffer", shown);
+    edit.mode = GIT_FILEMODE_LINK;
+    return edit;
+  }
+  auto fd = layers.upper.Open(c.path, O_RDONLY | O_NOFOLLOW);
+  if (!fd) return fd.error();
+  auto st = sys::Fstat(fd->get(), shown);
+  if (!st) return st.error();
+  if (!S_ISREG(st->st_mode))
+    return Error::Of(EAGAIN, "hash file (changed type during the scan)", shown);
+  auto id =
+      StreamBlob(repo, fd->get(), static_cast<uint64_t>(st->st_size), shown);
+  if (!id) return id.error();
+  edit.id = *id;
+  edit.mode = (st->st_mode & S_IXUSR) ? GIT_FILEMODE_BLOB_EXECUTABLE
+                                      : GIT_FILEMODE_BLOB;
+  return edit;
+}
+
+struct Snapshot {
+  git_repository* repo;
+  const git_tree* base;
+  const Layers& layers;
+  IgnoreRules& ignore;
+  SnapshotStats stats;
+  std::vector<TreeEdit> edits;
+};
+
+// Turns one change into the tree edits it stands for (maybe none).
+Status AddChange(Snapshot* s, const Change& c) {
+  auto base = ClassifyBase(s->base, c.path);
+  if (!base) return base.error();
+  if (base->in_gitlink) return Ok();  // submodules are kept as they are
+  if (c.kind == Change::kDelete) {
+    s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
+    return Ok();
+  }
+  if (!base->tracked) {
+    auto ignored = s->ignore.IsIgnored(c.path, false);
+    if (!ignored) return ignored.error();
+    if (*ignored) {
+      ++s->stats.ignored_skipped;
+      // The ignored file still hides the directory the base had there.
+      if (base->tree) s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
+      return Ok();
+    }
+  }
+  auto edit = WriteBlob(s->repo, s->layers, c);
+  if (!edit) return edit.error();
+  ++s->stats.blobs_written;
+  s->edits.push_back(std::move(*edit));
+  return Ok();
+}
+
+}  // namespace
+
+Result<git_oid> BuildWorktreeTree(git_repository* repo,
+                                  const git_oid* base_tree,
+                                  const Layers& layers, SnapshotStats* stats) {
+  auto changes = ScanUpper(layers);
+  if (!changes) return changes.error();
+  GitTree base;
+  if (base_tree) {
+    git_tree* raw = nullptr;
+    int rc = git_tree_lookup(&raw, repo, base_tree);
+    base.reset(raw);
+    if (rc < 0) return GitError(rc, "git_tree_lookup", OidHex(*base_tree));
+  }
+  MergedTree merged(layers);
+  IgnoreRules ignore(merged);
+  Snapshot s{repo, base.get(), layers, ignore, {}, {}};
+  s.stats.changes = changes->size();
+  for (const Change& c : *changes) ACQFS_TRY(AddChange(&s, c));
+  auto id = ApplyTreeEdits(repo, base_tree, s.edits);
+  if (!id) return id.error();
+  if (stats) *stats = s.stats;
+  return id;
+}
+
+}  // namespace acqfs::gitbridge

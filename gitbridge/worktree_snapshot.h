@@ -30,7 +30,8 @@ struct SnapshotStats {
 };
 
 // `base_tree` may be null (empty). Returns the new tree's id.
-Result<git_oid> BuildWorktreeTree(git_repository* repo, const git_oid* base_tree,
+Result<git_oid> BuildWorktreeTree(git_repository* repo,
+                                  const git_oid* base_tree,
                                   const Layers& layers,
                                   SnapshotStats* stats = nullptr);
 

@@ -94,9 +94,11 @@ std::string Sandbox::CheckMounted() const {
   if (!mounted_) return ::testing::AssertionSuccess();
   if (daemon_pid_ == 0) daemon_pid_ = ReadPidFile(pid_file());
   const std::string target = by_name ? options_.name : mountpoint_;
+  std::vector<std::string> args = {"umount", target, "--state-dir", state_dir_};
+  args.insert(args.end(), options_.extra_umount_args.begin(),
+              options_.extra_umount_args.end());
   CommandResult r =
-      RunCommand(AcqfsCommand({"umount", target, "--state-dir", state_dir_}),
-                 options_.umount_timeout_seconds);
+      RunCommand(AcqfsCommand(args), options_.umount_timeout_seconds);
   std::ostringstream problems;
   if (!r.ok()) problems << "acqfs umount failed: " << r.Describe() << "\n";
   if (FindMount(mountpoint_)) {

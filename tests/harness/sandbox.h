@@ -33,6 +33,8 @@ struct SandboxOptions {
   gid_t owner_gid = static_cast<gid_t>(-1);
   std::string acqfs_bin;  // "" means AcqfsBinary()
   std::vector<std::string> extra_mount_args;
+  // Words added to every `acqfs umount` (e.g. "--no-export").
+  std::vector<std::string> extra_umount_args;
   int mount_timeout_seconds = 30;
   int umount_timeout_seconds = 60;
 };

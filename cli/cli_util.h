@@ -1,0 +1,46 @@
+// Helpers the acqfs subcommands share: messages and exit codes, paths, and
+// finding a sandbox in the state directory.
+// Every error printed has the form "acqfs: <what failed>: <path or name>:
+// <reason>"; exit codes (docs/cli.md):
+//   0  success
+//   1  bad input: usage, a wrong path or name, a refused request
+//   2  the operation itself failed (mount, unmount, export, removal)
+//   3  export finished but refused some branches (unsafe trees, reserved names)
+// Thread-safety: plain functions.
+#ifndef ACQFS_CLI_CLI_UTIL_H_
+#define ACQFS_CLI_CLI_UTIL_H_
+
+#include <string>
+
+#include "cli/state.h"
+#include "common/error.h"
+#include "gitbridge/export.h"
+
+namespace acqfs::cli {
+
+constexpr int kExitBadInput = 1;
+constexpr int kExitFailed = 2;
+constexpr int kExitRefused = 3;
+
+int Fail(int code, const std::string& what, const std::string& subject,
+         const std::string& reason);
+int Fail(int code, const std::string& what, const Error& e);
+
+std::string Absolute(const std::string& p);
+bool IsDir(const std::string& p);
+bool Exists(const std::string& p);
+// Is `inner` equal to or below `outer`? Both canonical.
+bool Within(const std::string& inner, const std::string& outer);
+
+// Finds the sandbox an argument names: a sandbox name, or the mountpoint one
+// of them was last mounted on.
+bool FindSandbox(const std::string& state, const std::string& arg,
+                 SandboxPaths* out, SandboxMeta* meta);
+
+// The bridge export settings of a sandbox.
+gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,
+                                        const SandboxMeta& meta);
+
+}  // namespace acqfs::cli
+
+#endif  // ACQFS_CLI_CLI_UTIL_H_

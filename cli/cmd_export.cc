@@ -1,0 +1,87 @@
+// acqfs export: publishes a sandbox's branches and working tree in its bridge
+// repository and says how to fetch them.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/state.h"
+#include "gitbridge/export.h"
+
+namespace acqfs::cli {
+namespace {
+
+std::string Short(const std::string& id) { return id.substr(0, 12); }
+
+void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
+  if (r.nothing_new())
+    std::printf("acqfs: export %s: nothing new since the last export\n",
+                name.c_str());
+  for (const auto& u : r.updates) {
+    if (u.new_id.empty())
+      std::printf("  deleted   %s (was %s)\n", u.ref.c_str(),
+                  Short(u.old_id).c_str());
+    else if (u.old_id.empty())
+      std::printf("  created   %s at %s\n", u.ref.c_str(),
+                  Short(u.new_id).c_str());
+    else
+      std::printf("  updated   %s %s..%s\n", u.ref.c_str(),
+                  Short(u.old_id).c_str(), Short(u.new_id).c_str());
+  }
+  if (!r.worktree_commit.empty())
+    std::printf("  working tree: %s (parent %s, %llu changed paths)\n",
+                Short(r.worktree_commit).c_str(),
+                Short(r.worktree_parent).c_str(),
+                static_cast<unsigned long long>(r.changed_paths));
+  if (!r.host_dirty_commit.empty())
+    std::printf("  host's own uncommitted work: %s\n",
+                Short(r.host_dirty_commit).c_str());
+  for (const auto& why : r.refused)
+    std::fprintf(stderr, "acqfs: export: refused branch: %s\n", why.c_str());
+  std::printf("fetch with: %s\n", r.fetch_command.c_str());
+}
+
+void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
+  nlohmann::json updates = nlohmann::json::array();
+  for (const auto& u : r.updates)
+    updates.push_back({{"ref", u.ref}, {"old", u.old_id}, {"new", u.new_id}});
+  nlohmann::json j = {{"sandbox", name},
+                      {"updates", updates},
+                      {"refused", r.refused},
+                      {"worktree_commit", r.worktree_commit},
+                      {"worktree_parent", r.worktree_parent},
+                      {"host_dirty_commit", r.host_dirty_commit},
+                      {"changed_paths", r.changed_paths},
+                      {"nothing_new", r.nothing_new()},
+                      {"fetch_command", r.fetch_command}};
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+}  // namespace
+
+int ExportAndReport(const std::string& what, const std::string& name,
+                    const std::string& state_dir, bool json) {
+  std::string state = Absolute(ResolveStateDir(state_dir));
+  SandboxPaths paths(state, "_");
+  SandboxMeta meta;
+  if (!FindSandbox(state, name, &paths, &meta))
+    return Fail(kExitBadInput, what, name, "no such sandbox");
+  auto r = gitbridge::Export(ExportConfigFor(paths, meta));
+  if (!r) {
+    int code = r.err() == ENOENT && r.error().path == meta.lower ? kExitBadInput
+                                                                 : kExitFailed;
+    return Fail(code, what, r.error());
+  }
+  if (json)
+    PrintJson(paths.name, *r);
+  else
+    PrintText(paths.name, *r);
+  return r->refused.empty() ? 0 : kExitRefused;
+}
+
+int RunExport(const ExportArgs& a) {
+  return ExportAndReport("export", a.name, a.state_dir, a.json);
+}
+
+}  // namespace acqfs::cli

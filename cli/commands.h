@@ -1,0 +1,41 @@
+// The acqfs subcommands, one Run* function each (cmd_<name>.cc). main.cc
+// only parses the command line into these argument structs.
+#ifndef ACQFS_CLI_COMMANDS_H_
+#define ACQFS_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace acqfs::cli {
+
+struct MountArgs {
+  std::string lower, mountpoint, name, state_dir, log_level = "info";
+  std::vector<std::string> options;
+  bool foreground = false, allow_other = false;
+};
+int RunMount(const MountArgs& a);
+
+struct UmountArgs {
+  std::string target, state_dir;
+  bool no_export = false, json = false;
+};
+int RunUmount(const UmountArgs& a);
+
+struct ExportArgs {
+  std::string name, state_dir;
+  bool json = false;
+};
+int RunExport(const ExportArgs& a);
+// Exports a sandbox and prints the result (text or JSON); the exit code.
+int ExportAndReport(const std::string& what, const std::string& name,
+                    const std::string& state_dir, bool json);
+
+struct RmArgs {
+  std::string name, state_dir;
+  bool force = false;
+};
+int RunRm(const RmArgs& a);
+
+}  // namespace acqfs::cli
+
+#endif  // ACQFS_CLI_COMMANDS_H_

@@ -1,0 +1,331 @@
+#include "gitbridge/export.h"
+
+#include <ctime>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "common/git_ptr.h"
+#include "fs/layer.h"
+#include "gitbridge/bridge_repo.h"
+#include "gitbridge/host_repo.h"
+#include "gitbridge/remote.h"
+#include "gitbridge/sandbox_repo.h"
+#include "gitbridge/worktree_snapshot.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+// Everything an export reads, opened once. Members are destroyed in reverse
+// order, so the repositories go before the library.
+struct Session {
+  GitLibrary lib;
+  std::unique_ptr<Layers> layers;
+  std::optional<HostRepo> host;
+  std::optional<BridgeRepo> bridge;
+  std::optional<SandboxRepo> sandbox;
+};
+
+Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
+  auto s = std::make_unique<Session>();
+  auto host = HostRepo::Open(c.lower);
+  if (!host) {
+    if (host.err() == ENOENT)
+      return Error::Of(ENOENT, "no git repository to export to", c.lower);
+    return host.error();
+  }
+  s->host.emplace(std::move(*host));
+  auto layers = Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace);
+  if (!layers) return layers.error();
+  s->layers = std::make_unique<Layers>(std::move(*layers));
+  auto bridge = BridgeRepo::OpenOrCreate(c.bridge, s->host->objects_dir());
+  if (!bridge) return bridge.error();
+  s->bridge.emplace(std::move(*bridge));
+  auto sandbox = SandboxRepo::Open(*s->layers);
+  if (!sandbox) return sandbox.error();
+  s->sandbox.emplace(std::move(*sandbox));
+  return s;
+}
+
+bool Reserved(const std::string& branch) {
+  std::string r = kWorktreeBranchName;
+  return branch == r || branch.rfind(r + "/", 0) == 0;
+}
+
+struct Plan {
+  std::map<std::string, git_oid> publish;  // branch -> tip
+  std::vector<std::string> refused;
+  std::map<std::string, git_oid> bridge_heads;  // before this export
+  std::optional<git_oid> host_dirty;
+  std::optional<git_oid> base;  // the snapshot's 1st parent
+  git_oid tree{};               // the working tree
+  std::optional<git_oid> prev;  // previous snapshot
+  bool worktree_changed = false;
+  uint64_t changes = 0;
+};
+
+std::vector<git_oid> HostTips(HostRepo& host,
+                              const std::map<std::string, git_oid>& branches,
+                              const std::optional<git_oid>& head) {
+  std::vector<git_oid> hide;
+  for (const auto& [name, id] : branches) hide.push_back(id);
+  if (head) hide.push_back(*head);
+  return hide;
+}
+
+// Decides which sandbox branches to publish, copying their objects in.
+Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
+                    const std::map<std::string, git_oid>& host_branches,
+                    Plan* plan) {
+  auto branches = s.sandbox->Branches();
+  if (!branches) return branches.error();
+  for (const auto& [name, tip] : *branches) {
+    auto h = host_branches.find(name);
+    if (h != host_branches.end() && git_oid_equal(&h->second, &tip)) continue;
+    if (Reserved(name)) {
+      plan->refused.push_back(name +
+                              ": the name is reserved for the working "
+                              "tree commit");
+      continue;
+    }
+    // Whatever stops the copy (an unsafe tree, a missing or corrupt object
+    // in the sandbox) stops this branch only.
+    Status c = s.bridge->CopyReachable(s.sandbox->repo(), {tip}, hide);
+    if (!c) {
+      plan->refused.push_back(name + ": " + c.error().Message());
+      continue;
+    }
+    plan->publish[name] = tip;
+  }
+  return Ok();
+}
+
+Result<git_oid> TreeOf(git_repository* repo, const git_oid& commit) {
+  git_commit* raw = nullptr;
+  int rc = git_commit_lookup(&raw, repo, &commit);
+  GitCommit c(raw);
+  if (rc < 0) return GitError(rc, "read commit " + OidHex(commit), "");
+  return *git_commit_tree_id(c.get());
+}
+
+// Chooses the snapshot's base and builds its tree.
+Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
+                    const std::optional<git_oid>& host_head, Plan* plan) {
+  git_repository* bridge = s.bridge->repo();
+  auto head = s.sandbox->Head();
+  if (!head) return head.error();
+  auto dirty = s.host->DirtyCommit(bridge);
+  if (!dirty) return dirty.error();
+  plan->host_dirty = *dirty;
+  bool head_moved =
+      *head && (!host_head || !git_oid_equal(&**head, &*host_head));
+  if (head_moved) {
+    Status c = s.bridge->CopyReachable(s.sandbox->repo(), {**head}, hide);
+    if (!c) {
+      plan->refused.push_back("HEAD: " + c.error().Message());
+      head_moved = false;
+    }
+  }
+  if (head_moved)
+    plan->base = **head;
+  else if (*dirty)
+    plan->base = **dirty;
+  else
+    plan->base = host_head;
+
+  std::optional<git_oid> base_tree;
+  std::optional<git_oid> tree_source = *dirty ? *dirty : host_head;
+  if (tree_source) {
+    auto t = TreeOf(bridge, *tree_source);
+    if (!t) return t.error();
+    base_tree = *t;
+  }
+  SnapshotStats stats;
+  auto tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
+                                *s.layers, &stats);
+  if (!tree && (tree.err() == EPERM || tree.err() == EINVAL)) {
+    // An entry the bridge will not publish (e.g. a symlinked .gitmodules):
+    // the working tree is refused, the branches still go out.
+    plan->refused.push_back("working tree: " + tree.error().Message());
+    plan->worktree_changed = false;
+    return Ok();
+  }
+  if (!tree) return tree.error();
+  plan->tree = *tree;
+  plan->changes = stats.changes;
+
+  auto refs = s.bridge->Refs("refs/acqfs/");
+  if (!refs) return refs.error();
+  auto prev = refs->find("worktree");
+  if (prev == refs->end()) {
+    // Nothing to publish while the tree is just the base's.
+    std::optional<git_oid> base_of_base;
+    if (plan->base) {
+      auto t = TreeOf(bridge, *plan->base);
+      if (!t) return t.error();
+      base_of_base = *t;
+    }
+    plan->worktree_changed =
+        !base_of_base || !git_oid_equal(&*base_of_base, &plan->tree);
+    return Ok();
+  }
+  plan->prev = prev->second;
+  git_commit* raw = nullptr;
+  int rc = git_commit_lookup(&raw, bridge, &prev->second);
+  GitCommit pc(raw);
+  if (rc < 0) return GitError(rc, "read previous snapshot", s.bridge->path());
+  bool same_tree = git_oid_equal(git_commit_tree_id(pc.get()), &plan->tree);
+  bool same_base =
+      plan->base && git_commit_parentcount(pc.get()) > 0 &&
+      git_oid_equal(git_commit_parent_id(pc.get(), 0), &*plan->base);
+  plan->worktree_changed = !(same_tree && same_base);
+  return Ok();
+}
+
+Result<Plan> MakePlan(Session& s) {
+  Plan plan;
+  auto host_branches = s.host->Branches();
+  if (!host_branches) return host_branches.error();
+  auto host_head = s.host->Head();
+  if (!host_head) return host_head.error();
+  std::vector<git_oid> hide = HostTips(*s.host, *host_branches, *host_head);
+  auto bridge_heads = s.bridge->Refs("refs/heads/");
+  if (!bridge_heads) return bridge_heads.error();
+  plan.bridge_heads = *bridge_heads;
+  ACQFS_TRY(PlanBranches(s, hide, *host_branches, &plan));
+  ACQFS_TRY(PlanWorktree(s, hide, *host_head, &plan));
+  return plan;
+}
+
+Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
+                               const Plan& plan) {
+  git_repository* bridge = s.bridge->repo();
+  std::vector<git_oid> parents;
+  auto add = [&](const std::optional<git_oid>& id) {
+    if (!id) return;
+    for (const auto& p : parents)
+      if (git_oid_equal(&p, &*id)) return;
+    parents.push_back(*id);
+  };
+  add(plan.base);
+  add(plan.prev);
+  add(plan.host_dirty);
+  std::vector<GitCommit> owned;
+  std::vector<const git_commit*> ptrs;
+  for (const auto& p : parents) {
+    git_commit* raw = nullptr;
+    int rc = git_commit_lookup(&raw, bridge, &p);
+    if (rc < 0) return GitError(rc, "read parent " + OidHex(p), c.bridge);
+    owned.emplace_back(raw);
+    ptrs.push_back(raw);
+  }
+  git_tree* traw = nullptr;
+  int rc = git_tree_lookup(&traw, bridge, &plan.tree);
+  GitTree tree(traw);
+  if (rc < 0) return GitError(rc, "read snapshot tree", c.bridge);
+  git_signature* sraw = nullptr;
+  rc = git_signature_new(&sraw, "acqfs", "acqfs@localhost", std::time(nullptr),
+                         0);
+  GitSignature sig(sraw);
+  if (rc < 0) return GitError(rc, "make signature", c.bridge);
+  std::string msg = "acqfs: working tree of sandbox " + c.sandbox + "\n";
+  git_oid id;
+  rc = git_commit_create(&id, bridge, nullptr, sig.get(), sig.get(), nullptr,
+                         msg.c_str(), tree.get(), ptrs.size(), ptrs.data());
+  if (rc < 0) return GitError(rc, "commit working tree", c.bridge);
+  return id;
+}
+
+std::string Hex(const std::optional<git_oid>& id) {
+  return id ? OidHex(*id) : std::string();
+}
+
+Status PublishBranches(Session& s, const Plan& plan, ExportResult* r) {
+  for (const auto& [name, tip] : plan.publish) {
+    auto old = plan.bridge_heads.find(name);
+    if (old != plan.bridge_heads.end() && git_oid_equal(&old->second, &tip))
+      continue;
+    std::string ref = "refs/heads/" + name;
+    ACQFS_TRY(s.bridge->SetRef(ref, tip, "acqfs export"));
+    r->updates.push_back(RefUpdate{
+        ref, old == plan.bridge_heads.end() ? "" : OidHex(old->second),
+        OidHex(tip)});
+  }
+  for (const auto& [name, id] : plan.bridge_heads) {
+    if (plan.publish.count(name)) continue;
+    std::string ref = "refs/heads/" + name;
+    ACQFS_TRY(s.bridge->DeleteRef(ref));
+    r->updates.push_back(RefUpdate{ref, OidHex(id), ""});
+  }
+  return Ok();
+}
+
+}  // namespace
+
+bool IsGitCheckout(const std::string& dir) {
+  GitLibrary lib;
+  return HostRepo::Open(dir).ok();
+}
+
+Status PrepareBridge(const ExportConfig& c) {
+  GitLibrary lib;
+  {
+    auto host = HostRepo::Open(c.lower);
+    if (!host) return host.error();
+    auto bridge = BridgeRepo::OpenOrCreate(c.bridge, host->objects_dir());
+    if (!bridge) return bridge.error();
+  }
+  return RegisterRemote(c.lower, c.sandbox, c.bridge);
+}
+
+Result<ExportResult> Export(const ExportConfig& c) {
+  auto session = OpenSession(c);
+  if (!session) return session.error();
+  Session& s = **session;
+  auto plan = MakePlan(s);
+  if (!plan) return plan.error();
+  ExportResult r;
+  r.refused = plan->refused;
+  r.changed_paths = plan->changes;
+  r.host_dirty_commit = Hex(plan->host_dirty);
+  r.fetch_command = "git -C " + c.lower + " fetch " + RemoteName(c.sandbox);
+  ACQFS_TRY(PublishBranches(s, *plan, &r));
+  r.worktree_commit = Hex(plan->prev);
+  if (plan->worktree_changed) {
+    auto id = CommitSnapshot(s, c, *plan);
+    if (!id) return id.error();
+    ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *id, "acqfs export"));
+    r.updates.push_back(RefUpdate{kWorktreeRef, Hex(plan->prev), OidHex(*id)});
+    r.worktree_commit = OidHex(*id);
+  }
+  r.worktree_parent = r.worktree_commit.empty() ? "" : Hex(plan->base);
+  return r;
+}
+
+Result<PendingWork> Pending(const ExportConfig& c) {
+  auto session = OpenSession(c);
+  if (!session) return session.error();
+  Session& s = **session;
+  auto plan = MakePlan(s);
+  if (!plan) return plan.error();
+  PendingWork w;
+  for (const auto& [name, tip] : plan->publish) {
+    auto old = plan->bridge_heads.find(name);
+    if (old == plan->bridge_heads.end() || !git_oid_equal(&old->second, &tip))
+      w.unexported.push_back("branch " + name + " at " + OidHex(tip));
+  }
+  if (plan->worktree_changed)
+    w.unexported.push_back("working tree changes (" +
+                           std::to_string(plan->changes) + " paths)");
+  std::map<std::string, git_oid> published = plan->bridge_heads;
+  auto refs = s.bridge->Refs("refs/acqfs/");
+  if (!refs) return refs.error();
+  for (const auto& [name, id] : *refs) published["acqfs/" + name] = id;
+  for (const auto& [name, id] : published)
+    if (!s.host->HasObject(id))
+      w.unfetched.push_back(name + " at " + OidHex(id));
+  return w;
+}
+
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,69 @@
+// Export: turns a sandbox's state into refs of its bridge repository, from
+// the layers alone (mounted or not).
+//   refs/heads/<branch>   every branch the sandbox created or moved, with
+//                         the objects it needs, copied in and verified;
+//                         branches it deleted (or moved back to the host's
+//                         tip) are removed from the bridge;
+//   refs/acqfs/worktree   a commit of the sandbox's working tree (see
+//                         docs/git-bridge.md for its parents), chained onto
+//                         the previous export's commit.
+// Pending() answers, without writing a ref, what an export would publish
+// and which published commits the host has not fetched (for `acqfs rm`).
+// Thread-safety: call from one thread.
+#ifndef ACQFS_GITBRIDGE_EXPORT_H_
+#define ACQFS_GITBRIDGE_EXPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "fs/layer_format.h"
+
+namespace acqfs::gitbridge {
+
+struct ExportConfig {
+  std::string sandbox;  // the sandbox's name
+  std::string lower;    // the host checkout (absolute)
+  std::string upper;    // the sandbox's upper layer
+  std::string bridge;   // <state>/<name>/bridge.git
+  XattrNamespace xattr_namespace = XattrNamespace::kUser;
+};
+
+struct RefUpdate {
+  std::string ref;     // full ref name in the bridge
+  std::string old_id;  // "" when created
+  std::string new_id;  // "" when deleted
+};
+
+struct ExportResult {
+  std::vector<RefUpdate> updates;    // what changed in the bridge
+  std::vector<std::string> refused;  // "<branch>: <reason>"
+  std::string worktree_commit;       // current refs/acqfs/worktree
+  std::string worktree_parent;       // its first parent (the base)
+  std::string host_dirty_commit;     // the host's own work, "" if clean
+  uint64_t changed_paths = 0;        // changes the upper layer holds
+  std::string fetch_command;         // what the host runs to fetch
+  bool nothing_new() const { return updates.empty(); }
+};
+
+// Exports the sandbox. A refused branch (unsafe tree, reserved name) is
+// listed in `refused` and not published; everything else still is.
+Result<ExportResult> Export(const ExportConfig& config);
+
+struct PendingWork {
+  std::vector<std::string> unexported;  // what an export would publish
+  std::vector<std::string> unfetched;   // bridge refs the host lacks
+  bool empty() const { return unexported.empty() && unfetched.empty(); }
+};
+Result<PendingWork> Pending(const ExportConfig& config);
+
+// Is `dir` a git checkout acqfs can bridge?
+bool IsGitCheckout(const std::string& dir);
+
+// Creates the bridge repository (alternates to the host's objects) and
+// registers the sandbox-<name> remote on the host. Idempotent.
+Status PrepareBridge(const ExportConfig& config);
+
+}  // namespace acqfs::gitbridge
+
+#endif  // ACQFS_GITBRIDGE_EXPORT_H_

@@ -1,0 +1,166 @@
+#include "gitbridge/remote.h"
+
+#include "common/git_ptr.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+Result<GitRepository> OpenHost(const std::string& workdir) {
+  git_repository* raw = nullptr;
+  int rc = git_repository_open_ext(&raw, workdir.c_str(),
+                                   GIT_REPOSITORY_OPEN_NO_SEARCH, nullptr);
+  if (rc < 0) return GitError(rc, "open git repository", workdir);
+  return GitRepository(raw);
+}
+
+// The URL of an existing remote, or "" when there is none.
+Result<std::string> ExistingUrl(git_repository* repo, const std::string& name,
+                                const std::string& shown) {
+  git_remote* raw = nullptr;
+  int rc = git_remote_lookup(&raw, repo, name.c_str());
+  GitRemote remote(raw);
+  if (rc == GIT_ENOTFOUND) return std::string();
+  if (rc < 0) return GitError(rc, "look up remote " + name, shown);
+  const char* url = git_remote_url(remote.get());
+  return std::string(url ? url : "");
+}
+
+}  // namespace
+
+std::string RemoteName(const std::string& sandbox) {
+  return "sandbox-" + sandbox;
+}
+
+std::vector<std::string> RemoteFetchSpecs(const std::string& sandbox) {
+  std::string r = RemoteName(sandbox);
+  return {
+      "+refs/heads/*:refs/remotes/" + r + "/*",
+      "+" + std::string(kWorktreeRef) + ":refs/remotes/" + r + "/" +
+          kWorktreeBranchName,
+      "+refs/heads/*:refs/sandboxes/" + sandbox + "/heads/*",
+      "+" + std::string(kWorktreeRef) + ":refs/sandboxes/" + sandbox +
+          "/worktree",
+  };
+}
+
+Status CheckRemoteFree(const std::string& host_workdir,
+                       const std::string& sandbox,
+                       const std::string& bridge_path) {
+  GitLibrary lib;
+  auto repo = OpenHost(host_workdir);
+  if (!repo) return repo.error();
+  auto url = ExistingUrl(repo->get(), RemoteName(sandbox), host_workdir);
+  if (!url) return url.error();
+  if (!url->empty() && *url != bridge_path)
+    return Error::Of(EEXIST,
+                     "remote " + RemoteName(sandbox) +
+                         " already exists and points to " + *url,
+                     host_workdir);
+  return Ok();
+}
+
+Status RegisterRemote(const std::string& host_workdir,
+                      const std::string& sandbox,
+                      const std::string& bridge_path) {
+  GitLibrary lib;
+  auto repo = OpenHost(host_workdir);
+  if (!repo) return repo.error();
+  std::string name = RemoteName(sandbox);
+  auto url = ExistingUrl(repo->get(), name, host_workdir);
+  if (!url) return url.error();
+  if (*url == bridge_path) return Ok();
+  if (!url->empty())
+    return Error::Of(EEXIST,
+                     "remote " + name + " already exists and points to " + *url,
+                     host_workdir);
+  auto specs = RemoteFetchSpecs(sandbox);
+  git_remote* raw = nullptr;
+  int rc = git_remote_create_with_fetchspec(
+      &raw, repo->get(), name.c_str(), bridge_path.c_str(), specs[0].c_str());
+  GitRemote remote(raw);
+  if (rc < 0) return GitError(rc, "add remote " + name, host_workdir);
+  for (size_t i = 1; i < specs.size(); i++) {
+    rc = git_remote_add_fetch(repo->get(), name.c_str(), specs[i].c_str());
+    if (rc < 0)
+      return GitError(rc, "add fetch refspec to " + name, host_workdir);
+  }
+  return Ok();
+}
+
+namespace {
+
+// Deletes every ref whose name matches `glob`.
+Status DeleteRefs(git_repository* repo, const std::string& glob,
+                  const std::string& shown) {
+  git_reference_iterator* raw = nullptr;
+  int rc = git_reference_iterator_glob_new(&raw, repo, glob.c_str());
+  GitReferenceIterator it(raw);
+  if (rc < 0) return GitError(rc, "list refs " + glob, shown);
+  std::vector<std::string> names;
+  const char* name = nullptr;
+  while ((rc = git_reference_next_name(&name, it.get())) == 0)
+    names.emplace_back(name);
+  if (rc != GIT_ITEROVER) return GitError(rc, "list refs " + glob, shown);
+  for (const auto& n : names) {
+    rc = git_reference_remove(repo, n.c_str());
+    if (rc < 0 && rc != GIT_ENOTFOUND)
+      return GitError(rc, "delete ref " + n, shown);
+  }
+  return Ok();
+}
+
+// Deletes every remote.<name>.* entry (libgit2 1.5's git_remote_delete
+// fails on a remote with several fetch refspecs).
+Status DeleteRemoteConfig(git_repository* repo, const std::string& name,
+                          const std::string& shown) {
+  git_config* raw = nullptr;
+  int rc = git_repository_config(&raw, repo);
+  GitConfig cfg(raw);
+  if (rc < 0) return GitError(rc, "open config", shown);
+  git_config* local_raw = nullptr;
+  rc = git_config_open_level(&local_raw, cfg.get(), GIT_CONFIG_LEVEL_LOCAL);
+  GitConfig local(local_raw);
+  if (rc < 0) return GitError(rc, "open the repository's config", shown);
+  std::vector<std::string> keys;
+  git_config_iterator* it_raw = nullptr;
+  std::string escaped;
+  for (char ch : name) {
+    if (ch == '.') escaped += '\\';
+    escaped += ch;
+  }
+  std::string re = "^remote\\." + escaped + "\\.";
+  rc = git_config_iterator_glob_new(&it_raw, local.get(), re.c_str());
+  if (rc < 0) return GitError(rc, "read config", shown);
+  git_config_entry* entry = nullptr;
+  while ((rc = git_config_next(&entry, it_raw)) == 0) {
+    bool seen = false;
+    for (const auto& k : keys) seen = seen || k == entry->name;
+    if (!seen) keys.emplace_back(entry->name);
+  }
+  git_config_iterator_free(it_raw);
+  if (rc != GIT_ITEROVER) return GitError(rc, "read config", shown);
+  for (const auto& k : keys) {
+    rc = git_config_delete_multivar(local.get(), k.c_str(), ".*");
+    if (rc < 0 && rc != GIT_ENOTFOUND)
+      return GitError(rc, "delete config " + k, shown);
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Status UnregisterRemote(const std::string& host_workdir,
+                        const std::string& sandbox) {
+  GitLibrary lib;
+  auto repo = OpenHost(host_workdir);
+  if (!repo) return repo.error();
+  std::string name = RemoteName(sandbox);
+  auto url = ExistingUrl(repo->get(), name, host_workdir);
+  if (!url) return url.error();
+  if (url->empty()) return Ok();
+  ACQFS_TRY(
+      DeleteRefs(repo->get(), "refs/remotes/" + name + "/*", host_workdir));
+  return DeleteRemoteConfig(repo->get(), name, host_workdir);
+}
+
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,519 @@
+// Tests of BridgeRepo and CheckTreeEntry: the bridge is created bare, without
+// hooks, with the protect settings and the host's objects as alternates;
+// CopyReachable copies exactly the objects the bridge lacks, verifies them
+// and refuses unsafe trees without writing them; refs are plain refs.
+#include "gitbridge/bridge_repo.h"
+
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK(expr)                                            \
+  do {                                                             \
+    auto r_ = (expr);                                              \
+    ASSERT_TRUE(r_.ok()) << #expr << ": " << r_.error().Message(); \
+  } while (0)
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+// A private HOME and fixed identities, so neither `git` nor libgit2 reads
+// the machine's own configuration.
+class GitEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-home-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    home_ = tmpl;
+    ::setenv("HOME", home_.c_str(), 1);
+    ::setenv("XDG_CONFIG_HOME", home_.c_str(), 1);
+    ::setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+    for (const char* k : {"GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"})
+      ::setenv(k, "Test", 1);
+    for (const char* k : {"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"})
+      ::setenv(k, "test@example.com", 1);
+    git_libgit2_init();
+  }
+  void TearDown() override {
+    git_libgit2_shutdown();
+    fs::remove_all(home_);
+  }
+
+ private:
+  std::string home_;
+};
+const auto* const kEnv =
+    ::testing::AddGlobalTestEnvironment(new GitEnvironment);
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs a shell command; fails the test unless it exits 0. Returns stdout.
+std::string Sh(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  EXPECT_NE(p, nullptr) << cmd;
+  if (!p) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n"
+                                                             << out;
+  return out;
+}
+
+std::string Git(const std::string& dir, const std::string& args) {
+  std::string out = Sh("git -C " + Quote(dir) + " " + args);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+void Write(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+git_oid Oid(const std::string& hex) {
+  git_oid id{};
+  EXPECT_EQ(git_oid_fromstr(&id, hex.c_str()), 0) << hex;
+  return id;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+// Loose objects (hex ids) under an objects directory.
+std::set<std::string> LooseObjects(const std::string& objects) {
+  std::set<std::string> out;
+  for (const auto& d : fs::directory_iterator(objects)) {
+    std::string dn = d.path().filename().string();
+    if (dn.size() != 2 || !d.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(d.path()))
+      out.insert(dn + f.path().filename().string());
+  }
+  return out;
+}
+
+// path -> (size, mtime) of every entry below `root`, for "not touched".
+std::map<std::string, std::pair<uintmax_t, int64_t>> Times(
+    const std::string& root) {
+  std::map<std::string, std::pair<uintmax_t, int64_t>> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    struct stat st;
+    if (::lstat(e.path().c_str(), &st) != 0) continue;
+    out[e.path().string()] = {
+        static_cast<uintmax_t>(st.st_size),
+        int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+  }
+  return out;
+}
+
+// A raw tree: entries (mode, name, id) serialized exactly as given.
+std::string RawTree(
+    const std::vector<std::tuple<std::string, std::string, git_oid>>& ents) {
+  std::string out;
+  for (const auto& [mode, name, id] : ents) {
+    out += mode + " " + name;
+    out.push_back('\0');
+    out.append(reinterpret_cast<const char*>(id.id), GIT_OID_RAWSZ);
+  }
+  return out;
+}
+
+class BridgeRepoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-bridge-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    host_ = root_ + "/host";
+    scratch_ = root_ + "/scratch";
+    bridge_path_ = root_ + "/state/bridge.git";
+    Sh("git init -q -b main " + Quote(host_));
+    Write(host_ + "/dir/a.txt", "a\n");
+    Write(host_ + "/b.txt", "b\n");
+    Git(host_, "add -A");
+    Git(host_, "commit -q -m base");
+    base_ = Git(host_, "rev-parse HEAD");
+    Sh("git clone -q --no-hardlinks " + Quote(host_) + " " + Quote(scratch_));
+    int rc = git_repository_open(&source_raw_, scratch_.c_str());
+    ASSERT_EQ(rc, 0);
+    source_.reset(source_raw_);
+    auto b = BridgeRepo::OpenOrCreate(bridge_path_, host_ + "/.git/objects");
+    ASSERT_TRUE(b.ok()) << b.error().Message();
+    bridge_.emplace(std::move(*b));
+  }
+  void TearDown() override {
+    bridge_.reset();
+    source_.reset();
+    fs::remove_all(root_);
+  }
+
+  // Two commits on branch "work" in the scratch clone.
+  std::string MakeWork() {
+    Git(scratch_, "checkout -q -b work");
+    Write(scratch_ + "/dir/a.txt", "a changed\n");
+    Write(scratch_ + "/new/deep/c.txt", "c\n");
+    Git(scratch_, "add -A");
+    Git(scratch_, "commit -q -m one");
+    Write(scratch_ + "/d.txt", "d\n");
+    Git(scratch_, "add -A");
+    Git(scratch_, "commit -q -m two");
+    return Git(scratch_, "rev-parse HEAD");
+  }
+
+  git_oid WriteObject(git_repository* repo, const std::string& data,
+                      git_object_t type) {
+    git_odb* raw = nullptr;
+    EXPECT_EQ(git_repository_odb(&raw, repo), 0);
+    GitOdb odb(raw);
+    git_oid id{};
+    EXPECT_EQ(git_odb_write(&id, odb.get(), data.data(), data.size(), type), 0);
+    return id;
+  }
+
+  // A commit on base_ in the scratch clone whose root tree is `tree_bytes`.
+  git_oid CommitRawTree(const std::string& tree_bytes) {
+    git_oid tree = WriteObject(source_.get(), tree_bytes, GIT_OBJECT_TREE);
+    std::string commit = "tree " + OidHex(tree) + "\nparent " + base_ +
+                         "\nauthor T <t@t> 0 +0000\n"
+                         "committer T <t@t> 0 +0000\n\nraw\n";
+    return WriteObject(source_.get(), commit, GIT_OBJECT_COMMIT);
+  }
+
+  bool BridgeHas(const git_oid& id) {
+    git_odb* raw = nullptr;
+    EXPECT_EQ(git_repository_odb(&raw, bridge_->repo()), 0);
+    GitOdb odb(raw);
+    return git_odb_exists(odb.get(), &id) == 1;
+  }
+
+  std::string BridgeObjects() const { return bridge_path_ + "/objects"; }
+
+  std::string root_, host_, scratch_, bridge_path_, base_;
+  git_repository* source_raw_ = nullptr;
+  GitRepository source_;
+  std::optional<BridgeRepo> bridge_;
+};
+
+TEST_F(BridgeRepoTest, CreatesABareRepositoryWithoutHooks) {
+  EXPECT_TRUE(git_repository_is_bare(bridge_->repo()));
+  EXPECT_EQ(bridge_->path(), bridge_path_);
+  if (fs::exists(bridge_path_ + "/hooks")) {
+    EXPECT_TRUE(fs::is_empty(bridge_path_ + "/hooks"));
+  }
+  EXPECT_EQ(ReadFile(bridge_path_ + "/objects/info/alternates"),
+            host_ + "/.git/objects\n");
+  EXPECT_TRUE(LooseObjects(BridgeObjects()).empty());
+}
+
+TEST_F(BridgeRepoTest, HasTheProtectSettings) {
+  git_config* raw = nullptr;
+  ASSERT_EQ(git_config_open_ondisk(&raw, (bridge_path_ + "/config").c_str()),
+            0);
+  GitConfig cfg(raw);
+  for (const char* key :
+       {"core.protectHFS", "core.protectNTFS", "core.logAllRefUpdates"}) {
+    int v = 0;
+    ASSERT_EQ(git_config_get_bool(&v, cfg.get(), key), 0) << key;
+    EXPECT_TRUE(v) << key;
+  }
+  int32_t gc = 1;
+  ASSERT_EQ(git_config_get_int32(&gc, cfg.get(), "gc.auto"), 0);
+  EXPECT_EQ(gc, 0);
+  EXPECT_EQ(Git(bridge_path_, "config core.protectNTFS"), "true");
+}
+
+TEST_F(BridgeRepoTest, ReopensAndRewritesAlternates) {
+  bridge_.reset();
+  std::string other = root_ + "/other/objects";
+  fs::create_directories(other);
+  ASSERT_OK_AND_ASSIGN(b, BridgeRepo::OpenOrCreate(bridge_path_, other));
+  EXPECT_EQ(ReadFile(bridge_path_ + "/objects/info/alternates"), other + "\n");
+  ASSERT_OK_AND_ASSIGN(b2, BridgeRepo::OpenOrCreate(bridge_path_, ""));
+  EXPECT_EQ(ReadFile(bridge_path_ + "/objects/info/alternates"), other + "\n");
+  ASSERT_OK(BridgeRepo::Open(bridge_path_));
+}
+
+TEST_F(BridgeRepoTest, OpenWithoutABridgeIsENOENT) {
+  auto b = BridgeRepo::Open(root_ + "/nothing.git");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.err(), ENOENT);
+}
+
+TEST_F(BridgeRepoTest, RelativeAlternatesAreRefused) {
+  auto b = BridgeRepo::OpenOrCreate(root_ + "/b2.git", "host/.git/objects");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.err(), EINVAL);
+}
+
+TEST_F(BridgeRepoTest, ReadsHostObjectsThroughAlternates) {
+  git_commit* raw = nullptr;
+  git_oid base = Oid(base_);
+  ASSERT_EQ(git_commit_lookup(&raw, bridge_->repo(), &base), 0);
+  GitCommit c(raw);
+}
+
+TEST_F(BridgeRepoTest, CopiesExactlyTheObjectsTheHostLacks) {
+  std::string work = MakeWork();
+  std::set<std::string> want;
+  for (const auto& line :
+       Lines(Git(scratch_, "rev-list --objects work --not main")))
+    want.insert(line.substr(0, GIT_OID_HEXSZ));
+  // 2 commits; trees /, dir, new, new/deep, then / again; blobs a, c, d.
+  ASSERT_EQ(want.size(), 10u);
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {Oid(base_)}));
+  EXPECT_EQ(LooseObjects(BridgeObjects()), want);
+  // Nothing more on a second copy, and without the hint the host's objects
+  // are still found through the alternates.
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  EXPECT_EQ(LooseObjects(BridgeObjects()), want);
+  Git(bridge_path_, "fsck --strict --no-dangling " + work);
+}
+
+TEST_F(BridgeRepoTest, CopyWithoutHideStopsAtHostObjects) {
+  std::string work = MakeWork();
+  std::set<std::string> want;
+  for (const auto& line :
+       Lines(Git(scratch_, "rev-list --objects work --not main")))
+    want.insert(line.substr(0, GIT_OID_HEXSZ));
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  EXPECT_EQ(LooseObjects(BridgeObjects()), want);
+}
+
+TEST_F(BridgeRepoTest, CopyingNeverTouchesTheHost) {
+  std::string work = MakeWork();
+  auto before = Times(host_ + "/.git");
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  // Writing an object the host has must not "freshen" the host's copy.
+  std::string host_blob = Git(host_, "rev-parse HEAD:b.txt");
+  git_oid written = WriteObject(bridge_->repo(), "b\n", GIT_OBJECT_BLOB);
+  EXPECT_EQ(OidHex(written), host_blob);
+  EXPECT_EQ(LooseObjects(BridgeObjects()).count(host_blob), 0u);
+  EXPECT_EQ(Times(host_ + "/.git"), before);
+}
+
+struct Refusal {
+  std::string mode;
+  std::string name;
+};
+
+class BridgeRefusalTest : public BridgeRepoTest,
+                          public ::testing::WithParamInterface<Refusal> {};
+
+TEST_P(BridgeRefusalTest, UnsafeTreeIsRefusedAndNothingOfItWritten) {
+  git_oid blob = WriteObject(source_.get(), "x\n", GIT_OBJECT_BLOB);
+  git_oid tree = WriteObject(
+      source_.get(), RawTree({{GetParam().mode, GetParam().name, blob}}),
+      GIT_OBJECT_TREE);
+  // The bad tree sits one level down: the refusal names the path.
+  git_oid top = WriteObject(source_.get(), RawTree({{"40000", "sub", tree}}),
+                            GIT_OBJECT_TREE);
+  std::string commit = "tree " + OidHex(top) + "\nparent " + base_ +
+                       "\nauthor T <t@t> 0 +0000\n"
+                       "committer T <t@t> 0 +0000\n\nraw\n";
+  git_oid id = WriteObject(source_.get(), commit, GIT_OBJECT_COMMIT);
+  Status s = bridge_->CopyReachable(source_.get(), {id}, {Oid(base_)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err(), EPERM);
+  EXPECT_NE(s.error().op.find("refused tree entry"), std::string::npos)
+      << s.error().Message();
+  EXPECT_NE(s.error().path.find(OidHex(id) + ":sub/"), std::string::npos)
+      << s.error().Message();
+  EXPECT_FALSE(BridgeHas(id));
+  EXPECT_FALSE(BridgeHas(top));
+  EXPECT_FALSE(BridgeHas(tree));
+  EXPECT_FALSE(BridgeHas(blob));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Names, BridgeRefusalTest,
+    ::testing::Values(Refusal{"100644", ".git"}, Refusal{"40000", ".git"},
+                      Refusal{"100644", ".GIT"}, Refusal{"100644", "git~1"},
+                      Refusal{"100644", "GIT~1"}, Refusal{"100644", ".git. "},
+                      Refusal{"100644", ".git::$INDEX_ALLOCATION"},
+                      Refusal{"100644", ".g\xE2\x80\x8Cit"},
+                      Refusal{"100644", "\xEF\xBB\xBF.git"},
+                      Refusal{"120000", ".gitmodules"},
+                      Refusal{"120000", ".GitModules"},
+                      Refusal{"120000", "gitmod~1"},
+                      Refusal{"120000", ".gitmodules "},
+                      Refusal{"100644", ".."}, Refusal{"100644", "."}));
+
+TEST_F(BridgeRepoTest, SafeLookalikesAreCopied) {
+  git_oid blob = WriteObject(source_.get(), "x\n", GIT_OBJECT_BLOB);
+  git_oid link = WriteObject(source_.get(), "target", GIT_OBJECT_BLOB);
+  git_oid id = CommitRawTree(RawTree({{"100644", ".github", blob},
+                                      {"100644", ".gitmodules", blob},
+                                      {"100644", "a:b", blob},
+                                      {"120000", "gitattr", link},
+                                      {"100644", "git~2", blob}}));
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {id}, {Oid(base_)}));
+  EXPECT_TRUE(BridgeHas(id));
+}
+
+TEST_F(BridgeRepoTest, CorruptSourceObjectIsRefused) {
+  Git(scratch_, "checkout -q -b work");
+  Write(scratch_ + "/n1.txt", "one\n");
+  Write(scratch_ + "/n2.txt", "two\n");
+  Git(scratch_, "add -A");
+  Git(scratch_, "commit -q -m corrupt");
+  std::string work = Git(scratch_, "rev-parse HEAD");
+  std::string n1 = Git(scratch_, "rev-parse HEAD:n1.txt");
+  std::string n2 = Git(scratch_, "rev-parse HEAD:n2.txt");
+  std::string tree = Git(scratch_, "rev-parse HEAD^{tree}");
+  // n1's object file now holds n2's object: its name no longer matches.
+  std::string objs = scratch_ + "/.git/objects/";
+  std::string p1 = objs + n1.substr(0, 2) + "/" + n1.substr(2);
+  fs::permissions(p1, fs::perms::owner_write, fs::perm_options::add);
+  fs::copy_file(objs + n2.substr(0, 2) + "/" + n2.substr(2), p1,
+                fs::copy_options::overwrite_existing);
+  Status s = bridge_->CopyReachable(source_.get(), {Oid(work)}, {Oid(base_)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err(), EIO) << s.error().Message();
+  EXPECT_NE(s.error().Message().find(n1), std::string::npos)
+      << s.error().Message();
+  EXPECT_FALSE(BridgeHas(Oid(work)));
+  EXPECT_FALSE(BridgeHas(Oid(tree)));
+  EXPECT_FALSE(BridgeHas(Oid(n1)));
+}
+
+TEST_F(BridgeRepoTest, EntryOfTheWrongTypeIsRefused) {
+  git_oid blob = WriteObject(source_.get(), "x\n", GIT_OBJECT_BLOB);
+  git_oid inner = WriteObject(source_.get(), RawTree({{"100644", "f", blob}}),
+                              GIT_OBJECT_TREE);
+  // "file" claims to be a blob but names a tree.
+  git_oid id = CommitRawTree(RawTree({{"100644", "file", inner}}));
+  Status s = bridge_->CopyReachable(source_.get(), {id}, {Oid(base_)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err(), EIO) << s.error().Message();
+  EXPECT_FALSE(BridgeHas(id));
+}
+
+TEST_F(BridgeRepoTest, DuplicateEntriesAreRefused) {
+  git_oid blob = WriteObject(source_.get(), "x\n", GIT_OBJECT_BLOB);
+  git_oid id = CommitRawTree(
+      RawTree({{"100644", "same", blob}, {"100644", "same", blob}}));
+  Status s = bridge_->CopyReachable(source_.get(), {id}, {Oid(base_)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err(), EPERM);
+}
+
+TEST_F(BridgeRepoTest, SetListAndDeleteRefs) {
+  git_oid base = Oid(base_);
+  ASSERT_OK(bridge_->SetRef("refs/heads/x", base, "test"));
+  ASSERT_OK(bridge_->SetRef("refs/heads/topic/y", base, "test"));
+  ASSERT_OK(bridge_->SetRef("refs/acqfs/worktree", base, "test"));
+  ASSERT_OK_AND_ASSIGN(heads, bridge_->Refs("refs/heads/"));
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_TRUE(git_oid_equal(&heads["x"], &base));
+  EXPECT_TRUE(git_oid_equal(&heads["topic/y"], &base));
+  ASSERT_OK_AND_ASSIGN(acqfs, bridge_->Refs("refs/acqfs/"));
+  ASSERT_EQ(acqfs.size(), 1u);
+  EXPECT_EQ(acqfs.count("worktree"), 1u);
+  // Reflogs are kept (core.logAllRefUpdates).
+  EXPECT_TRUE(fs::exists(bridge_path_ + "/logs/refs/heads/x"));
+  // Force: moving a ref is allowed.
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  ASSERT_OK(bridge_->SetRef("refs/heads/x", Oid(work), "test"));
+  ASSERT_OK(bridge_->DeleteRef("refs/heads/topic/y"));
+  ASSERT_OK(bridge_->DeleteRef("refs/heads/missing"));
+  ASSERT_OK_AND_ASSIGN(after, bridge_->Refs("refs/heads/"));
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(OidHex(after["x"]), work);
+  EXPECT_EQ(Git(host_, "ls-remote " + Quote(bridge_path_) + " refs/heads/x"),
+            work + "\trefs/heads/x");
+}
+
+TEST(CheckTreeEntry, RefusesGitDirectorySpellings) {
+  for (const char* name : {".git",
+                           ".GIT",
+                           ".Git",
+                           "git~1",
+                           "GIT~1",
+                           ".git.",
+                           ".git. . ",
+                           ".git  ",
+                           ".git:",
+                           ".git::$INDEX_ALLOCATION",
+                           ".git:stream",
+                           "\xE2\x80\x8C.git",
+                           ".g\xE2\x80\x8Dit",
+                           ".gi\xE2\x80\x8Et",
+                           ".git\xE2\x80\x8F",
+                           ".g\xE2\x80\xAAit",
+                           ".g\xE2\x80\xAEit",
+                           ".g\xE2\x81\xAAit",
+                           ".g\xE2\x81\xAFit",
+                           ".g\xEF\xBB\xBFit",
+                           "",
+                           ".",
+                           "..",
+                           "a/b"}) {
+    Status s = CheckTreeEntry(name, GIT_FILEMODE_TREE, "where");
+    EXPECT_FALSE(s.ok()) << name;
+    EXPECT_EQ(s.err(), EPERM) << name;
+    EXPECT_EQ(s.error().path, "where");
+  }
+  EXPECT_FALSE(
+      CheckTreeEntry(std::string("a\0b", 3), GIT_FILEMODE_BLOB, "w").ok());
+}
+
+TEST(CheckTreeEntry, RefusesSymlinkedGitmodules) {
+  for (const char* name :
+       {".gitmodules", ".GITMODULES", "gitmod~1", "GITMOD~4", "gi7eba~1",
+        ".gitmodules.", ".gitmodules::$DATA", ".gitm\xE2\x80\x8Codules"}) {
+    EXPECT_EQ(CheckTreeEntry(name, GIT_FILEMODE_LINK, "w").err(), EPERM)
+        << name;
+    EXPECT_TRUE(CheckTreeEntry(name, GIT_FILEMODE_BLOB, "w").ok()) << name;
+  }
+}
+
+TEST(CheckTreeEntry, AcceptsOrdinaryNames) {
+  for (const char* name :
+       {"a", ".github", ".gitignore", ".gitattributes", "git", "git~2",
+        ".git~1", "a:b", "x.git", ".gitx", "gitmod~5", "...", " "}) {
+    EXPECT_TRUE(CheckTreeEntry(name, GIT_FILEMODE_BLOB, "w").ok()) << name;
+    EXPECT_TRUE(CheckTreeEntry(name, GIT_FILEMODE_LINK, "w").ok()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

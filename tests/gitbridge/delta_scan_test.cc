@@ -1,0 +1,270 @@
+// Tests of DeltaScan on hand-built upper layers: what counts as a change,
+// unchanged copy-ups, whiteouts, opaque directories and the output order.
+#include "gitbridge/delta_scan.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+// "D path" or "U path mode size": a compact form of a Change for asserts.
+std::string Show(const Change& c) {
+  if (c.kind == Change::kDelete) return "D " + c.path;
+  char mode[16];
+  std::snprintf(mode, sizeof mode, "%o", c.mode);
+  return "U " + c.path + " " + mode + " " + std::to_string(c.size);
+}
+
+class DeltaScanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-delta-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    fs::create_directory(root_ + "/lower");
+    fs::create_directory(root_ + "/upper");
+    auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
+                                    XattrNamespace::kUser);
+    ASSERT_TRUE(l.ok()) << l.error().Message();
+    layers_ = std::move(*l);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
+  std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
+  static void Write(const std::string& path, const std::string& data,
+                    mode_t mode = 0644) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << data;
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+  }
+  static void Whiteout(const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
+  }
+  static void Opaque(const std::string& dir, const char* value = "y") {
+    fs::create_directories(dir);
+    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", value,
+                         std::strlen(value), 0),
+              0)
+        << dir;
+  }
+  static void Symlink(const std::string& target, const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
+  }
+  std::vector<std::string> Scan(ScanStats* stats = nullptr) {
+    std::vector<std::string> out;
+    auto r = ScanUpper(layers_, stats);
+    EXPECT_TRUE(r.ok()) << r.error().Message();
+    if (r.ok())
+      for (const auto& c : *r) out.push_back(Show(c));
+    return out;
+  }
+  using V = std::vector<std::string>;
+
+  std::string root_;
+  Layers layers_;
+};
+
+TEST_F(DeltaScanTest, EmptyUpperHasNoChanges) {
+  Write(L("a/b"), "lower");
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), V{});
+  EXPECT_EQ(stats.upper_entries, 0u);
+}
+
+TEST_F(DeltaScanTest, NewFilesAreUpserts) {
+  Write(U("new.txt"), "hello", 0644);
+  Write(U("d/run.sh"), "#!/bin/sh\n", 0755);
+  EXPECT_EQ(Scan(), (V{"U d/run.sh 100755 10", "U new.txt 100644 5"}));
+}
+
+TEST_F(DeltaScanTest, WhiteoutIsDelete) {
+  Write(L("d/f"), "lower");
+  Write(L("gone"), "lower");
+  Whiteout(U("d/f"));
+  Whiteout(U("gone"));
+  EXPECT_EQ(Scan(), (V{"D d/f", "D gone"}));
+}
+
+TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
+  Write(L("d/e/f"), "lower");
+  Write(L("d/g"), "lower");
+  Whiteout(U("d"));
+  EXPECT_EQ(Scan(), V{"D d"});
+}
+
+TEST_F(DeltaScanTest, OpaqueDirectoryIsDeleteThenContent) {
+  Write(L("d/old"), "lower");
+  Write(L("d/same"), "same");
+  Opaque(U("d"));
+  Write(U("d/same"), "same");  // equal to the lower, but the lower is hidden
+  Write(U("d/sub/new"), "n");
+  EXPECT_EQ(Scan(), (V{"D d", "U d/same 100644 4", "U d/sub/new 100644 1"}));
+}
+
+TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
+  Write(L("d/f"), "same bytes");
+  Write(U("d/f"), "same bytes");
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), V{});
+  EXPECT_EQ(stats.unchanged_copies, 1u);
+  EXPECT_EQ(stats.upper_entries, 2u);  // d and d/f
+}
+
+TEST_F(DeltaScanTest, SameSizeDifferentContentIsUpsert) {
+  Write(L("f"), "abc");
+  Write(U("f"), "abd");
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), V{"U f 100644 3"});
+  EXPECT_EQ(stats.unchanged_copies, 0u);
+}
+
+TEST_F(DeltaScanTest, SizeChangeIsUpsert) {
+  Write(L("f"), "abc");
+  Write(U("f"), "abcd");
+  EXPECT_EQ(Scan(), V{"U f 100644 4"});
+}
+
+TEST_F(DeltaScanTest, ExecutableBitChangeIsUpsert) {
+  Write(L("f"), "abc", 0644);
+  Write(U("f"), "abc", 0755);
+  Write(L("g"), "abc", 0644);
+  Write(U("g"), "abc", 0600);  // other bits: not a change git records
+  EXPECT_EQ(Scan(), V{"U f 100755 3"});
+}
+
+TEST_F(DeltaScanTest, BigFilesAreComparedWhole) {
+  std::string big(3 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = 'a' + i % 26;
+  Write(L("same"), big);
+  Write(U("same"), big);
+  std::string changed = big;
+  changed[changed.size() - 1] = 'Z';  // only the last byte differs
+  Write(L("last"), big);
+  Write(U("last"), changed);
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), V{"U last 100644 " + std::to_string(big.size())});
+  EXPECT_EQ(stats.unchanged_copies, 1u);
+}
+
+TEST_F(DeltaScanTest, SymlinksComparedByTarget) {
+  Symlink("target", L("same"));
+  Symlink("target", U("same"));
+  Symlink("old", L("moved"));
+  Symlink("new", U("moved"));
+  Symlink("abc", L("typechange"));
+  Write(U("typechange"), "abc");  // same size, same bytes, other type
+  EXPECT_EQ(Scan(), (V{"U moved 120777 3", "U typechange 100644 3"}));
+}
+
+TEST_F(DeltaScanTest, DanglingUpperSymlinkIsNotFollowed) {
+  Symlink("/nonexistent/target", U("link"));
+  Symlink("../../../../etc/passwd", U("escape"));
+  EXPECT_EQ(Scan(), (V{"U escape 120777 22", "U link 120777 19"}));
+}
+
+TEST_F(DeltaScanTest, LowerNotComparedUnderWhiteoutedOrOpaqueAncestor) {
+  // d/e is merged with the lower, but d is opaque: the lower d/e/f is not
+  // visible, so an equal upper file is still a change.
+  Write(L("d/e/f"), "same");
+  Opaque(U("d"));
+  Write(U("d/e/f"), "same");
+  EXPECT_EQ(Scan(), (V{"D d", "U d/e/f 100644 4"}));
+}
+
+TEST_F(DeltaScanTest, UpperDirectoryOverLowerFileDeletesTheFile) {
+  Write(L("x"), "lower file");
+  Write(L("x2"), "lower file");
+  Write(U("x/inner"), "i");
+  fs::create_directory(U("x2"));  // empty: only the delete is reported
+  EXPECT_EQ(Scan(), (V{"D x", "U x/inner 100644 1", "D x2"}));
+}
+
+TEST_F(DeltaScanTest, UpperFileOverLowerDirectoryIsUpsert) {
+  Write(L("d/f"), "lower");
+  Write(U("d"), "file now");
+  EXPECT_EQ(Scan(), V{"U d 100644 8"});
+}
+
+TEST_F(DeltaScanTest, GitDirectoriesAreSkipped) {
+  Write(U(".git/index"), "idx");
+  Write(U(".git/objects/ab/cd"), "obj");
+  Write(U("sub/.git/HEAD"), "ref");
+  Whiteout(U("other/.git"));
+  Write(U("sub/real"), "r");
+  EXPECT_EQ(Scan(), V{"U sub/real 100644 1"});
+}
+
+TEST_F(DeltaScanTest, DirectoriesFifosAndSocketsAreNotReported) {
+  fs::create_directories(U("empty/deeper"));
+  ASSERT_EQ(::mkfifo(U("fifo").c_str(), 0644), 0);
+  Write(L("hidden"), "lower");
+  ASSERT_EQ(::mkfifo(U("hidden").c_str(), 0644), 0);
+  // A fifo hides the lower file of its name: that file is gone.
+  EXPECT_EQ(Scan(), V{"D hidden"});
+}
+
+TEST_F(DeltaScanTest, XattrWhiteoutInDirectoryMarkedX) {
+  Write(L("d/f"), "lower");
+  Write(L("d/keep"), "lower");
+  Write(U("d/f"), "");
+  ASSERT_EQ(::setxattr(U("d/f").c_str(), "user.overlay.whiteout", "", 0, 0), 0);
+  Write(U("d/empty"), "");  // a zero-size file without the xattr
+  Opaque(U("d"), "x");
+  EXPECT_EQ(Scan(), (V{"U d/empty 100644 0", "D d/f"}));
+}
+
+TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
+  Write(L("a"), "lower");
+  Write(L("b/c"), "lower");
+  Write(L(".git/HEAD"), "ref");
+  Opaque(U(""));
+  Write(U("a"), "lower");  // equal bytes, but the lower is hidden
+  Write(U("z"), "new");
+  EXPECT_EQ(Scan(), (V{"D a", "U a 100644 5", "D b", "U z 100644 3"}));
+}
+
+TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
+  Write(L("a/x"), "lower");
+  Opaque(U("a"));
+  Write(U("a/y"), "1");
+  Write(U("a.txt"), "2");
+  Write(U("a-b"), "3");
+  Write(U("b/c/d"), "4");
+  Whiteout(U("b/a"));
+  Write(U("0"), "5");
+  auto got = Scan();
+  EXPECT_EQ(got, (V{"U 0 100644 1", "D a", "U a-b 100644 1", "U a.txt 100644 1",
+                    "U a/y 100644 1", "D b/a", "U b/c/d 100644 1"}));
+}
+
+TEST_F(DeltaScanTest, StatsCountUpperEntries) {
+  Write(U("a/b/c"), "1");
+  Whiteout(U("a/w"));
+  Write(L("a/same"), "s");
+  Write(U("a/same"), "s");
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), (V{"U a/b/c 100644 1", "D a/w"}));
+  EXPECT_EQ(stats.upper_entries, 5u);  // a, a/b, a/b/c, a/w, a/same
+  EXPECT_EQ(stats.unchanged_copies, 1u);
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,346 @@
+// Tests of HostRepo: reading the host checkout, and DirtyCommit, whose tree
+// must equal what `git add -A && git write-tree` makes of the same checkout
+// (checked on a copy), written into the bridge while the host's files and
+// .git keep every byte and mtime.
+#include "gitbridge/host_repo.h"
+
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "gitbridge/bridge_repo.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+// A private HOME and fixed identities, so neither `git` nor libgit2 reads
+// the machine's own configuration.
+class GitEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-home-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    home_ = tmpl;
+    ::setenv("HOME", home_.c_str(), 1);
+    ::setenv("XDG_CONFIG_HOME", home_.c_str(), 1);
+    ::setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+    for (const char* k : {"GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"})
+      ::setenv(k, "Test", 1);
+    for (const char* k : {"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"})
+      ::setenv(k, "test@example.com", 1);
+    git_libgit2_init();
+  }
+  void TearDown() override {
+    git_libgit2_shutdown();
+    fs::remove_all(home_);
+  }
+
+ private:
+  std::string home_;
+};
+const auto* const kEnv =
+    ::testing::AddGlobalTestEnvironment(new GitEnvironment);
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs a shell command; fails the test unless it exits 0. Returns stdout.
+std::string Sh(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  EXPECT_NE(p, nullptr) << cmd;
+  if (!p) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n"
+                                                             << out;
+  return out;
+}
+
+std::string Git(const std::string& dir, const std::string& args) {
+  std::string out = Sh("git -C " + Quote(dir) + " " + args);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+void Write(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Everything about every entry below `root` that "untouched" covers: type
+// and mode, size, mtime, content or link target.
+std::map<std::string, std::string> Snapshot(const std::string& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    struct stat st;
+    std::string p = e.path().string();
+    if (::lstat(p.c_str(), &st) != 0) continue;
+    std::ostringstream s;
+    s << std::oct << st.st_mode << std::dec << " " << st.st_size << " "
+      << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << " ";
+    if (S_ISREG(st.st_mode)) s << ReadFile(p);
+    if (S_ISLNK(st.st_mode)) s << fs::read_symlink(p).string();
+    out[p.substr(root.size())] = s.str();
+  }
+  return out;
+}
+
+class HostRepoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-host-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    host_ = root_ + "/host";
+    Sh("git init -q -b main " + Quote(host_));
+  }
+  void TearDown() override {
+    bridge_.reset();
+    fs::remove_all(root_);
+  }
+
+  void CommitBaseline() {
+    Write(host_ + "/keep.txt", "keep\n");
+    Write(host_ + "/mod.txt", "mod\n");
+    Write(host_ + "/staged.txt", "staged\n");
+    Write(host_ + "/partial.txt", "partial\n");
+    Write(host_ + "/del.txt", "del\n");
+    Write(host_ + "/rm.txt", "rm\n");
+    Write(host_ + "/exe.sh", "#!/bin/sh\n");
+    Write(host_ + "/dir/nested.txt", "nested\n");
+    Write(host_ + "/df", "file that becomes a directory\n");
+    Write(host_ + "/fd/inner.txt", "directory that becomes a file\n");
+    Write(host_ + "/.gitignore", "*.log\nignored_dir/\n");
+    Write(host_ + "/.gitattributes", "crlf.txt text eol=lf\n");
+    fs::create_symlink("keep.txt", host_ + "/link");
+    Git(host_, "add -A");
+    Git(host_, "commit -q -m baseline");
+    Git(host_, "branch other");
+  }
+
+  // Every kind of change `git add -A` picks up, plus ignored files.
+  void MakeDirty() {
+    Write(host_ + "/mod.txt", "mod changed\n");
+    Write(host_ + "/staged.txt", "staged changed\n");
+    Git(host_, "add staged.txt");
+    Write(host_ + "/partial.txt", "partial staged\n");
+    Git(host_, "add partial.txt");
+    Write(host_ + "/partial.txt", "partial working\n");
+    Write(host_ + "/added.txt", "added and staged\n");
+    Git(host_, "add added.txt");
+    fs::remove(host_ + "/del.txt");
+    Git(host_, "rm -q rm.txt");
+    fs::permissions(host_ + "/exe.sh", fs::perms::owner_exec,
+                    fs::perm_options::add);
+    Write(host_ + "/new/sub/file.txt", "untracked\n");
+    fs::create_symlink("mod.txt", host_ + "/newlink");
+    fs::remove(host_ + "/link");
+    fs::create_symlink("mod.txt", host_ + "/link");
+    Write(host_ + "/debug.log", "ignored\n");
+    Write(host_ + "/ignored_dir/x", "ignored\n");
+    fs::create_directories(host_ + "/emptydir");
+    fs::remove(host_ + "/df");
+    Write(host_ + "/df/inner.txt", "now a directory\n");
+    fs::remove_all(host_ + "/fd");
+    Write(host_ + "/fd", "now a file\n");
+    Write(host_ + "/crlf.txt", "one\r\ntwo\r\n");
+  }
+
+  // The tree `git add -A && git write-tree` makes of a copy of the host.
+  std::string ExpectedTree() {
+    std::string copy = root_ + "/expect";
+    Sh("cp -a " + Quote(host_) + " " + Quote(copy));
+    Git(copy, "add -A");
+    return Git(copy, "write-tree");
+  }
+
+  HostRepo OpenHost() {
+    auto h = HostRepo::Open(host_);
+    EXPECT_TRUE(h.ok()) << h.error().Message();
+    return std::move(*h);
+  }
+
+  git_repository* Bridge(const HostRepo& host) {
+    auto b =
+        BridgeRepo::OpenOrCreate(root_ + "/bridge.git", host.objects_dir());
+    EXPECT_TRUE(b.ok()) << b.error().Message();
+    bridge_.emplace(std::move(*b));
+    return bridge_->repo();
+  }
+
+  GitCommit LookupCommit(git_repository* repo, const git_oid& id) {
+    git_commit* raw = nullptr;
+    EXPECT_EQ(git_commit_lookup(&raw, repo, &id), 0) << OidHex(id);
+    return GitCommit(raw);
+  }
+
+  std::string root_, host_;
+  std::optional<BridgeRepo> bridge_;
+};
+
+TEST_F(HostRepoTest, OpenNeedsACheckout) {
+  auto h = HostRepo::Open(root_);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.err(), ENOENT);
+  fs::create_directories(host_ + "/sub");
+  auto sub = HostRepo::Open(host_ + "/sub");  // no search upwards
+  ASSERT_FALSE(sub.ok());
+  EXPECT_EQ(sub.err(), ENOENT);
+}
+
+TEST_F(HostRepoTest, PathsHeadBranchesAndObjects) {
+  CommitBaseline();
+  HostRepo host = OpenHost();
+  EXPECT_EQ(host.workdir(), host_);
+  EXPECT_EQ(host.gitdir(), host_ + "/.git/");
+  EXPECT_EQ(host.objects_dir(), host_ + "/.git/objects");
+  ASSERT_OK_AND_ASSIGN(head, host.Head());
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(OidHex(*head), Git(host_, "rev-parse HEAD"));
+  ASSERT_OK_AND_ASSIGN(branches, host.Branches());
+  ASSERT_EQ(branches.size(), 2u);
+  EXPECT_EQ(OidHex(branches["main"]), OidHex(*head));
+  EXPECT_EQ(OidHex(branches["other"]), OidHex(*head));
+  EXPECT_TRUE(host.HasObject(*head));
+  git_oid missing;
+  git_oid_fromstr(&missing, "0123456789012345678901234567890123456789");
+  EXPECT_FALSE(host.HasObject(missing));
+}
+
+TEST_F(HostRepoTest, UnbornHead) {
+  HostRepo host = OpenHost();
+  ASSERT_OK_AND_ASSIGN(head, host.Head());
+  EXPECT_FALSE(head.has_value());
+  ASSERT_OK_AND_ASSIGN(branches, host.Branches());
+  EXPECT_TRUE(branches.empty());
+}
+
+TEST_F(HostRepoTest, CleanCheckoutHasNoDirtyCommit) {
+  CommitBaseline();
+  Write(host_ + "/debug.log", "ignored\n");
+  Write(host_ + "/ignored_dir/x", "ignored\n");
+  fs::create_directories(host_ + "/emptydir");
+  HostRepo host = OpenHost();
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(Bridge(host)));
+  EXPECT_FALSE(dirty.has_value());
+}
+
+TEST_F(HostRepoTest, DirtyCommitTreeIsWhatGitAddAllWrites) {
+  CommitBaseline();
+  MakeDirty();
+  std::string want = ExpectedTree();
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_TRUE(dirty.has_value());
+  GitCommit c = LookupCommit(bridge, *dirty);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(OidHex(*git_commit_tree_id(c.get())), want);
+  ASSERT_EQ(git_commit_parentcount(c.get()), 1u);
+  EXPECT_EQ(OidHex(*git_commit_parent_id(c.get(), 0)),
+            Git(host_, "rev-parse HEAD"));
+  EXPECT_STREQ(git_commit_author(c.get())->name, "acqfs");
+  EXPECT_STREQ(git_commit_author(c.get())->email, "acqfs@localhost");
+  EXPECT_STREQ(git_commit_committer(c.get())->name, "acqfs");
+  EXPECT_STREQ(git_commit_message(c.get()), "acqfs: host working state");
+  // The commit and its new objects are in the bridge, not in the host.
+  EXPECT_FALSE(host.HasObject(*dirty));
+  Git(root_ + "/bridge.git", "fsck --strict --no-dangling " + OidHex(*dirty));
+}
+
+TEST_F(HostRepoTest, SameWorkingStateGivesTheSameCommit) {
+  CommitBaseline();
+  MakeDirty();
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  ASSERT_OK_AND_ASSIGN(a, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(b, host.DirtyCommit(bridge));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(OidHex(*a), OidHex(*b));
+}
+
+TEST_F(HostRepoTest, DirtyCommitNeverWritesToTheHost) {
+  CommitBaseline();
+  MakeDirty();
+  // An unchanged file with stale stat data in the index: a status that
+  // may update the index would rewrite it.
+  Sh("touch -d 2001-01-01 " + Quote(host_ + "/keep.txt"));
+  auto before = Snapshot(host_);
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_TRUE(dirty.has_value());
+  auto after = Snapshot(host_);
+  EXPECT_EQ(before.size(), after.size());
+  for (const auto& [path, info] : before) {
+    auto it = after.find(path);
+    ASSERT_NE(it, after.end()) << path << " vanished";
+    EXPECT_EQ(it->second, info) << path << " changed";
+  }
+  for (const auto& [path, info] : after)
+    EXPECT_TRUE(before.count(path)) << path << " appeared";
+}
+
+TEST_F(HostRepoTest, UnbornHeadDirtyCommitHasNoParent) {
+  Write(host_ + "/a.txt", "a\n");
+  Write(host_ + "/d/b.txt", "b\n");
+  Write(host_ + "/staged.txt", "s\n");
+  Git(host_, "add staged.txt");
+  std::string want = ExpectedTree();
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_TRUE(dirty.has_value());
+  GitCommit c = LookupCommit(bridge, *dirty);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(git_commit_parentcount(c.get()), 0u);
+  EXPECT_EQ(OidHex(*git_commit_tree_id(c.get())), want);
+}
+
+TEST_F(HostRepoTest, OnlyDeletionsLeaveAnEmptyTree) {
+  Write(host_ + "/only.txt", "x\n");
+  Git(host_, "add -A");
+  Git(host_, "commit -q -m one");
+  fs::remove(host_ + "/only.txt");
+  std::string want = ExpectedTree();
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_TRUE(dirty.has_value());
+  GitCommit c = LookupCommit(bridge, *dirty);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(OidHex(*git_commit_tree_id(c.get())), want);
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,427 @@
+// Tests of the ignore rules: the parser, wildmatch, and IgnoreRules on the
+// merged view, compared case by case with `git check-ignore --no-index` on
+// the same tree (git is only the oracle here; the code never runs it).
+#include "gitbridge/ignore.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+// ---------------------------------------------------------------------------
+// ParseIgnoreFile
+
+TEST(ParseIgnoreFile, SkipsCommentsAndBlankLines) {
+  auto p = ParseIgnoreFile("# comment\n\n   \n*.o\n  # not a comment\n", "");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].pattern, "*.o");
+  EXPECT_EQ(p[1].pattern, "  # not a comment");
+}
+
+TEST(ParseIgnoreFile, NegationDirOnlyAndAnchoring) {
+  auto p =
+      ParseIgnoreFile("!keep\nbuild/\n/top\na/b\n**/x\nlogs/**\nd/\n", "sub");
+  ASSERT_EQ(p.size(), 7u);
+  EXPECT_TRUE(p[0].negate);
+  EXPECT_EQ(p[0].pattern, "keep");
+  EXPECT_FALSE(p[0].anchored);
+  EXPECT_TRUE(p[1].dir_only);
+  EXPECT_EQ(p[1].pattern, "build");
+  EXPECT_FALSE(p[1].anchored);  // a trailing slash does not anchor
+  EXPECT_TRUE(p[2].anchored);
+  EXPECT_EQ(p[2].pattern, "top");
+  EXPECT_TRUE(p[3].anchored);
+  EXPECT_EQ(p[3].pattern, "a/b");
+  EXPECT_TRUE(p[4].anchored);
+  EXPECT_EQ(p[4].pattern, "**/x");
+  EXPECT_TRUE(p[5].anchored);
+  EXPECT_FALSE(p[5].dir_only);
+  EXPECT_EQ(p[6].pattern, "d");
+  for (const auto& x : p) EXPECT_EQ(x.base, "sub");
+}
+
+TEST(ParseIgnoreFile, EscapesAndTrailingSpaces) {
+  auto p = ParseIgnoreFile(
+      "\\!bang\n\\#hash\ntrail   \nkeep\\ \nmid dle  \nend\\\n", "");
+  ASSERT_EQ(p.size(), 6u);
+  EXPECT_FALSE(p[0].negate);
+  EXPECT_EQ(p[0].pattern, "\\!bang");
+  EXPECT_TRUE(WildMatch(p[0].pattern, "!bang"));
+  EXPECT_EQ(p[1].pattern, "\\#hash");
+  EXPECT_TRUE(WildMatch(p[1].pattern, "#hash"));
+  EXPECT_EQ(p[2].pattern, "trail");
+  EXPECT_EQ(p[3].pattern, "keep\\ ");
+  EXPECT_TRUE(WildMatch(p[3].pattern, "keep "));
+  EXPECT_EQ(p[4].pattern, "mid dle");
+  EXPECT_EQ(p[5].pattern, "end\\");
+}
+
+TEST(ParseIgnoreFile, CrLfAndBomAndLastLineWithoutNewline) {
+  auto p = ParseIgnoreFile("\xEF\xBB\xBF*.a\r\n*.b\r\n*.c", "");
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].pattern, "*.a");
+  EXPECT_EQ(p[1].pattern, "*.b");
+  EXPECT_EQ(p[2].pattern, "*.c");
+}
+
+TEST(ParseIgnoreFile, LonePunctuationHoldsNoPattern) {
+  EXPECT_TRUE(ParseIgnoreFile("!\n/\n!/\n", "").empty());
+}
+
+// ---------------------------------------------------------------------------
+// WildMatch
+
+struct WildCase {
+  const char* pattern;
+  const char* text;
+  bool match;
+};
+
+TEST(WildMatch, Table) {
+  const WildCase cases[] = {
+      {"foo", "foo", true},         {"foo", "fo", false},
+      {"foo", "foobar", false},     {"*", "anything", true},
+      {"*", "a/b", false},          {"*.c", "x.c", true},
+      {"*.c", "dir/x.c", false},    {"f?o", "foo", true},
+      {"f?o", "f/o", false},        {"a/*/c", "a/b/c", true},
+      {"a/*/c", "a/b/x/c", false},  {"**", "a/b/c", true},
+      {"**/c", "c", true},          {"**/c", "a/b/c", true},
+      {"**/c", "a/bc", false},      {"a/**", "a/b/c", true},
+      {"a/**", "a", false},         {"a/**/c", "a/c", true},
+      {"a/**/c", "a/b/c", true},    {"a/**/c", "a/b/d/c", true},
+      {"a/**/c", "a/b/d/e", false}, {"a**b", "axxb", true},
+      {"a**b", "a/b", false},  // "**" inside a component is "*"
+      {"**x", "a/x", false},        {"x**/y", "xa/y", true},
+      {"x**/y", "x/a/y", false},    {"[abc]", "b", true},
+      {"[abc]", "d", false},        {"[!abc]", "d", true},
+      {"[^abc]", "a", false},       {"[a-c]x", "bx", true},
+      {"[a-c]x", "dx", false},      {"[]]", "]", true},
+      {"[!]]", "]", false},         {"[a-]", "-", true},
+      {"[[:digit:]]", "7", true},   {"[[:digit:]]", "x", false},
+      {"[[:upper:]x]", "Q", true},  {"[[:upper:]x]", "x", true},
+      {"[[:nope:]]", "n", false},   {"[/]", "/", false},
+      {"[abc", "a", false},  // unterminated class matches nothing
+      {"\\*", "*", true},           {"\\*", "x", false},
+      {"\\[a]", "[a]", true},       {"a\\", "a", false},
+      {"*a*b*c*", "xaybzc", true},  {"*a*b*c*", "xaybz/c", false},
+      {"**/**/z", "z", true},       {"**/**/z", "a/b/z", true},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(WildMatch(c.pattern, c.text), c.match)
+        << "pattern " << c.pattern << " text " << c.text;
+  }
+}
+
+TEST(WildMatch, LongTextWithManyStarsIsFast) {
+  std::string text(2000, 'a');
+  EXPECT_FALSE(WildMatch("*a*a*a*a*a*a*a*a*b", text));
+  EXPECT_TRUE(WildMatch("**/*a*a*a*a", text));
+}
+
+// ---------------------------------------------------------------------------
+// IgnoreRules compared with git
+
+// A checkout in a temporary directory: the lower layer is a real git
+// repository (so git can judge the same tree), the upper starts empty.
+class IgnoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-ignore-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    fs::create_directory(Lower());
+    fs::create_directory(root_ + "/upper");
+    ASSERT_EQ(Run("git init -q " + Lower()), 0);
+    auto l = Layers::OpenForReading(Lower(), root_ + "/upper",
+                                    XattrNamespace::kUser);
+    ASSERT_TRUE(l.ok()) << l.error().Message();
+    layers_ = std::move(*l);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string Lower() const { return root_ + "/lower"; }
+  std::string L(const std::string& rel) const { return Lower() + "/" + rel; }
+  std::string U(const std::string& rel) const {
+    return root_ + "/upper/" + rel;
+  }
+  static int Run(const std::string& cmd) {
+    std::string env =
+        "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME=/nonexistent ";
+    int rc = std::system((env + cmd).c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+  static void Write(const std::string& path, const std::string& data) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << data;
+  }
+
+  std::string Slurp(const std::string& name) const {
+    std::ifstream in(root_ + "/" + name, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  // Writes `files` into the lower, creates every query path (a trailing "/"
+  // makes a directory), and returns git's verdict on each query.
+  std::set<std::string> GitIgnored(
+      const std::map<std::string, std::string>& files,
+      const std::vector<std::string>& queries) {
+    for (const auto& [path, data] : files) Write(L(path), data);
+    std::string input;
+    for (std::string q : queries) {
+      bool dir = q.back() == '/';
+      if (dir) q.pop_back();
+      if (dir) {
+        fs::create_directories(L(q));
+      } else if (!fs::exists(fs::symlink_status(L(q)))) {
+        Write(L(q), "");
+      }
+      input += q;
+      input.push_back('\0');
+    }
+    Write(root_ + "/queries", input);
+    // git warns on stderr about a symlinked .gitignore: kept out of the log.
+    int rc =
+        Run("cd " + Lower() + " && git check-ignore --no-index --stdin -z < " +
+            root_ + "/queries > " + root_ + "/answers 2> " + root_ + "/stderr");
+    EXPECT_TRUE(rc == 0 || rc == 1)
+        << "git check-ignore exited " << rc << ": " << Slurp("stderr");
+    std::set<std::string> out;
+    std::string all = Slurp("answers"), cur;
+    for (char c : all) {
+      if (c == '\0') {
+        out.insert(cur);
+        cur.clear();
+      } else {
+        cur.push_back(c);
+      }
+    }
+    return out;
+  }
+
+  // Compares IgnoreRules with git on every query; returns the ignored set.
+  std::set<std::string> CompareWithGit(
+      const std::map<std::string, std::string>& files,
+      const std::vector<std::string>& queries) {
+    std::set<std::string> git = GitIgnored(files, queries);
+    MergedTree tree(layers_);
+    IgnoreRules rules(tree);
+    for (std::string q : queries) {
+      if (q.back() == '/') q.pop_back();
+      struct stat st;
+      EXPECT_EQ(::lstat(L(q).c_str(), &st), 0) << q;
+      auto r = rules.IsIgnored(q, S_ISDIR(st.st_mode));
+      EXPECT_TRUE(r.ok()) << q << ": " << r.error().Message();
+      if (!r.ok()) continue;
+      EXPECT_EQ(*r, git.count(q) == 1) << "path '" << q << "': git says "
+                                       << (git.count(q) ? "ignored" : "not");
+    }
+    // The table must exercise both answers.
+    EXPECT_GT(git.size(), 0u);
+    EXPECT_LT(git.size(), queries.size());
+    return git;
+  }
+
+  std::string root_;
+  Layers layers_;
+};
+
+TEST_F(IgnoreTest, RootPatternsMatchGit) {
+  std::map<std::string, std::string> files = {
+      {".gitignore",
+       "# comment\n"
+       "*.o\n"
+       "!keep.o\n"
+       "build/\n"
+       "/rootonly\n"
+       "doc/*.txt\n"
+       "\\#hash\n"
+       "\\!bang\n"
+       "trailing   \n"
+       "escaped\\ \n"
+       "*.[ch]\n"
+       "foo?bar\n"
+       "[!x]y\n"},
+  };
+  auto ignored = CompareWithGit(files, {"x.o",
+                                        "keep.o",
+                                        "sub/y.o",
+                                        "sub/keep.o",
+                                        "build/",
+                                        "build/f",
+                                        "sub/build/",
+                                        "sub/build/f",
+                                        "other/build",
+                                        "rootonly",
+                                        "sub/rootonly",
+                                        "doc/a.txt",
+                                        "doc/sub/b.txt",
+                                        "sub/doc/a.txt",
+                                        "#hash",
+                                        "!bang",
+                                        "hash",
+                                        "trailing",
+                                        "escaped ",
+                                        "escaped",
+                                        "f.c",
+                                        "f.h",
+                                        "f.x",
+                                        "fooxbar",
+                                        "foo/bar",
+                                        "ay",
+                                        "xy",
+                                        "dir.o/",
+                                        "dir.o/inner"});
+  // A few answers spelled out, so a broken oracle cannot pass unnoticed.
+  EXPECT_TRUE(ignored.count("build/f"));
+  EXPECT_FALSE(ignored.count("keep.o"));
+  EXPECT_FALSE(ignored.count("other/build"));
+  EXPECT_FALSE(ignored.count("sub/rootonly"));
+}
+
+TEST_F(IgnoreTest, DoubleStarPatternsMatchGit) {
+  std::map<std::string, std::string> files = {
+      {".gitignore",
+       "**/foo\n"
+       "bar/**\n"
+       "a/**/b\n"
+       "x**y\n"
+       "**z\n"
+       "/top/**/leaf\n"
+       "mid/**/\n"},
+  };
+  CompareWithGit(
+      files, {"foo",          "d/foo",      "d/e/foo", "bar/",    "bar/1",
+              "bar/2/3",      "a/b",        "a/x/b",   "a/x/y/b", "ab/b",
+              "xqy",          "x/y",        "az",      "d/qz",    "top/leaf",
+              "top/m/n/leaf", "s/top/leaf", "mid/",    "mid/x/",  "mid/file",
+              "mid/x/f"});
+}
+
+TEST_F(IgnoreTest, CharacterClassesMatchGit) {
+  std::map<std::string, std::string> files = {
+      {".gitignore",
+       "[[:digit:]]*.dat\n"
+       "[a-c]x\n"
+       "\\*star\n"
+       "q[]]r\n"
+       "[!abc]neg\n"
+       "[^abc]caret\n"
+       "*.[oa]\n"
+       "mixed[[:upper:]x]\n"},
+  };
+  CompareWithGit(files, {"1a.dat", "a1.dat", "ax", "dx", "*star", "xstar",
+                         "q]r", "qr", "dneg", "aneg", "dcaret", "bcaret",
+                         "lib.a", "f.o", "f.c", "mixedQ", "mixedx", "mixedq"});
+}
+
+TEST_F(IgnoreTest, NestedFilesNegationAndExcludeMatchGit) {
+  std::map<std::string, std::string> files = {
+      {".git/info/exclude", "*.log\n!important.log\nexcluded\n"},
+      {".gitignore", "*.tmp\n!sub/keep.tmp\nignored_dir/\n"},
+      {"sub/.gitignore", "!*.log\n/local\nnested/*.bin\n!excluded\n"},
+      {"ignored_dir/.gitignore", "!*\n"},
+  };
+  auto ignored = CompareWithGit(
+      files,
+      {"a.log", "important.log", "sub/a.log", "sub/deep/b.log", "a.tmp",
+       "sub/keep.tmp", "sub/other.tmp", "ignored_dir/x", "ignored_dir/y.tmp",
+       "sub/local", "sub/deeper/local", "local", "sub/nested/a.bin",
+       "sub/x/nested/a.bin", "nested/a.bin", "excluded", "sub/excluded"});
+  EXPECT_TRUE(ignored.count("ignored_dir/x"));  // no re-include below it
+  EXPECT_FALSE(ignored.count("sub/a.log"));     // deeper file wins
+}
+
+TEST_F(IgnoreTest, ParentDirectoryExclusionMatchesGit) {
+  std::map<std::string, std::string> files = {
+      {".gitignore",
+       "dir/*\n!dir/keep\n"
+       "dir2/\n!dir2/keep\n"
+       "/*.cfg\n!/main.cfg\n"
+       "vendor/**\n!vendor/**/\n!vendor/**/*.go\n"},
+  };
+  CompareWithGit(files, {"dir/keep", "dir/other", "dir2/keep", "dir2/other",
+                         "a.cfg", "main.cfg", "sub/a.cfg", "vendor/x.c",
+                         "vendor/m/y.go", "vendor/m/y.c"});
+}
+
+TEST_F(IgnoreTest, SymlinkedGitignoreIsNotFollowed) {
+  Write(L("rules"), "*.c\n");
+  ASSERT_EQ(::symlink("rules", L(".gitignore").c_str()), 0);
+  CompareWithGit({{"sub/.gitignore", "*.h\n"}}, {"x.c", "sub/x.c", "sub/y.h"});
+}
+
+// ---------------------------------------------------------------------------
+// IgnoreRules on the merged view
+
+TEST_F(IgnoreTest, UpperGitignoreReplacesTheLowerOne) {
+  Write(L(".gitignore"), "*.a\n");
+  Write(U(".gitignore"), "*.b\n");
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  ASSERT_OK_AND_ASSIGN(a, rules.IsIgnored("x.a", false));
+  EXPECT_FALSE(a);
+  ASSERT_OK_AND_ASSIGN(b, rules.IsIgnored("d/x.b", false));
+  EXPECT_TRUE(b);
+}
+
+TEST_F(IgnoreTest, WhiteoutOfGitignoreDropsItsRules) {
+  Write(L("sub/.gitignore"), "*.a\n");
+  fs::create_directory(U("sub"));
+  ASSERT_EQ(::mknod(U("sub/.gitignore").c_str(), S_IFCHR | 0, 0), 0);
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  ASSERT_OK_AND_ASSIGN(a, rules.IsIgnored("sub/x.a", false));
+  EXPECT_FALSE(a);
+}
+
+TEST_F(IgnoreTest, ExcludeFileIsReadFromTheMergedView) {
+  Write(U(".git/info/exclude"), "secret\n");
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  ASSERT_OK_AND_ASSIGN(s, rules.IsIgnored("d/secret", false));
+  EXPECT_TRUE(s);
+  ASSERT_OK_AND_ASSIGN(o, rules.IsIgnored("d/other", false));
+  EXPECT_FALSE(o);
+}
+
+TEST_F(IgnoreTest, DirOnlyPatternNeedsIsDir) {
+  Write(L(".gitignore"), "out/\n");
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  ASSERT_OK_AND_ASSIGN(dir, rules.IsIgnored("out", true));
+  EXPECT_TRUE(dir);
+  ASSERT_OK_AND_ASSIGN(file, rules.IsIgnored("out", false));
+  EXPECT_FALSE(file);
+  ASSERT_OK_AND_ASSIGN(below, rules.IsIgnored("a/out/f", false));
+  EXPECT_TRUE(below);
+}
+
+TEST_F(IgnoreTest, GitignoreBelowAnIgnoredDirectoryIsNotConsulted) {
+  Write(L(".gitignore"), "gen/\n");
+  Write(L("gen/.gitignore"), "!*\n");
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  ASSERT_OK_AND_ASSIGN(f, rules.IsIgnored("gen/f", false));
+  EXPECT_TRUE(f);
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,296 @@
+// Tests of MergedTree: the merged view read straight from hand-built layers
+// (whiteouts, opaque directories, xattr whiteouts, symlinks never followed).
+#include "gitbridge/merged_tree.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace acqfs::gitbridge {
+namespace {
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+#define EXPECT_ERRNO(e, expr)                       \
+  do {                                              \
+    auto r_ = (expr);                               \
+    EXPECT_FALSE(r_.ok()) << #expr << " succeeded"; \
+    EXPECT_EQ(r_.err(), (e)) << #expr;              \
+  } while (0)
+
+class MergedTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-merged-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    std::filesystem::create_directory(root_ + "/lower");
+    std::filesystem::create_directory(root_ + "/upper");
+    auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
+                                    XattrNamespace::kUser);
+    ASSERT_TRUE(l.ok()) << l.error().Message();
+    layers_ = std::move(*l);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
+  std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
+  static void Write(const std::string& path, const std::string& data) {
+    std::filesystem::create_directories(
+        std::filesystem::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << data;
+  }
+  static void Mkdir(const std::string& path) {
+    std::filesystem::create_directories(path);
+  }
+  static void Whiteout(const std::string& path) {
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
+  }
+  static void Xattr(const std::string& path, const std::string& key,
+                    const std::string& value) {
+    ASSERT_EQ(
+        ::setxattr(path.c_str(), key.c_str(), value.data(), value.size(), 0), 0)
+        << path << ": " << std::strerror(errno);
+  }
+  static void Symlink(const std::string& target, const std::string& path) {
+    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
+  }
+  std::vector<std::string> Names(const std::string& rel) {
+    std::vector<std::string> out;
+    auto list = MergedTree(layers_).List(rel);
+    EXPECT_TRUE(list.ok()) << list.error().Message();
+    if (!list.ok()) return out;
+    for (const auto& e : *list) out.push_back(e.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::string root_;
+  Layers layers_;
+};
+
+TEST_F(MergedTreeTest, RootIsTheUpperDirectory) {
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(node, tree.Resolve(""));
+  EXPECT_TRUE(node.exists);
+  EXPECT_TRUE(node.in_upper);
+  EXPECT_TRUE(S_ISDIR(node.st.st_mode));
+  struct stat st;
+  ASSERT_EQ(::lstat(U("").c_str(), &st), 0);
+  EXPECT_EQ(node.st.st_ino, st.st_ino);
+  EXPECT_TRUE(node.dir.merged);
+  EXPECT_EQ(node.dir.path, "");
+}
+
+TEST_F(MergedTreeTest, LowerFileShowsThroughMergedDirectories) {
+  Write(L("a/b/f"), "lower data");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("a/b/f"));
+  EXPECT_TRUE(node.exists);
+  EXPECT_FALSE(node.in_upper);
+  EXPECT_TRUE(S_ISREG(node.st.st_mode));
+  EXPECT_EQ(node.st.st_size, 10);
+  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("a/b/f"));
+  EXPECT_EQ(data, "lower data");
+  ASSERT_OK_AND_ASSIGN(dir, tree.Resolve("a/b"));
+  EXPECT_TRUE(S_ISDIR(dir.st.st_mode));
+  EXPECT_EQ(dir.dir.path, "a/b");
+  EXPECT_FALSE(dir.dir.upper);
+  EXPECT_TRUE(dir.dir.merged);
+}
+
+TEST_F(MergedTreeTest, UpperFileHidesLowerFile) {
+  Write(L("d/f"), "lower");
+  Write(U("d/f"), "upper!");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("d/f"));
+  EXPECT_TRUE(node.in_upper);
+  EXPECT_EQ(node.st.st_size, 6);
+  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("d/f"));
+  EXPECT_EQ(data, "upper!");
+}
+
+TEST_F(MergedTreeTest, WhiteoutHidesLowerFile) {
+  Write(L("d/f"), "lower");
+  Mkdir(U("d"));
+  Whiteout(U("d/f"));
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("d/f"));
+  EXPECT_FALSE(node.exists);
+  EXPECT_ERRNO(ENOENT, tree.ReadFile("d/f"));
+  EXPECT_ERRNO(ENOENT, tree.OpenFile("d/f"));
+  EXPECT_TRUE(Names("d").empty());
+}
+
+TEST_F(MergedTreeTest, WhiteoutOfDirectoryHidesEverythingBelow) {
+  Write(L("d/e/f"), "lower");
+  Whiteout(U("d"));
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  EXPECT_FALSE(d.exists);
+  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/e/f"));
+  EXPECT_FALSE(f.exists);
+  EXPECT_ERRNO(ENOENT, tree.List("d"));
+}
+
+TEST_F(MergedTreeTest, OpaqueDirectoryHidesLowerContent) {
+  Write(L("d/old"), "lower");
+  Write(L("d/sub/deep"), "lower");
+  Write(U("d/new"), "upper");
+  Xattr(U("d"), "user.overlay.opaque", "y");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(old, tree.Resolve("d/old"));
+  EXPECT_FALSE(old.exists);
+  ASSERT_OK_AND_ASSIGN(deep, tree.Resolve("d/sub/deep"));
+  EXPECT_FALSE(deep.exists);
+  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  EXPECT_TRUE(d.exists);
+  EXPECT_FALSE(d.dir.merged);
+  EXPECT_EQ(Names("d"), std::vector<std::string>{"new"});
+}
+
+TEST_F(MergedTreeTest, MergedDirectoryListsBothLayers) {
+  Write(L("d/lo"), "1");
+  Write(L("d/both"), "2");
+  Write(U("d/up"), "3");
+  Write(U("d/both"), "4");
+  Whiteout(U("d/gone"));
+  Write(L("d/gone"), "5");
+  EXPECT_EQ(Names("d"), (std::vector<std::string>{"both", "lo", "up"}));
+  EXPECT_EQ(Names(""), std::vector<std::string>{"d"});
+}
+
+TEST_F(MergedTreeTest, XattrWhiteoutInDirectoryMarkedX) {
+  Write(L("d/f"), "lower");
+  Write(L("d/g"), "lower");
+  Write(U("d/f"), "");
+  Xattr(U("d/f"), "user.overlay.whiteout", "");
+  Xattr(U("d"), "user.overlay.opaque", "x");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/f"));
+  EXPECT_FALSE(f.exists);
+  ASSERT_OK_AND_ASSIGN(g, tree.Resolve("d/g"));
+  EXPECT_TRUE(g.exists);  // "x" marks a merged directory, not an opaque one
+  EXPECT_EQ(Names("d"), std::vector<std::string>{"g"});
+}
+
+TEST_F(MergedTreeTest, UpperFileHidesLowerDirectory) {
+  Write(L("d/f"), "lower");
+  Write(U("d"), "now a file");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  EXPECT_TRUE(d.exists);
+  EXPECT_TRUE(S_ISREG(d.st.st_mode));
+  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/f"));
+  EXPECT_FALSE(f.exists);
+  EXPECT_ERRNO(ENOTDIR, tree.List("d"));
+}
+
+TEST_F(MergedTreeTest, MissingComponentsDoNotExist) {
+  Write(L("file"), "x");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(a, tree.Resolve("nope"));
+  EXPECT_FALSE(a.exists);
+  ASSERT_OK_AND_ASSIGN(b, tree.Resolve("nope/deeper"));
+  EXPECT_FALSE(b.exists);
+  ASSERT_OK_AND_ASSIGN(c, tree.Resolve("file/below"));
+  EXPECT_FALSE(c.exists);
+  EXPECT_ERRNO(ENOENT, tree.ReadFile("nope"));
+  EXPECT_ERRNO(ENOENT, tree.ReadLink("nope"));
+  EXPECT_ERRNO(ENOENT, tree.List("nope"));
+}
+
+TEST_F(MergedTreeTest, InvalidComponentsAreEinval) {
+  MergedTree tree(layers_);
+  for (const char* bad : {"a//b", "./a", "a/..", "a/", "/a", "..", "."}) {
+    EXPECT_ERRNO(EINVAL, tree.Resolve(bad));
+  }
+}
+
+TEST_F(MergedTreeTest, SymlinksAreReportedNeverFollowed) {
+  Write(L("realdir/inside"), "secret");
+  Symlink("realdir", L("linkdir"));
+  Symlink("/etc/passwd", L("abs"));
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(link, tree.Resolve("linkdir"));
+  EXPECT_TRUE(S_ISLNK(link.st.st_mode));
+  ASSERT_OK_AND_ASSIGN(below, tree.Resolve("linkdir/inside"));
+  EXPECT_FALSE(below.exists);
+  ASSERT_OK_AND_ASSIGN(target, tree.ReadLink("abs"));
+  EXPECT_EQ(target, "/etc/passwd");
+  EXPECT_ERRNO(EINVAL, tree.ReadFile("abs"));
+  EXPECT_ERRNO(EINVAL, tree.ReadLink("realdir/inside"));
+}
+
+TEST_F(MergedTreeTest, UpperSymlinkHidesLowerFile) {
+  Write(L("x"), "lower");
+  Symlink("elsewhere", U("x"));
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(x, tree.Resolve("x"));
+  EXPECT_TRUE(x.in_upper);
+  EXPECT_TRUE(S_ISLNK(x.st.st_mode));
+  ASSERT_OK_AND_ASSIGN(target, tree.ReadLink("x"));
+  EXPECT_EQ(target, "elsewhere");
+}
+
+TEST_F(MergedTreeTest, ReadFileOfDirectoryIsEisdir) {
+  Mkdir(L("d"));
+  Mkdir(U("e"));
+  ::mkfifo(U("fifo").c_str(), 0644);
+  MergedTree tree(layers_);
+  EXPECT_ERRNO(EISDIR, tree.ReadFile("d"));
+  EXPECT_ERRNO(EISDIR, tree.ReadFile("e"));
+  EXPECT_ERRNO(EINVAL, tree.ReadFile("fifo"));
+}
+
+TEST_F(MergedTreeTest, ReadFileReadsLargeFilesWhole) {
+  std::string big;
+  for (int i = 0; i < 300000; ++i)
+    big.push_back(static_cast<char>('a' + i % 26));
+  Write(L("big"), big);
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("big"));
+  EXPECT_EQ(data, big);
+}
+
+TEST_F(MergedTreeTest, OpenFileOpensTheVisibleLayer) {
+  Write(L("f"), "lower");
+  Write(L("g"), "lower-g");
+  Write(U("f"), "upper");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(f, tree.OpenFile("f"));
+  struct stat st, want;
+  ASSERT_EQ(::fstat(f.get(), &st), 0);
+  ASSERT_EQ(::lstat(U("f").c_str(), &want), 0);
+  EXPECT_EQ(st.st_ino, want.st_ino);
+  ASSERT_OK_AND_ASSIGN(g, tree.OpenFile("g"));
+  ASSERT_EQ(::fstat(g.get(), &st), 0);
+  ASSERT_EQ(::lstat(L("g").c_str(), &want), 0);
+  EXPECT_EQ(st.st_ino, want.st_ino);
+  int fl = ::fcntl(g.get(), F_GETFL);
+  EXPECT_EQ(fl & O_ACCMODE, O_RDONLY);
+}
+
+TEST_F(MergedTreeTest, OpaqueRootHidesTheWholeLower) {
+  Write(L("f"), "lower");
+  Write(U("g"), "upper");
+  Xattr(U(""), "user.overlay.opaque", "y");
+  MergedTree tree(layers_);
+  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("f"));
+  EXPECT_FALSE(f.exists);
+  EXPECT_EQ(Names(""), std::vector<std::string>{"g"});
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

@@ -1,0 +1,472 @@
+// Tests of SandboxRepo: the sandbox's refs and objects read from hand-built
+// layers (lower = a real checkout, upper = what git in the sandbox would
+// leave: loose refs, whiteouts, packed-refs, loose objects and packs), with
+// whiteouts and opaque directories honoured and no symlink followed.
+#include "gitbridge/sandbox_repo.h"
+
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gitbridge/bridge_repo.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+// A private HOME and fixed identities, so neither `git` nor libgit2 reads
+// the machine's own configuration.
+class GitEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-home-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    home_ = tmpl;
+    ::setenv("HOME", home_.c_str(), 1);
+    ::setenv("XDG_CONFIG_HOME", home_.c_str(), 1);
+    ::setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+    for (const char* k : {"GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"})
+      ::setenv(k, "Test", 1);
+    for (const char* k : {"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"})
+      ::setenv(k, "test@example.com", 1);
+    git_libgit2_init();
+  }
+  void TearDown() override {
+    git_libgit2_shutdown();
+    fs::remove_all(home_);
+  }
+
+ private:
+  std::string home_;
+};
+const auto* const kEnv =
+    ::testing::AddGlobalTestEnvironment(new GitEnvironment);
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs a shell command; fails the test unless it exits 0. Returns stdout.
+std::string Sh(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  EXPECT_NE(p, nullptr) << cmd;
+  if (!p) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n"
+                                                             << out;
+  return out;
+}
+
+std::string Git(const std::string& dir, const std::string& args) {
+  std::string out = Sh("git -C " + Quote(dir) + " " + args);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+void Write(const std::string& path, const std::string& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+git_oid Oid(const std::string& hex) {
+  git_oid id{};
+  EXPECT_EQ(git_oid_fromstr(&id, hex.c_str()), 0) << hex;
+  return id;
+}
+
+std::string Hex(const git_oid& id) { return OidHex(id); }
+
+std::string LooseObjectPath(const std::string& objects, const std::string& h) {
+  return objects + "/" + h.substr(0, 2) + "/" + h.substr(2);
+}
+
+class SandboxRepoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-test-sandbox-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    lower_ = root_ + "/lower";
+    upper_ = root_ + "/upper";
+    scratch_ = root_ + "/scratch";
+    MakeLower();
+    fs::create_directories(upper_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // main, packedonly, feat in packed-refs; gone loose; all at c1.
+  void MakeLower() {
+    Sh("git init -q -b main " + Quote(lower_));
+    Write(lower_ + "/a.txt", "a\n");
+    Git(lower_, "add a.txt");
+    Git(lower_, "commit -q -m c1");
+    Git(lower_, "branch packedonly");
+    Git(lower_, "branch feat");
+    Git(lower_, "pack-refs --all");
+    Git(lower_, "branch gone");
+    c1_ = Git(lower_, "rev-parse HEAD");
+  }
+
+  // In a clone of the lower: c2 (branch agent) and c3 (branch featx), both
+  // on c1. Their new objects are copied into upper/.git/objects as loose
+  // objects when `copy_loose`.
+  void MakeSandboxCommits(bool copy_loose) {
+    Sh("git clone -q --no-hardlinks " + Quote(lower_) + " " + Quote(scratch_));
+    Git(scratch_, "checkout -q -b agent");
+    Write(scratch_ + "/b.txt", "b\n");
+    Git(scratch_, "add b.txt");
+    Git(scratch_, "commit -q -m c2");
+    c2_ = Git(scratch_, "rev-parse HEAD");
+    Git(scratch_, "checkout -q -b featx main");
+    Write(scratch_ + "/dir/c.txt", "c\n");
+    Git(scratch_, "add dir");
+    Git(scratch_, "commit -q -m c3");
+    c3_ = Git(scratch_, "rev-parse HEAD");
+    if (!copy_loose) return;
+    std::istringstream objs(Git(
+        scratch_, "rev-list --objects " + c2_ + " " + c3_ + " --not " + c1_));
+    std::string line;
+    while (std::getline(objs, line)) {
+      std::string h = line.substr(0, 40);
+      std::string to = LooseObjectPath(upper_ + "/.git/objects", h);
+      fs::create_directories(fs::path(to).parent_path());
+      fs::copy_file(LooseObjectPath(scratch_ + "/.git/objects", h), to);
+    }
+  }
+
+  // The usual upper: HEAD -> agent (loose, c2), feat loose (c3) over its
+  // packed c1, gone whited out, an upper packed-refs adding newpacked.
+  void MakeUpper() {
+    MakeSandboxCommits(true);
+    std::string heads = upper_ + "/.git/refs/heads";
+    fs::create_directories(heads);
+    Write(heads + "/agent", c2_ + "\n");
+    Write(heads + "/feat", c3_ + "\n");
+    Whiteout(heads + "/gone");
+    Write(upper_ + "/.git/packed-refs",
+          "# pack-refs with: peeled fully-peeled sorted \n" + c1_ +
+              " refs/heads/feat\n" + c1_ + " refs/heads/main\n" + c2_ +
+              " refs/heads/newpacked\n" + c1_ + " refs/heads/packedonly\n" +
+              c3_ + " refs/tags/v1\n^" + c1_ + "\n");
+    Write(upper_ + "/.git/HEAD", "ref: refs/heads/agent\n");
+  }
+
+  static void Whiteout(const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0)
+        << path << ": " << std::strerror(errno);
+  }
+  static void Opaque(const std::string& dir) {
+    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", "y", 1, 0), 0)
+        << dir << ": " << std::strerror(errno);
+  }
+
+  Layers OpenLayers() {
+    auto l = Layers::OpenForReading(lower_, upper_, XattrNamespace::kUser);
+    EXPECT_TRUE(l.ok()) << l.error().Message();
+    return std::move(*l);
+  }
+
+  std::map<std::string, std::string> BranchHexes(const SandboxRepo& repo) {
+    std::map<std::string, std::string> out;
+    auto b = repo.Branches();
+    EXPECT_TRUE(b.ok()) << b.error().Message();
+    if (!b.ok()) return out;
+    for (const auto& [name, id] : *b) out[name] = Hex(id);
+    return out;
+  }
+
+  bool HasCommit(const SandboxRepo& repo, const std::string& hex) {
+    git_commit* raw = nullptr;
+    git_oid id = Oid(hex);
+    int rc = git_commit_lookup(&raw, repo.repo(), &id);
+    GitCommit c(raw);
+    return rc == 0;
+  }
+
+  std::string root_, lower_, upper_, scratch_;
+  std::string c1_, c2_, c3_;
+};
+
+TEST_F(SandboxRepoTest, LowerOnlyShowsTheCheckoutsRefs) {
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  std::map<std::string, std::string> want = {
+      {"feat", c1_}, {"gone", c1_}, {"main", c1_}, {"packedonly", c1_}};
+  EXPECT_EQ(BranchHexes(repo), want);
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(Hex(*head), c1_);
+  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  EXPECT_EQ(branch, "main");
+  EXPECT_TRUE(HasCommit(repo, c1_));
+}
+
+TEST_F(SandboxRepoTest, LooseRefsWinWhiteoutsDeleteUpperPackedRefsShows) {
+  MakeUpper();
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  std::map<std::string, std::string> want = {{"agent", c2_},
+                                             {"feat", c3_},
+                                             {"main", c1_},
+                                             {"newpacked", c2_},
+                                             {"packedonly", c1_}};
+  EXPECT_EQ(BranchHexes(repo), want);
+}
+
+TEST_F(SandboxRepoTest, HeadFollowsTheSymbolicRefIntoTheUpper) {
+  MakeUpper();
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(Hex(*head), c2_);
+  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  EXPECT_EQ(branch, "agent");
+}
+
+TEST_F(SandboxRepoTest, ObjectsComeFromBothLayers) {
+  MakeUpper();
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  EXPECT_TRUE(HasCommit(repo, c1_));
+  EXPECT_TRUE(HasCommit(repo, c2_));
+  EXPECT_TRUE(HasCommit(repo, c3_));
+  // The whole history of c3 is readable, trees and blobs included.
+  git_object* raw = nullptr;
+  ASSERT_EQ(
+      git_revparse_single(&raw, repo.repo(), (c3_ + ":dir/c.txt").c_str()), 0);
+  GitObject blob(raw);
+  EXPECT_EQ(git_object_type(blob.get()), GIT_OBJECT_BLOB);
+  // The repository has no refs or config of its own.
+  EXPECT_NE(git_revparse_single(&raw, repo.repo(), "HEAD"), 0);
+}
+
+TEST_F(SandboxRepoTest, NestedLooseBranchesAreListed) {
+  MakeUpper();
+  Write(upper_ + "/.git/refs/heads/topic/deep/x", c3_ + "\n");
+  Write(upper_ + "/.git/refs/heads/topic/y.lock", c3_ + "\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  auto b = BranchHexes(repo);
+  EXPECT_EQ(b["topic/deep/x"], c3_);
+  EXPECT_EQ(b.count("topic/y.lock"), 0u);
+}
+
+TEST_F(SandboxRepoTest, OpaqueRefsDirectoryHidesLowerLooseRefs) {
+  MakeSandboxCommits(true);
+  std::string heads = upper_ + "/.git/refs/heads";
+  fs::create_directories(heads);
+  Opaque(heads);
+  Write(heads + "/solo", c2_ + "\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  // "gone" was a lower loose ref; the lower packed-refs still shows through.
+  std::map<std::string, std::string> want = {
+      {"feat", c1_}, {"main", c1_}, {"packedonly", c1_}, {"solo", c2_}};
+  EXPECT_EQ(BranchHexes(repo), want);
+}
+
+TEST_F(SandboxRepoTest, WhitedOutPackedRefsHidesPackedBranches) {
+  Whiteout(upper_ + "/.git/packed-refs");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  std::map<std::string, std::string> want = {{"gone", c1_}};
+  EXPECT_EQ(BranchHexes(repo), want);
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());  // main was only packed
+  EXPECT_FALSE(head.has_value());
+  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  EXPECT_EQ(branch, "");
+}
+
+TEST_F(SandboxRepoTest, SymlinksAreNeverFollowed) {
+  Write(root_ + "/outside/ref", c1_ + "\n");
+  Write(root_ + "/outside/HEAD", "ref: refs/heads/main\n");
+  std::string heads = upper_ + "/.git/refs/heads";
+  fs::create_directories(heads);
+  fs::create_symlink(root_ + "/outside/ref", heads + "/evil");
+  fs::create_symlink(root_ + "/outside/HEAD", upper_ + "/.git/HEAD");
+  fs::create_symlink(root_ + "/outside", heads + "/evildir");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  auto b = BranchHexes(repo);
+  EXPECT_EQ(b.count("evil"), 0u);
+  EXPECT_EQ(b.count("evildir/ref"), 0u);
+  EXPECT_EQ(b.count("main"), 1u);
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  EXPECT_FALSE(head.has_value());
+}
+
+TEST_F(SandboxRepoTest, SymlinkedRefsDirectoryShadowsTheLowerOne) {
+  Write(root_ + "/outside/heads/evil", c1_ + "\n");
+  fs::create_directories(upper_ + "/.git");
+  fs::create_symlink(root_ + "/outside", upper_ + "/.git/refs");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  std::map<std::string, std::string> want = {
+      {"feat", c1_}, {"main", c1_}, {"packedonly", c1_}};
+  EXPECT_EQ(BranchHexes(repo), want);
+}
+
+TEST_F(SandboxRepoTest, DetachedHead) {
+  MakeUpper();
+  Write(upper_ + "/.git/HEAD", c3_ + "\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(Hex(*head), c3_);
+  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  EXPECT_EQ(branch, "");
+}
+
+TEST_F(SandboxRepoTest, UnbornHead) {
+  Write(upper_ + "/.git/HEAD", "ref: refs/heads/nothing\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  EXPECT_FALSE(head.has_value());
+  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  EXPECT_EQ(branch, "");
+}
+
+TEST_F(SandboxRepoTest, SymbolicRefLoopIsAnErrorAndNotABranch) {
+  std::string heads = upper_ + "/.git/refs/heads";
+  Write(heads + "/a", "ref: refs/heads/b\n");
+  Write(heads + "/b", "ref: refs/heads/a\n");
+  Write(upper_ + "/.git/HEAD", "ref: refs/heads/a\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  auto head = repo.Head();
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.err(), ELOOP);
+  auto b = BranchHexes(repo);
+  EXPECT_EQ(b.count("a"), 0u);
+  EXPECT_EQ(b.count("b"), 0u);
+}
+
+TEST_F(SandboxRepoTest, HeadCannotLeaveTheRefsNamespace) {
+  Write(root_ + "/outside", c1_ + "\n");
+  Write(upper_ + "/.git/HEAD", "ref: refs/../../../outside\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  auto head = repo.Head();
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.err(), EINVAL);
+  Write(upper_ + "/.git/HEAD", "ref: config\n");
+  head = repo.Head();
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.err(), EINVAL);
+}
+
+TEST_F(SandboxRepoTest, PacksInTheUpperAfterGcWithLowerObjectsWhitedOut) {
+  MakeSandboxCommits(false);
+  Git(scratch_, "gc -q");
+  std::string packs = upper_ + "/.git/objects/pack";
+  fs::create_directories(packs);
+  for (const auto& e : fs::directory_iterator(scratch_ + "/.git/objects/pack"))
+    fs::copy_file(e.path(), packs + "/" + e.path().filename().string());
+  // gc in the sandbox deletes the lower's loose objects: whiteouts.
+  for (const auto& d : fs::directory_iterator(lower_ + "/.git/objects")) {
+    std::string dn = d.path().filename().string();
+    if (dn.size() != 2) continue;
+    for (const auto& f : fs::directory_iterator(d.path()))
+      Whiteout(upper_ + "/.git/objects/" + dn + "/" +
+               f.path().filename().string());
+  }
+  Write(upper_ + "/.git/refs/heads/agent", c2_ + "\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  EXPECT_TRUE(HasCommit(repo, c1_));
+  EXPECT_TRUE(HasCommit(repo, c2_));
+  EXPECT_TRUE(HasCommit(repo, c3_));
+  git_object* raw = nullptr;
+  ASSERT_EQ(git_revparse_single(&raw, repo.repo(), (c1_ + ":a.txt").c_str()),
+            0);
+  GitObject blob(raw);
+}
+
+TEST_F(SandboxRepoTest, OpaqueObjectsDirectoryHidesLowerObjects) {
+  MakeSandboxCommits(true);
+  Opaque(upper_ + "/.git/objects");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  EXPECT_TRUE(HasCommit(repo, c2_));
+  EXPECT_FALSE(HasCommit(repo, c1_));
+}
+
+TEST_F(SandboxRepoTest, UpperAlternatesAreNotRead) {
+  MakeSandboxCommits(false);
+  // The sandbox points its alternates at another repository's objects.
+  Write(upper_ + "/.git/objects/info/alternates", scratch_ + "/.git/objects\n");
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  EXPECT_TRUE(HasCommit(repo, c1_));
+  EXPECT_FALSE(HasCommit(repo, c2_));
+}
+
+TEST_F(SandboxRepoTest, SymlinkInUpperObjectsIsRefused) {
+  MakeSandboxCommits(false);
+  fs::create_directories(upper_ + "/.git/objects");
+  std::string h = c2_.substr(0, 2);
+  fs::create_symlink(scratch_ + "/.git/objects/" + h,
+                     upper_ + "/.git/objects/" + h);
+  Layers layers = OpenLayers();
+  auto repo = SandboxRepo::Open(layers);
+  ASSERT_FALSE(repo.ok());
+  EXPECT_EQ(repo.err(), EPERM);
+}
+
+TEST_F(SandboxRepoTest, CorruptUpperObjectIsNotRead) {
+  MakeSandboxCommits(true);
+  // c2's object file now holds c3's bytes: hash verification refuses it.
+  std::string to = LooseObjectPath(upper_ + "/.git/objects", c2_);
+  fs::permissions(to, fs::perms::owner_write, fs::perm_options::add);
+  fs::copy_file(LooseObjectPath(upper_ + "/.git/objects", c3_), to,
+                fs::copy_options::overwrite_existing);
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  EXPECT_FALSE(HasCommit(repo, c2_));
+  EXPECT_TRUE(HasCommit(repo, c3_));
+}
+
+TEST_F(SandboxRepoTest, BridgeCopiesTheSandboxsNewCommits) {
+  MakeUpper();
+  Layers layers = OpenLayers();
+  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(bridge,
+                       BridgeRepo::OpenOrCreate(root_ + "/bridge.git",
+                                                lower_ + "/.git/objects"));
+  Status s =
+      bridge.CopyReachable(repo.repo(), {Oid(c2_), Oid(c3_)}, {Oid(c1_)});
+  ASSERT_TRUE(s.ok()) << s.error().Message();
+  git_commit* raw = nullptr;
+  git_oid c3 = Oid(c3_);
+  ASSERT_EQ(git_commit_lookup(&raw, bridge.repo(), &c3), 0);
+  GitCommit c(raw);
+  Git(root_ + "/bridge.git", "fsck --strict --no-dangling " + c2_ + " " + c3_);
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge

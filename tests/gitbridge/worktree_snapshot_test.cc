@@ -1,0 +1,372 @@
+// Tests of BuildWorktreeTree: a base tree made from the lower files, changes
+// laid down by hand in the upper, and the resulting tree read back from a
+// real bare repository.
+#include "gitbridge/worktree_snapshot.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "common/git_ptr.h"
+#include "gitbridge/tree_build.h"
+
+namespace acqfs::gitbridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  auto lhs##_r = (expr);                                                   \
+  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
+  auto lhs = std::move(lhs##_r).value()
+
+using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
+
+struct Entry {
+  git_filemode_t mode;
+  git_oid id;
+};
+
+class WorktreeSnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/acqfs-snapshot-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    fs::create_directory(root_ + "/lower");
+    fs::create_directory(root_ + "/upper");
+    git_repository* raw = nullptr;
+    ASSERT_EQ(git_repository_init(&raw, (root_ + "/repo.git").c_str(), 1), 0);
+    repo_.reset(raw);
+    auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
+                                    XattrNamespace::kUser);
+    ASSERT_TRUE(l.ok()) << l.error().Message();
+    layers_ = std::move(*l);
+  }
+  void TearDown() override {
+    repo_.reset();
+    fs::remove_all(root_);
+  }
+
+  std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
+  std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
+  static void Write(const std::string& path, const std::string& data,
+                    mode_t mode = 0644) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << data;
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+  }
+  static void Whiteout(const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
+  }
+  static void Opaque(const std::string& dir) {
+    fs::create_directories(dir);
+    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+  }
+  static void Symlink(const std::string& target, const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
+  }
+  git_oid Blob(const std::string& data) {
+    git_oid id;
+    EXPECT_EQ(
+        git_blob_create_from_buffer(&id, repo_.get(), data.data(), data.size()),
+        0);
+    return id;
+  }
+  // A tracked lower file: written to the lower and recorded in the base.
+  void Tracked(const std::string& path, const std::string& data,
+               mode_t mode = 0644) {
+    Write(L(path), data, mode);
+    base_.push_back(TreeEdit{
+        TreeEdit::kPut, path,
+        (mode & S_IXUSR) ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB,
+        Blob(data)});
+  }
+  void Gitlink(const std::string& path, const git_oid& commit) {
+    fs::create_directories(L(path));
+    base_.push_back(
+        TreeEdit{TreeEdit::kPut, path, GIT_FILEMODE_COMMIT, commit});
+  }
+  git_oid Base() {
+    auto r = ApplyTreeEdits(repo_.get(), nullptr, base_);
+    EXPECT_TRUE(r.ok()) << r.error().Message();
+    return r.ok() ? *r : git_oid{};
+  }
+  git_oid Snapshot(const git_oid* base, SnapshotStats* stats = nullptr) {
+    auto r = BuildWorktreeTree(repo_.get(), base, layers_, stats);
+    EXPECT_TRUE(r.ok()) << r.error().Message();
+    return r.ok() ? *r : git_oid{};
+  }
+  std::optional<Entry> At(const git_oid& tree, const std::string& path) {
+    git_tree* raw = nullptr;
+    EXPECT_EQ(git_tree_lookup(&raw, repo_.get(), &tree), 0);
+    GitTree t(raw);
+    git_tree_entry* e = nullptr;
+    if (git_tree_entry_bypath(&e, t.get(), path.c_str()) != 0)
+      return std::nullopt;
+    GitTreeEntry owned(e);
+    return Entry{git_tree_entry_filemode(e), *git_tree_entry_id(e)};
+  }
+  std::string Content(const git_oid& tree, const std::string& path) {
+    auto e = At(tree, path);
+    if (!e) return "<missing>";
+    git_blob* raw = nullptr;
+    if (git_blob_lookup(&raw, repo_.get(), &e->id) != 0) return "<not a blob>";
+    GitBlob b(raw);
+    return std::string(static_cast<const char*>(git_blob_rawcontent(raw)),
+                       git_blob_rawsize(raw));
+  }
+
+  GitLibrary lib_;
+  std::string root_;
+  GitRepository repo_;
+  Layers layers_;
+  std::vector<TreeEdit> base_;
+};
+
+TEST_F(WorktreeSnapshotTest, NoChangesKeepTheBaseTree) {
+  Tracked("a/b", "1");
+  Tracked("c", "2");
+  git_oid base = Base();
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_TRUE(git_oid_equal(&t, &base));
+  EXPECT_EQ(stats.changes, 0u);
+  EXPECT_EQ(stats.blobs_written, 0u);
+}
+
+TEST_F(WorktreeSnapshotTest, ModifiedTrackedFileIsRecorded) {
+  Tracked("src/main.c", "int main;");
+  Tracked("src/util.c", "util");
+  git_oid base = Base();
+  Write(U("src/main.c"), "int main(void) { return 0; }");
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_EQ(Content(t, "src/main.c"), "int main(void) { return 0; }");
+  EXPECT_EQ(Content(t, "src/util.c"), "util");
+  EXPECT_EQ(stats.changes, 1u);
+  EXPECT_EQ(stats.blobs_written, 1u);
+}
+
+TEST_F(WorktreeSnapshotTest, UnchangedCopyUpWritesNothing) {
+  Tracked("f", "same");
+  git_oid base = Base();
+  Write(U("f"), "same");
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_TRUE(git_oid_equal(&t, &base));
+  EXPECT_EQ(stats.blobs_written, 0u);
+}
+
+TEST_F(WorktreeSnapshotTest, WhiteoutsRemoveFilesAndDirectories) {
+  Tracked("keep", "k");
+  Tracked("gone", "g");
+  Tracked("dir/x", "x");
+  Tracked("dir/sub/y", "y");
+  Tracked("part/a", "a");
+  Tracked("part/b", "b");
+  git_oid base = Base();
+  Whiteout(U("gone"));
+  Whiteout(U("dir"));
+  Whiteout(U("part/a"));
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, "keep"), "k");
+  EXPECT_FALSE(At(t, "gone"));
+  EXPECT_FALSE(At(t, "dir"));
+  EXPECT_FALSE(At(t, "part/a"));
+  EXPECT_EQ(Content(t, "part/b"), "b");
+}
+
+TEST_F(WorktreeSnapshotTest, NewUntrackedFilesAreAdded) {
+  Tracked("a", "1");
+  git_oid base = Base();
+  Write(U("new/deep/file.txt"), "fresh");
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, "new/deep/file.txt"), "fresh");
+  EXPECT_EQ(Content(t, "a"), "1");
+}
+
+TEST_F(WorktreeSnapshotTest, IgnoredUntrackedFilesAreSkipped) {
+  Tracked(".gitignore", "*.log\nbuild/\n");
+  Tracked("src/a.c", "a");
+  git_oid base = Base();
+  Write(U("debug.log"), "noise");
+  Write(U("src/deep.log"), "noise");
+  Write(U("build/out.o"), "obj");
+  Write(U("src/b.c"), "b");
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_FALSE(At(t, "debug.log"));
+  EXPECT_FALSE(At(t, "src/deep.log"));
+  EXPECT_FALSE(At(t, "build"));
+  EXPECT_EQ(Content(t, "src/b.c"), "b");
+  EXPECT_EQ(stats.ignored_skipped, 3u);
+  EXPECT_EQ(stats.blobs_written, 1u);
+}
+
+TEST_F(WorktreeSnapshotTest, TrackedIgnoredFileIsStillRecorded) {
+  Tracked(".gitignore", "*.log\n");
+  Tracked("kept.log", "old");
+  git_oid base = Base();
+  Write(U("kept.log"), "new");
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, "kept.log"), "new");
+}
+
+TEST_F(WorktreeSnapshotTest, SandboxIgnoreRulesCount) {
+  Tracked(".gitignore", "*.a\n");
+  git_oid base = Base();
+  Write(U(".gitignore"), "*.b\n");  // the sandbox's edit counts
+  Write(U("x.a"), "a");
+  Write(U("x.b"), "b");
+  Write(L(".git/info/exclude"), "secret*\n");
+  Write(U("secret.txt"), "s");
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, ".gitignore"), "*.b\n");
+  EXPECT_EQ(Content(t, "x.a"), "a");
+  EXPECT_FALSE(At(t, "x.b"));
+  EXPECT_FALSE(At(t, "secret.txt"));
+}
+
+TEST_F(WorktreeSnapshotTest, ModesFollowTheOwnerExecuteBit) {
+  Tracked("tool", "#!/bin/sh\n", 0644);
+  git_oid base = Base();
+  Write(U("tool"), "#!/bin/sh\n", 0744);
+  Write(U("script"), "#!/bin/sh\n", 0700);
+  Write(U("data"), "d", 0611);  // group/other execute bits do not count
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(At(t, "tool")->mode, GIT_FILEMODE_BLOB_EXECUTABLE);
+  EXPECT_EQ(At(t, "script")->mode, GIT_FILEMODE_BLOB_EXECUTABLE);
+  EXPECT_EQ(At(t, "data")->mode, GIT_FILEMODE_BLOB);
+}
+
+TEST_F(WorktreeSnapshotTest, SymlinksAreRecordedAsLinksNeverFollowed) {
+  Tracked("f", "file");
+  git_oid base = Base();
+  Symlink("/etc/passwd", U("abs"));
+  Symlink("../outside", U("d/rel"));
+  Symlink("missing", U("f"));  // a tracked file replaced by a link
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(At(t, "abs")->mode, GIT_FILEMODE_LINK);
+  EXPECT_EQ(Content(t, "abs"), "/etc/passwd");
+  EXPECT_EQ(Content(t, "d/rel"), "../outside");
+  EXPECT_EQ(At(t, "f")->mode, GIT_FILEMODE_LINK);
+  EXPECT_EQ(Content(t, "f"), "missing");
+}
+
+TEST_F(WorktreeSnapshotTest, GitlinksAreKeptAndNeverEntered) {
+  git_oid commit;
+  ASSERT_EQ(
+      git_oid_fromstr(&commit, "89abcdef0123456789abcdef0123456789abcdef"), 0);
+  Tracked("top", "t");
+  Gitlink("mods/sub", commit);
+  Gitlink("gone", commit);
+  git_oid base = Base();
+  Write(U("mods/sub/new.c"), "inside the submodule");
+  Write(U("mods/sib"), "beside it");
+  Whiteout(U("gone"));
+  git_oid t = Snapshot(&base);
+  auto sub = At(t, "mods/sub");
+  ASSERT_TRUE(sub);
+  EXPECT_EQ(sub->mode, GIT_FILEMODE_COMMIT);
+  EXPECT_TRUE(git_oid_equal(&sub->id, &commit));
+  EXPECT_FALSE(At(t, "mods/sub/new.c"));
+  EXPECT_EQ(Content(t, "mods/sib"), "beside it");
+  auto gone = At(t, "gone");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->mode, GIT_FILEMODE_COMMIT);
+}
+
+TEST_F(WorktreeSnapshotTest, OpaqueDirectoryReplacesItsContent) {
+  Tracked("d/a", "a");
+  Tracked("d/sub/b", "b");
+  Tracked("other", "o");
+  git_oid base = Base();
+  Opaque(U("d"));
+  Write(U("d/c"), "c");
+  Write(U("d/a"), "a");  // same bytes as before: recorded again, same blob
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, "d/c"), "c");
+  EXPECT_EQ(Content(t, "d/a"), "a");
+  EXPECT_FALSE(At(t, "d/sub"));
+  EXPECT_EQ(Content(t, "other"), "o");
+}
+
+TEST_F(WorktreeSnapshotTest, FileReplacesDirectory) {
+  Tracked("d/x", "x");
+  Tracked("d/y/z", "z");
+  git_oid base = Base();
+  Write(U("d"), "a file now");
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(At(t, "d")->mode, GIT_FILEMODE_BLOB);
+  EXPECT_EQ(Content(t, "d"), "a file now");
+}
+
+TEST_F(WorktreeSnapshotTest, IgnoredFileOverDirectoryStillRemovesIt) {
+  Tracked(".gitignore", "d\n");
+  Tracked("d/x", "x");
+  git_oid base = Base();
+  Write(U("d"), "ignored file");
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_FALSE(At(t, "d"));
+  EXPECT_EQ(stats.ignored_skipped, 1u);
+}
+
+TEST_F(WorktreeSnapshotTest, DirectoryReplacesFile) {
+  Tracked("f", "file");
+  Tracked("g", "file");
+  git_oid base = Base();
+  Opaque(U("f"));  // rm f; mkdir f: an opaque directory over a whiteout
+  Write(U("f/inner"), "i");
+  fs::create_directory(U("g"));  // a plain upper dir over the lower file
+  Write(U("g/inner"), "j");
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(At(t, "f")->mode, GIT_FILEMODE_TREE);
+  EXPECT_EQ(Content(t, "f/inner"), "i");
+  EXPECT_EQ(At(t, "g")->mode, GIT_FILEMODE_TREE);
+  EXPECT_EQ(Content(t, "g/inner"), "j");
+}
+
+TEST_F(WorktreeSnapshotTest, NullBaseBuildsFromTheUpperAlone) {
+  Write(U("a/b"), "1");
+  Write(U("c"), "2");
+  Write(U(".git/config"), "never recorded");
+  git_oid t = Snapshot(nullptr);
+  EXPECT_EQ(Content(t, "a/b"), "1");
+  EXPECT_EQ(Content(t, "c"), "2");
+  EXPECT_FALSE(At(t, ".git"));
+}
+
+TEST_F(WorktreeSnapshotTest, LargeFilesAreStreamedWhole) {
+  Tracked("big", "small");
+  git_oid base = Base();
+  std::string big(5 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  Write(U("big"), big);
+  git_oid t = Snapshot(&base);
+  EXPECT_EQ(Content(t, "big"), big);
+  git_oid want;
+  ASSERT_EQ(git_odb_hash(&want, big.data(), big.size(), GIT_OBJECT_BLOB), 0);
+  EXPECT_TRUE(git_oid_equal(&At(t, "big")->id, &want));
+}
+
+TEST_F(WorktreeSnapshotTest, MissingBaseIsAnError) {
+  git_oid ghost;
+  ASSERT_EQ(git_oid_fromstr(&ghost, "3333333333333333333333333333333333333333"),
+            0);
+  Write(U("f"), "x");
+  auto r = BuildWorktreeTree(repo_.get(), &ghost, layers_, nullptr);
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace acqfs::gitbridge
