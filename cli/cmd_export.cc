@@ -16,8 +16,7 @@ std::string Short(const std::string& id) { return id.substr(0, 12); }
 
 void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
   if (r.nothing_new())
-    std::printf("acqfs: export %s: nothing new since the last export\n",
-                name.c_str());
+    std::printf("acqfs: export %s: nothing new to publish\n", name.c_str());
   for (const auto& u : r.updates) {
     if (u.new_id.empty())
       std::printf("  deleted   %s (was %s)\n", u.ref.c_str(),

@@ -33,13 +33,14 @@ std::string RemoteName(const std::string& sandbox) {
 
 std::vector<std::string> RemoteFetchSpecs(const std::string& sandbox) {
   std::string r = RemoteName(sandbox);
+  // Patterns, not exact names: an exact source ref that the bridge does not
+  // have yet (no working-tree commit before the first export with changes)
+  // would make `git fetch` fail.
   return {
       "+refs/heads/*:refs/remotes/" + r + "/*",
-      "+" + std::string(kWorktreeRef) + ":refs/remotes/" + r + "/" +
-          kWorktreeBranchName,
+      "+refs/acqfs/*:refs/remotes/" + r + "/acqfs-*",
       "+refs/heads/*:refs/sandboxes/" + sandbox + "/heads/*",
-      "+" + std::string(kWorktreeRef) + ":refs/sandboxes/" + sandbox +
-          "/worktree",
+      "+refs/acqfs/*:refs/sandboxes/" + sandbox + "/*",
   };
 }
 
@@ -109,41 +110,22 @@ Status DeleteRefs(git_repository* repo, const std::string& glob,
   return Ok();
 }
 
-// Deletes every remote.<name>.* entry (libgit2 1.5's git_remote_delete
-// fails on a remote with several fetch refspecs).
+// Removes the remote's section. libgit2 1.5's git_remote_delete fails on a
+// remote with several fetch refspecs ("entry is not unique due to being a
+// multivar"), so they go first; it then drops the whole section.
 Status DeleteRemoteConfig(git_repository* repo, const std::string& name,
                           const std::string& shown) {
   git_config* raw = nullptr;
   int rc = git_repository_config(&raw, repo);
   GitConfig cfg(raw);
   if (rc < 0) return GitError(rc, "open config", shown);
-  git_config* local_raw = nullptr;
-  rc = git_config_open_level(&local_raw, cfg.get(), GIT_CONFIG_LEVEL_LOCAL);
-  GitConfig local(local_raw);
-  if (rc < 0) return GitError(rc, "open the repository's config", shown);
-  std::vector<std::string> keys;
-  git_config_iterator* it_raw = nullptr;
-  std::string escaped;
-  for (char ch : name) {
-    if (ch == '.') escaped += '\\';
-    escaped += ch;
-  }
-  std::string re = "^remote\\." + escaped + "\\.";
-  rc = git_config_iterator_glob_new(&it_raw, local.get(), re.c_str());
-  if (rc < 0) return GitError(rc, "read config", shown);
-  git_config_entry* entry = nullptr;
-  while ((rc = git_config_next(&entry, it_raw)) == 0) {
-    bool seen = false;
-    for (const auto& k : keys) seen = seen || k == entry->name;
-    if (!seen) keys.emplace_back(entry->name);
-  }
-  git_config_iterator_free(it_raw);
-  if (rc != GIT_ITEROVER) return GitError(rc, "read config", shown);
-  for (const auto& k : keys) {
-    rc = git_config_delete_multivar(local.get(), k.c_str(), ".*");
-    if (rc < 0 && rc != GIT_ENOTFOUND)
-      return GitError(rc, "delete config " + k, shown);
-  }
+  std::string key = "remote." + name + ".fetch";
+  rc = git_config_delete_multivar(cfg.get(), key.c_str(), ".*");
+  if (rc < 0 && rc != GIT_ENOTFOUND)
+    return GitError(rc, "delete config " + key, shown);
+  rc = git_remote_delete(repo, name.c_str());
+  if (rc < 0 && rc != GIT_ENOTFOUND)
+    return GitError(rc, "remove remote " + name, shown);
   return Ok();
 }
 

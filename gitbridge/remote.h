@@ -19,7 +19,8 @@ namespace acqfs::gitbridge {
 std::string RemoteName(const std::string& sandbox);
 // The bridge ref holding the working-tree commit, and the name it gets on
 // the host below refs/remotes/sandbox-<name>/ (a name acqfs never publishes
-// as a branch, so it cannot collide with one).
+// as a branch, so it cannot collide with one). The refspecs map
+// refs/acqfs/<x> to sandbox-<name>/acqfs-<x> and refs/sandboxes/<name>/<x>.
 inline constexpr const char* kWorktreeRef = "refs/acqfs/worktree";
 inline constexpr const char* kWorktreeBranchName = "acqfs-worktree";
 // The refspecs the remote is registered with.

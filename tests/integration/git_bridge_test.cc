@@ -82,6 +82,10 @@ TEST_F(GitBridge, MountRegistersTheRemoteOnTheHost) {
   EXPECT_NE(specs.find("refs/sandboxes/" + sandbox_->name() + "/"),
             std::string::npos)
       << specs;
+  // Fetching before anything was exported works (and brings nothing).
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"for-each-ref", "refs/remotes/" + remote() + "/"}),
+            "");
 }
 
 TEST_F(GitBridge, AgentBranchAndWorkingTreeArriveWithFetch) {
@@ -162,6 +166,30 @@ TEST_F(GitBridge, ExportsChainAndAnExportWithNothingNewPublishesNothing) {
   ASSERT_NE(w3, w1);
   Fetch();
   EXPECT_EQ(Git(lower_, {"merge-base", "--is-ancestor", w1, w3}), "");
+}
+
+TEST_F(GitBridge, ABranchDeletedInTheSandboxLeavesTheBridge) {
+  Mount();
+  InMount(R"(
+    git checkout -q -b short-lived
+    echo x > x.txt && git add x.txt && git commit -q -m x
+    git checkout -q -b keeper
+  )");
+  nlohmann::json first = ExportJson();
+  std::string bridge = sandbox_->layer_dir() + "/bridge.git";
+  EXPECT_EQ(Git(bridge, {"for-each-ref", "--format=%(refname)", "refs/heads/"}),
+            "refs/heads/keeper\nrefs/heads/short-lived");
+  InMount("git branch -q -D short-lived");
+  nlohmann::json second = ExportJson();
+  EXPECT_EQ(Git(bridge, {"for-each-ref", "--format=%(refname)", "refs/heads/"}),
+            "refs/heads/keeper");
+  bool deleted = false;
+  for (const auto& u : second["updates"])
+    deleted =
+        deleted || (u["ref"] == "refs/heads/short-lived" && u["new"] == "");
+  EXPECT_TRUE(deleted) << second.dump();
+  nlohmann::json third = ExportJson();
+  EXPECT_TRUE(third["nothing_new"].get<bool>()) << third.dump();
 }
 
 TEST_F(GitBridge, SandboxHooksConfigAndUnsafeTreesNeverReachTheHost) {
