@@ -205,6 +205,22 @@ Status Renameat2(int olddir, const std::string& oldname, int newdir,
   return Ok();
 }
 
+Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error::Errno("read", shown);
+    }
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > limit)
+      return Error::Of(EFBIG, "file too large", shown);
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
 Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
                  const std::string& shown) {
   const char* p = static_cast<const char*>(buf);

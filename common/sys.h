@@ -69,6 +69,9 @@ Status Renameat2(int olddir, const std::string& oldname, int newdir,
                  const std::string& newname, unsigned flags,
                  const std::string& shown);
 
+// Reads `fd` to its end; EFBIG when it holds more than `limit` bytes.
+Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown);
+
 // Full writes/reads at an offset, retrying short transfers and EINTR.
 Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
                  const std::string& shown);

@@ -23,20 +23,6 @@ std::string StripSlash(std::string p) {
   return p;
 }
 
-Result<std::string> ReadAll(int fd, const std::string& shown) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error::Errno("read", shown);
-    }
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
-
 // The paths `git add -A` would look at: every path the status list names,
 // on either side of either comparison. Untracked directories reported as a
 // whole ("dir/", a nested repository) are left out.
@@ -96,7 +82,7 @@ Result<git_oid> WriteFileBlob(git_repository* host, git_odb* odb, int root,
   auto fd = sys::OpenBeneath(root, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0,
                              shown);
   if (!fd) return fd.error();
-  auto data = ReadAll(fd->get(), shown);
+  auto data = sys::ReadAll(fd->get(), SIZE_MAX, shown);
   if (!data) return data.error();
   git_filter_list* fraw = nullptr;
   int rc = git_filter_list_load(&fraw, host, nullptr, path.c_str(),

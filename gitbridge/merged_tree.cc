@@ -42,8 +42,10 @@ Result<MergedNode> RootNode(const Layers& layers) {
 
 // Opens `rel` read-only in `layer`, without atime updates where permitted.
 Result<UniqueFd> OpenNoAtime(const Layer& layer, const std::string& rel) {
-  auto fd = layer.Open(rel, O_RDONLY | O_NOFOLLOW | O_NOATIME);
-  if (!fd && fd.err() == EPERM) fd = layer.Open(rel, O_RDONLY | O_NOFOLLOW);
+  // O_NONBLOCK: a file swapped for a fifo meanwhile must not block us.
+  const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
+  auto fd = layer.Open(rel, flags | O_NOATIME);
+  if (!fd && fd.err() == EPERM) fd = layer.Open(rel, flags);
   return fd;
 }
 
@@ -82,20 +84,17 @@ Result<UniqueFd> MergedTree::OpenFile(const std::string& rel) const {
   return OpenNoAtime(node->in_upper ? layers_.upper : layers_.lower, rel);
 }
 
-Result<std::string> MergedTree::ReadFile(const std::string& rel) const {
+Result<std::string> MergedTree::ReadFile(const std::string& rel,
+                                         size_t limit) const {
   auto fd = OpenFile(rel);
   if (!fd) return fd.error();
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd->get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error::Errno("read merged file", rel);
-    }
-    if (n == 0) return data;
-    data.append(buf, static_cast<size_t>(n));
-  }
+  // The file may have been swapped since it was resolved (a sandbox still
+  // running): read it only if the descriptor is still a regular file.
+  auto st = sys::Fstat(fd->get(), rel);
+  if (!st) return st.error();
+  if (!S_ISREG(st->st_mode))
+    return Error::Of(EINVAL, "read merged file (not a regular file)", rel);
+  return sys::ReadAll(fd->get(), limit, rel);
 }
 
 Result<std::string> MergedTree::ReadLink(const std::string& rel) const {

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,9 @@ class MergedTree {
   // component is missing, whited out, or not a directory on the way.
   Result<MergedNode> Resolve(const std::string& rel) const;
   // The content of a regular file (ENOENT when missing, EISDIR/EINVAL when
-  // not a regular file).
-  Result<std::string> ReadFile(const std::string& rel) const;
+  // not a regular file, EFBIG when larger than `limit`).
+  Result<std::string> ReadFile(const std::string& rel,
+                               size_t limit = SIZE_MAX) const;
   // The target of a symlink.
   Result<std::string> ReadLink(const std::string& rel) const;
   // The merged listing of a directory (ENOENT/ENOTDIR as for Resolve).

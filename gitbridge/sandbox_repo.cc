@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/sys.h"
+#include "gitbridge/merged_tree.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -23,93 +24,18 @@ constexpr size_t kMaxPackedRefs = size_t{1} << 30;
 constexpr int kUpperPackedPriority = 0;
 constexpr int kUpperLoosePriority = -1;
 
-// Is every '/'-separated component of `rel` a plain name?
-bool PlainRelPath(const std::string& rel) {
-  if (rel.empty() || rel.front() == '/' || rel.back() == '/') return false;
-  size_t start = 0;
-  for (;;) {
-    size_t slash = rel.find('/', start);
-    std::string_view c(
-        rel.data() + start,
-        (slash == std::string::npos ? rel.size() : slash) - start);
-    if (c.empty() || c == "." || c == "..") return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
-
-// `rel` as the merged view shows it, resolved component by component from
-// the root (whiteouts and opaque directories honoured, no symlink followed).
-// nullopt when it or one of its parents is not there.
-Result<std::optional<ChildInfo>> LookupMerged(const Layers& layers,
-                                              const std::string& rel) {
-  if (!PlainRelPath(rel))
-    return Error::Of(EINVAL, "invalid path in sandbox repository", rel);
-  auto root = RootView(layers);
-  if (!root) return root.error();
-  DirView dir = *root;
-  size_t start = 0;
-  for (;;) {
-    size_t slash = rel.find('/', start);
-    std::string name = rel.substr(
-        start, slash == std::string::npos ? std::string::npos : slash - start);
-    auto c = ResolveChild(layers, dir, name);
-    if (!c) return c.error();
-    if (!c->exists) return std::optional<ChildInfo>();
-    if (slash == std::string::npos) return std::optional<ChildInfo>(*c);
-    if (!c->is_dir()) return std::optional<ChildInfo>();
-    dir = c->AsDir(rel.substr(0, slash));
-    start = slash + 1;
-  }
-}
-
-Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error::Errno("read", shown);
-    }
-    if (n == 0) return out;
-    if (out.size() + static_cast<size_t>(n) > limit)
-      return Error::Of(EFBIG, "file too large", shown);
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
-
-// The content of the regular file `c` (found at `rel`); nullopt when it is
-// not a regular file (a symlink is never followed) or vanished meanwhile.
-Result<std::optional<std::string>> ReadChildFile(const Layers& layers,
-                                                 const ChildInfo& c,
-                                                 const std::string& rel,
-                                                 size_t limit) {
-  const Layer& layer = c.upper ? layers.upper : layers.lower;
-  const struct stat& st = c.upper ? c.upper_st : c.lower_st;
-  if (!S_ISREG(st.st_mode)) return std::optional<std::string>();
-  // O_NONBLOCK: a file swapped for a FIFO meanwhile must not block us.
-  auto fd = layer.Open(rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-  if (!fd) {
-    if (fd.err() == ENOENT || fd.err() == ENOTDIR || fd.err() == ELOOP)
-      return std::optional<std::string>();
-    return fd.error();
-  }
-  auto now = sys::Fstat(fd->get(), layer.Shown(rel));
-  if (!now) return now.error();
-  if (!S_ISREG(now->st_mode)) return std::optional<std::string>();
-  auto data = ReadAll(fd->get(), limit, layer.Shown(rel));
-  if (!data) return data.error();
-  return std::optional<std::string>(std::move(*data));
-}
-
+// The content of the regular file at `rel` in the merged view; nullopt when
+// it is missing or not a regular file (a symlink is never followed).
 Result<std::optional<std::string>> ReadMergedFile(const Layers& layers,
                                                   const std::string& rel,
                                                   size_t limit) {
-  auto c = LookupMerged(layers, rel);
-  if (!c) return c.error();
-  if (!*c) return std::optional<std::string>();
-  return ReadChildFile(layers, **c, rel, limit);
+  auto text = MergedTree(layers).ReadFile(rel, limit);
+  if (text) return std::optional<std::string>(std::move(*text));
+  int e = text.err();
+  if (e == ENOENT || e == ENOTDIR || e == EISDIR || e == ELOOP ||
+      (e == EINVAL && text.error().op != "resolve merged path"))
+    return std::optional<std::string>();
+  return text.error();
 }
 
 // What a loose ref file (or HEAD) says.
@@ -193,7 +119,7 @@ Status CollectLooseRefs(const Layers& layers, const DirView& dir,
       continue;
     }
     if (!ValidRefName(name)) continue;  // e.g. "x.lock"
-    auto text = ReadChildFile(layers, *c, rel, kMaxRefFile);
+    auto text = ReadMergedFile(layers, rel, kMaxRefFile);
     RefValue v;
     if (text && *text) v = ParseRefFile(std::move(**text));
     if (v.kind == RefValue::kDirect) {
@@ -271,15 +197,15 @@ Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
   GitOdb odb(raw);
   if (rc < 0) return GitError(rc, "new object database", gitdir);
   std::string rel = gitdir + "/objects";
-  auto c = LookupMerged(layers, rel);
-  if (!c) return c.error();
-  if (!*c || !(*c)->is_dir()) return odb;
-  if ((*c)->AsDir(rel).merged) {
+  auto node = MergedTree(layers).Resolve(rel);
+  if (!node) return node.error();
+  if (!node->exists || !S_ISDIR(node->st.st_mode)) return odb;
+  if (node->dir.merged) {
     std::string path = layers.lower.Shown(rel);
     rc = git_odb_add_disk_alternate(odb.get(), path.c_str());
     if (rc < 0) return GitError(rc, "add object store", path);
   }
-  if ((*c)->upper) ACQFS_TRY(AddUpperObjects(odb.get(), layers, rel));
+  if (node->dir.upper) ACQFS_TRY(AddUpperObjects(odb.get(), layers, rel));
   return odb;
 }
 
@@ -287,7 +213,7 @@ Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
 
 Result<SandboxRepo> SandboxRepo::Open(const Layers& layers,
                                       const std::string& gitdir) {
-  if (!PlainRelPath(gitdir))
+  if (gitdir.empty() || gitdir.front() == '/' || gitdir.back() == '/')
     return Error::Of(EINVAL, "invalid git directory", gitdir);
   auto odb = OpenObjects(layers, gitdir);
   if (!odb) return odb.error();
@@ -308,11 +234,10 @@ Result<std::map<std::string, git_oid>> SandboxRepo::Branches() const {
   for (const auto& [name, id] : *packed)
     if (name.rfind("refs/heads/", 0) == 0) refs[name] = id;
   std::string rel = gitdir_ + "/refs/heads";
-  auto c = LookupMerged(*layers_, rel);
-  if (!c) return c.error();
-  if (*c && (*c)->is_dir())
-    ACQFS_TRY(
-        CollectLooseRefs(*layers_, (*c)->AsDir(rel), "refs/heads/", 0, &refs));
+  auto node = MergedTree(*layers_).Resolve(rel);
+  if (!node) return node.error();
+  if (node->exists && S_ISDIR(node->st.st_mode))
+    ACQFS_TRY(CollectLooseRefs(*layers_, node->dir, "refs/heads/", 0, &refs));
   std::map<std::string, git_oid> out;
   for (const auto& [name, id] : refs) out[name.substr(11)] = id;
   return out;
