@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job in one minute: mounts this checkout as the read-only lower of a
 # sandbox at /tmp/acqfs-demo (or $1), lists it, changes it, shows that the
-# checkout itself did not change, and unmounts. Exits non-zero if the checkout
+# checkout itself did not change, unmounts (which exports the sandbox's work
+# to its bridge repository), shows what `git fetch sandbox-demo` would bring,
+# and removes the sandbox and its remote. Exits non-zero if the checkout
 # changed. Set ACQFS to use another binary, KEEP_STATE=1 to keep the layers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +32,15 @@ fingerprint() {
 }
 
 mounted=0
+created=0
 cleanup() {
   if [[ $mounted -eq 1 ]]; then
-    "$acqfs" umount "$mnt" --state-dir "$state" || fusermount3 -u "$mnt" || true
+    "$acqfs" umount "$mnt" --state-dir "$state" --no-export ||
+      fusermount3 -u "$mnt" || true
+  fi
+  # Removes the sandbox and the sandbox-demo remote it added to this checkout.
+  if [[ $created -eq 1 && -z "${KEEP_STATE:-}" ]]; then
+    "$acqfs" rm "$name" --state-dir "$state" --force 2>/dev/null || true
   fi
   [[ -n "${KEEP_STATE:-}" ]] || rm -rf "$state"
 }
@@ -40,11 +48,15 @@ trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-before=$(fingerprint)
-
 step "acqfs mount $lower $mnt --name $name --state-dir $state"
 "$acqfs" mount "$lower" "$mnt" --name "$name" --state-dir "$state"
 mounted=1
+created=1
+echo "the checkout now has the remote sandbox-$name (the mount's one write to it):"
+git -C "$lower" remote get-url "sandbox-$name" 2>/dev/null || echo "(not a git checkout)"
+
+# From here on, nothing may change the checkout.
+before=$(fingerprint)
 
 step "ls -la $mnt  (the checkout, seen through the sandbox)"
 ls -la "$mnt"
@@ -69,9 +81,12 @@ step "the upper layer ($state/$name/upper): only the changes"
 (cd "$state/$name/upper" && find . -mindepth 1 -printf '%y %m %s\t%P\n' | sort -k4)
 echo "(type c with size 0 = whiteout: a deleted lower name)"
 
-step "acqfs umount $mnt"
+step "acqfs umount $mnt  (unmounts, then exports the sandbox's work)"
 "$acqfs" umount "$mnt" --state-dir "$state"
 mounted=0
+
+step "what git fetch sandbox-$name would bring (git ls-remote, reads only)"
+git -C "$lower" ls-remote "sandbox-$name" 2>/dev/null || true
 
 after=$(fingerprint)
 step "checkout fingerprint before: $before"
