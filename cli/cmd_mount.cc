@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -62,6 +63,33 @@ int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
     }
   }
   return 0;
+}
+
+// A lower whose .git is a file naming a repository outside the lower (a
+// `git worktree` or a checkout made with --separate-git-dir): git inside the
+// sandbox would follow that absolute path and write to the host's repository
+// directly, outside the overlay. acqfs refuses rather than mount a sandbox
+// with that hole. (Relative gitdirs, as submodules use, stay inside.)
+int CheckGitFile(const std::string& lower) {
+  std::string gitfile = lower + "/.git";
+  struct stat st;
+  if (::lstat(gitfile.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  std::ifstream in(gitfile);
+  std::string line;
+  std::getline(in, line);
+  if (line.rfind("gitdir:", 0) != 0) return 0;
+  std::string dir = line.substr(7);
+  while (!dir.empty() && (dir.front() == ' ' || dir.front() == '\t'))
+    dir.erase(dir.begin());
+  while (!dir.empty() && (dir.back() == '\r' || dir.back() == ' '))
+    dir.pop_back();
+  if (dir.empty() || dir.front() != '/') return 0;
+  auto real = RealPath(dir);
+  if (real && Within(*real, lower)) return 0;
+  return Fail(kExitBadInput, "mount: lower directory", lower,
+              ".git is a file pointing at a repository outside it (" + dir +
+                  "): git in the sandbox would write there directly; mount "
+                  "the main checkout instead");
 }
 
 // The checked, canonical operands of a mount.
@@ -157,6 +185,7 @@ int ChooseNamespace(const MountTarget& t, MountConfig* config,
 int RunMount(const MountArgs& a) {
   MountTarget t;
   if (int rc = CheckMountArgs(a, &t)) return rc;
+  if (int rc = CheckGitFile(t.lower)) return rc;
   MountConfig config;
   config.allow_other = a.allow_other;
   if (int rc = ApplyOptions(a.options, &config)) return rc;

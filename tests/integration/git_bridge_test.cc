@@ -305,6 +305,21 @@ TEST_F(GitBridge, MountRefusesARemoteOfThatNameThatPointsElsewhere) {
             "/somewhere/else.git");
 }
 
+TEST_F(GitBridge, MountRefusesAWorktreeWhoseRepositoryLivesOutsideIt) {
+  std::string linked = tmp_.Sub("linked");
+  Git(lower_, {"worktree", "add", "-q", linked});
+  TempDir t;
+  std::string mnt = t.MakeDir("mnt");
+  std::string state = t.Sub("state");
+  CommandResult r = RunCommand(
+      {AcqfsBinary(), "mount", linked, mnt, "--state-dir", state}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("pointing at a repository outside it"),
+            std::string::npos)
+      << r.Describe();
+  EXPECT_FALSE(Exists(state + "/mnt"));
+}
+
 TEST(GitBridgeNoRepo, ExportOfADirectoryThatIsNotACheckoutSaysSo) {
   TempDir t;
   std::string lower = t.MakeDir("plain");
