@@ -308,12 +308,33 @@ Result<struct stat> Overlay::GetAttr(Node* node) {
   return StatLocked(node);
 }
 
+// The number lookup would give an upper entry nobody looked up yet, at the
+// cost of one getxattr (its origin marker) in the common cases; only an
+// unmarked directory over a lower one needs the full lookup rule.
+uint64_t Overlay::UpperEntryIno(const DirView& view, int upper_dir,
+                                const MergedEntry& e) {
+  std::string shown = layers_.upper.Shown(sys::Join(view.path, e.name));
+  auto origin = layers_.format.ReadOrigin(upper_dir, e.name, shown);
+  if (origin && *origin) return *origin;
+  if (e.in_lower && e.type == DT_DIR) {
+    auto c = ResolveChild(layers_, view, e.name);
+    if (c && c->exists) return InoFor(*c);
+  }
+  return TagUpper(e.upper_ino);
+}
+
 Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
   SharedLock l(tree_mu_);
   if (dir->unlinked) return std::vector<ListedEntry>{};
-  auto entries = ListMerged(layers_, ViewOf(dir));
-  if (!entries) return entries.error();
   DirView view = ViewOf(dir);
+  auto entries = ListMerged(layers_, view);
+  if (!entries) return entries.error();
+  UniqueFd upper_dir;
+  if (view.upper) {
+    auto u = layers_.upper.OpenDir(view.path);
+    if (!u) return u.error();
+    upper_dir = std::move(*u);
+  }
   std::vector<ListedEntry> out;
   out.reserve(entries->size());
   for (auto& e : *entries) {
@@ -324,12 +345,7 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
       if (it != dir->children.end()) ino = it->second->ino;
     }
     if (!ino && !e.in_upper) ino = e.lower_ino;
-    if (!ino) {
-      // An upper entry: its number depends on its origin marker, as in
-      // lookup. Upper entries are what the sandbox changed, so this is rare.
-      auto c = ResolveChild(layers_, view, e.name);
-      ino = c && c->exists ? InoFor(*c) : TagUpper(e.upper_ino);
-    }
+    if (!ino) ino = UpperEntryIno(view, upper_dir.get(), e);
     out.push_back(ListedEntry{std::move(e.name), e.type, ino});
   }
   return out;

@@ -174,6 +174,8 @@ class Overlay {
   Result<Node*> NodeForChild(Node* parent, const std::string& name,
                              const ChildInfo& c, bool count);
   uint64_t InoFor(const ChildInfo& c) const;
+  uint64_t UpperEntryIno(const DirView& view, int upper_dir,
+                         const MergedEntry& e);
   uint64_t TagUpper(uint64_t ino) const;
   Result<struct stat> StatLocked(Node* node);
   void FixStat(const Node* node, struct stat* st) const;
