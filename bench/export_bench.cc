@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "fs/copy_up.h"
+#include "common/sys.h"
 #include "gitbridge/export.h"
 
 namespace acqfs {
@@ -96,7 +96,7 @@ void BM_ExportChangedFiles(benchmark::State& state) {
     }
     if (r->changed_paths != static_cast<uint64_t>(changed))
       state.SkipWithError("unexpected number of changed paths");
-    (void)RemoveTree(AT_FDCWD, sb, sb);
+    (void)sys::RemoveTree(AT_FDCWD, sb, sb);
     state.ResumeTiming();
   }
   state.counters["changed_files"] = changed;

@@ -16,7 +16,6 @@
 #include "cli/daemon.h"
 #include "cli/state.h"
 #include "common/sys.h"
-#include "fs/copy_up.h"
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
@@ -46,20 +45,9 @@ int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
     std::string o;
     while (std::getline(ss, o, ',')) {
       if (o.empty()) continue;
-      if (o == "userxattr")
-        c->force_userxattr = true;
-      else if (o == "allow_other")
-        c->allow_other = true;
-      else if (o == "writeback")
-        c->writeback_cache = true;
-      else if (o == "debug")
-        c->debug = true;
-      else if (o.rfind("timeout=", 0) == 0)
-        c->timeout = std::atof(o.c_str() + 8);
-      else if (o.rfind("threads=", 0) == 0)
-        c->max_threads = std::atoi(o.c_str() + 8);
-      else
-        return Fail(kExitBadInput, "mount", "-o " + o, "unknown option");
+      if (Status s = ApplyMountOption(o, c); !s)
+        return Fail(kExitBadInput, "mount: " + s.error().op, "-o " + o,
+                    std::strerror(s.err()));
     }
   }
   return 0;
@@ -203,7 +191,7 @@ int RunMount(const MountArgs& a) {
   bool remote_added = false;
   auto fail = [&](int rc) {
     if (remote_added) (void)gitbridge::UnregisterRemote(t.lower, t.name);
-    if (created) (void)RemoveTree(AT_FDCWD, paths.dir, paths.dir);
+    if (created) (void)sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir);
     return rc;
   };
   if (int rc = PrepareLayers(t, paths, created)) return fail(rc);

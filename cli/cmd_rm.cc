@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/state.h"
-#include "fs/copy_up.h"
+#include "common/sys.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
 
@@ -61,7 +61,7 @@ int RunRm(const RmArgs& a) {
     if (Status s = gitbridge::UnregisterRemote(meta.lower, a.name); !s)
       return Fail(kExitFailed, "rm: remove remote", s.error());
   }
-  if (Status s = RemoveTree(AT_FDCWD, paths.dir, paths.dir); !s)
+  if (Status s = sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir); !s)
     return Fail(kExitFailed, "rm", s.error());
   return 0;
 }

@@ -81,16 +81,8 @@ int main(int argc, char** argv) {
       c.upper = o.substr(9);
     else if (o.rfind("workdir=", 0) == 0)
       c.work = o.substr(8);
-    else if (o == "userxattr")
-      c.force_userxattr = true;
-    else if (o == "allow_other")
-      c.allow_other = true;
-    else if (o == "writeback")
-      c.writeback_cache = true;
-    else if (o.rfind("timeout=", 0) == 0)
-      c.timeout = std::atof(o.c_str() + 8);
-    else
-      return Fail("mount", "-o " + o, "unknown option");
+    else if (Status s = ApplyMountOption(o, &c); !s)
+      return Fail("mount: " + s.error().op, "-o " + o, std::strerror(s.err()));
   }
   if (c.lower.find(':') != std::string::npos)
     return Fail("mount", "lowerdir=" + c.lower,

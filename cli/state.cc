@@ -78,10 +78,10 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
 }
 
 Status MakeDirs(const std::string& path) {
-  std::string cur;
+  // Relative paths grow from ".", absolute ones from "/".
+  std::string cur = !path.empty() && path[0] == '/' ? "" : ".";
   std::stringstream ss(path);
   std::string part;
-  if (!path.empty() && path[0] == '/') cur = "";
   while (std::getline(ss, part, '/')) {
     if (part.empty()) continue;
     cur += "/" + part;

@@ -76,6 +76,11 @@ Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown);
 Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
                  const std::string& shown);
 
+// Removes `name` in `dirfd` and everything below it, never following a
+// symlink (directories it may not enter are made 0700 first). `shown` names
+// `dirfd` in errors. A missing `name` is not an error.
+Status RemoveTree(int dirfd, const std::string& name, const std::string& shown);
+
 // A random name for temporary entries: "<prefix><16 hex digits>".
 std::string TempName(const std::string& prefix);
 

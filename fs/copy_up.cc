@@ -171,7 +171,7 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
   if (!st) return st.error();
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers.tmp.get();
-  auto cleanup = [&] { (void)RemoveTree(tfd, tmp, layers.tmp_path); };
+  auto cleanup = [&] { (void)sys::RemoveTree(tfd, tmp, layers.tmp_path); };
   Status s = CreateCopy(src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = CopyAttrs(layers, src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = layers.format.SetOrigin(tfd, tmp, st->st_ino, shown);
@@ -258,33 +258,6 @@ Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
                       dst_name, shown));
   if (!origin) return Ok();
   return layers.format.SetOrigin(dst_dirfd, dst_name, origin, shown);
-}
-
-Status RemoveTree(int dirfd, const std::string& name,
-                  const std::string& shown) {
-  if (::unlinkat(dirfd, name.c_str(), 0) == 0) return Ok();
-  if (errno == ENOENT) return Ok();
-  if (errno != EISDIR && errno != EPERM)
-    return Error::Errno("unlink", shown + "/" + name);
-  int fd = ::openat(dirfd, name.c_str(),
-                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == EACCES) {
-    ::fchmodat(dirfd, name.c_str(), 0700, 0);
-    fd = ::openat(dirfd, name.c_str(),
-                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  }
-  if (fd < 0) return Error::Errno("open for removal", shown + "/" + name);
-  UniqueFd d(fd);
-  struct stat st;
-  if (::fstat(d.get(), &st) == 0 && (st.st_mode & 0700) != 0700)
-    ::fchmod(d.get(), 0700);
-  auto ents = sys::ReadDir(d.get(), shown + "/" + name);
-  if (!ents) return ents.error();
-  for (const auto& e : *ents)
-    ACQFS_TRY(RemoveTree(d.get(), e.name, shown + "/" + name));
-  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0)
-    return Error::Errno("rmdir", shown + "/" + name);
-  return Ok();
 }
 
 }  // namespace acqfs

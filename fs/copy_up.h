@@ -50,9 +50,6 @@ Status CopyAttrs(const Layers& layers, int src_dirfd,
 // read/write.
 Status CopyData(int in, int out, const std::string& shown);
 
-// Removes `name` in `dirfd` and everything below it.
-Status RemoveTree(int dirfd, const std::string& name, const std::string& shown);
-
 }  // namespace acqfs
 
 #endif  // ACQFS_FS_COPY_UP_H_

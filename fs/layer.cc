@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "fs/copy_up.h"
+#include "common/sys.h"
 
 namespace acqfs {
 
@@ -24,6 +24,14 @@ std::string Layer::Shown(const std::string& rel) const {
 Result<UniqueFd> Layer::Open(const std::string& rel, int flags,
                              mode_t mode) const {
   return sys::OpenBeneath(root(), rel, flags, mode, Shown(rel));
+}
+
+Result<UniqueFd> Layer::OpenForReading(const std::string& rel,
+                                       int extra) const {
+  const int flags = O_RDONLY | O_NOFOLLOW | extra;
+  auto fd = Open(rel, flags | O_NOATIME);
+  if (!fd && fd.err() == EPERM) fd = Open(rel, flags);
+  return fd;
 }
 
 Result<UniqueFd> Layer::OpenDir(const std::string& rel) const {
@@ -73,7 +81,8 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   if (found) {
     auto wfd = l.work.OpenDir("");
     if (!wfd) return wfd.error();
-    ACQFS_TRY(RemoveTree(wfd->get(), LayerFormat::kTempDirName, l.tmp_path));
+    ACQFS_TRY(
+        sys::RemoveTree(wfd->get(), LayerFormat::kTempDirName, l.tmp_path));
   }
   auto wfd = l.work.OpenDir("");
   if (!wfd) return wfd.error();

@@ -47,6 +47,10 @@ class Layer {
 
   Result<UniqueFd> Open(const std::string& rel, int flags,
                         mode_t mode = 0) const;
+  // Opens `rel` to read it: O_RDONLY|O_NOFOLLOW|`extra`, and O_NOATIME
+  // where the kernel permits it (so reading the host does not even change
+  // its atimes).
+  Result<UniqueFd> OpenForReading(const std::string& rel, int extra = 0) const;
   // O_PATH descriptor of a directory.
   Result<UniqueFd> OpenDir(const std::string& rel) const;
   Result<struct stat> Stat(const std::string& rel) const;

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +54,48 @@ Status ProbeFormat(const Layers& layers) {
   return s;
 }
 
+// A whole decimal number, or a decimal fraction for `fraction`.
+bool ParseNumber(const std::string& text, bool fraction, double* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = fraction
+                 ? std::strtod(text.c_str(), &end)
+                 : static_cast<double>(std::strtoul(text.c_str(), &end, 10));
+  if (errno != 0 || end != text.c_str() + text.size() || v < 0) return false;
+  *out = v;
+  return true;
+}
+
 }  // namespace
+
+Status ApplyMountOption(const std::string& o, MountConfig* c) {
+  auto value = [&](const char* key) -> const char* {
+    size_t n = std::strlen(key);
+    return o.compare(0, n, key) == 0 ? o.c_str() + n : nullptr;
+  };
+  double v = 0;
+  if (o == "userxattr") {
+    c->force_userxattr = true;
+  } else if (o == "allow_other") {
+    c->allow_other = true;
+  } else if (o == "writeback") {
+    c->writeback_cache = true;
+  } else if (o == "debug") {
+    c->debug = true;
+  } else if (const char* t = value("timeout=")) {
+    if (!ParseNumber(t, true, &v))
+      return Error::Of(EINVAL, "mount option (not a number of seconds)", o);
+    c->timeout = v;
+  } else if (const char* n = value("threads=")) {
+    if (!ParseNumber(n, false, &v) || v < 1 || v > 256)
+      return Error::Of(EINVAL, "mount option (threads must be 1 to 256)", o);
+    c->max_threads = static_cast<unsigned>(v);
+  } else {
+    return Error::Of(EINVAL, "mount option (unknown)", o);
+  }
+  return Ok();
+}
 
 Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   auto fail = [&](const Error& e) -> Status {

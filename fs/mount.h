@@ -22,6 +22,11 @@ struct MountConfig {
   bool debug = false;  // libfuse request tracing
 };
 
+// Applies one daemon option ("userxattr", "allow_other", "writeback",
+// "debug", "timeout=SECONDS", "threads=N") to `config`. EINVAL, naming the
+// option, when it is unknown or its value is not a valid number.
+Status ApplyMountOption(const std::string& option, MountConfig* config);
+
 // Called once: with Ok() when the mount is usable, or with the reason it
 // could not be made.
 using ReadyCallback = std::function<void(const Status&)>;

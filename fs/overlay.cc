@@ -413,7 +413,7 @@ Status Overlay::Materialise(Node* dir) {
   }
   // After an exchange `tmp` holds the old upper directory; either way it is
   // junk now.
-  Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+  Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   if (!s) return s;
   {
     TableLock t(table_mu_);
@@ -466,7 +466,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   if (s)
     s = sys::Renameat2(tfd, tmp, pfd->get(), name, is_dir ? RENAME_EXCHANGE : 0,
                        shown);
-  if (!s || is_dir) (void)RemoveTree(tfd, tmp, layers_.tmp_path);
+  if (!s || is_dir) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   return s;
 }
 
@@ -603,7 +603,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
     ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
     Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
-    if (!r) (void)RemoveTree(tfd, tmp, layers_.tmp_path);
+    if (!r) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
     return r;
   }();
   TableLock t(table_mu_);
@@ -636,11 +636,11 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
       ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
       Status r =
           sys::Renameat2(tfd, tmp, pfd->get(), name, RENAME_EXCHANGE, shown);
-      Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+      Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);
       return r ? rm : r;
     }
     ACQFS_TRY(sys::Renameat2(pfd->get(), name, tfd, tmp, 0, shown));
-    return RemoveTree(tfd, tmp, layers_.tmp_path);
+    return sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   }();
   TableLock t(table_mu_);
   if (s) DetachNameLocked(node, parent, name);
@@ -660,7 +660,7 @@ Status Overlay::ClearUpperDir(int pfd, const std::string& name,
     return Error::Errno("mkdir", layers_.tmp_path);
   Status s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s) s = sys::Renameat2(tfd, tmp, pfd, name, RENAME_EXCHANGE, shown);
-  Status rm = RemoveTree(tfd, tmp, layers_.tmp_path);
+  Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   return s ? rm : s;
 }
 
@@ -829,9 +829,7 @@ Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
   if (node->upper) {
     fd = layers_.upper.Open(path, oflags);
   } else {
-    fd = layers_.lower.Open(path, O_RDONLY | O_NOFOLLOW | O_NOATIME);
-    if (!fd && fd.err() == EPERM)
-      fd = layers_.lower.Open(path, O_RDONLY | O_NOFOLLOW);
+    fd = layers_.lower.OpenForReading(path);
   }
   if (fd) AddOpen(node);
   return fd;
@@ -914,30 +912,44 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
 
 // ---------------------------------------------------------------- xattrs
 
+// Where a node's xattrs are reached: its parent directory in `layer` and its
+// name there ("" and the root directory itself for the root), through
+// /proc/self/fd so that no symlink is followed. The descriptor must stay open
+// while the path is used.
+struct Overlay::XattrTarget {
+  UniqueFd dir;
+  std::string path;   // for l*xattr
+  std::string shown;  // for messages
+};
+
+Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
+                                                    const Layer& layer) {
+  if (node->unlinked) return Error::Of(ENOENT, "xattr", "(unlinked)");
+  std::string path = PathLocked(node);
+  const bool root = node == root_;
+  auto dir = layer.OpenDir(root ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  XattrTarget t;
+  t.path = sys::XattrPath(dir->get(), root ? "" : sys::Basename(path));
+  t.dir = std::move(*dir);
+  t.shown = layer.Shown(path);
+  return t;
+}
+
 Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "getxattr", name);
   SharedLock l(tree_mu_);
-  if (node->unlinked) return Error::Of(ENOENT, "getxattr", "(unlinked)");
-  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
-  std::string path = PathLocked(node);
-  std::string leaf = node == root_ ? "" : sys::Basename(path);
-  auto dir = layer.OpenDir(node == root_ ? "" : sys::Dirname(path));
-  if (!dir) return dir.error();
-  return sys::GetXattr(sys::XattrPath(dir->get(), leaf), name,
-                       layer.Shown(path));
+  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  if (!t) return t.error();
+  return sys::GetXattr(t->path, name, t->shown);
 }
 
 Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   SharedLock l(tree_mu_);
-  if (node->unlinked) return Error::Of(ENOENT, "listxattr", "(unlinked)");
-  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
-  std::string path = PathLocked(node);
-  std::string leaf = node == root_ ? "" : sys::Basename(path);
-  auto dir = layer.OpenDir(node == root_ ? "" : sys::Dirname(path));
-  if (!dir) return dir.error();
-  auto names =
-      sys::ListXattrs(sys::XattrPath(dir->get(), leaf), layer.Shown(path));
+  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  if (!t) return t.error();
+  auto names = sys::ListXattrs(t->path, t->shown);
   if (!names) return names.error();
   std::vector<std::string> out;
   for (auto& n : *names)
@@ -951,12 +963,9 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
     return Error::Of(EPERM, "setxattr", name);
   ExclusiveLock l(tree_mu_);
   ACQFS_TRY(EnsureUpper(node));
-  std::string path = PathLocked(node);
-  std::string leaf = node == root_ ? "" : sys::Basename(path);
-  auto dir = layers_.upper.OpenDir(node == root_ ? "" : sys::Dirname(path));
-  if (!dir) return dir.error();
-  return sys::SetXattr(sys::XattrPath(dir->get(), leaf), name, value, flags,
-                       layers_.upper.Shown(path));
+  auto t = XattrTargetOf(node, layers_.upper);
+  if (!t) return t.error();
+  return sys::SetXattr(t->path, name, value, flags, t->shown);
 }
 
 Status Overlay::RemoveXattr(Node* node, const std::string& name) {
@@ -964,12 +973,9 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
     return Error::Of(ENODATA, "removexattr", name);
   ExclusiveLock l(tree_mu_);
   ACQFS_TRY(EnsureUpper(node));
-  std::string path = PathLocked(node);
-  std::string leaf = node == root_ ? "" : sys::Basename(path);
-  auto dir = layers_.upper.OpenDir(node == root_ ? "" : sys::Dirname(path));
-  if (!dir) return dir.error();
-  return sys::RemoveXattr(sys::XattrPath(dir->get(), leaf), name,
-                          layers_.upper.Shown(path));
+  auto t = XattrTargetOf(node, layers_.upper);
+  if (!t) return t.error();
+  return sys::RemoveXattr(t->path, name, t->shown);
 }
 
 }  // namespace acqfs

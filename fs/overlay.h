@@ -195,6 +195,8 @@ class Overlay {
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
   Status KeepOrphanIfOpen(Node* node);
+  struct XattrTarget;
+  Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
 
   // Creates an entry named `name` in `parent` with `make(dirfd, name)`,

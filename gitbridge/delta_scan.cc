@@ -36,10 +36,8 @@ Status ScanDir(ScanState* s, const DirScan& dir);
 // Hashes a whole file with XXH3-64, streaming.
 Result<XXH64_hash_t> HashFile(const Layer& layer, const std::string& rel,
                               bool no_atime) {
-  int flags = O_RDONLY | O_NOFOLLOW | (no_atime ? O_NOATIME : 0);
-  auto fd = layer.Open(rel, flags);
-  if (!fd && no_atime && fd.err() == EPERM)
-    fd = layer.Open(rel, O_RDONLY | O_NOFOLLOW);
+  auto fd = no_atime ? layer.OpenForReading(rel)
+                     : layer.Open(rel, O_RDONLY | O_NOFOLLOW);
   if (!fd) return fd.error();
   XxhState state(XXH3_createState());
   if (!state) return Error::Of(ENOMEM, "XXH3_createState", layer.Shown(rel));

@@ -65,8 +65,7 @@ struct Plan {
   uint64_t changes = 0;
 };
 
-std::vector<git_oid> HostTips(HostRepo& host,
-                              const std::map<std::string, git_oid>& branches,
+std::vector<git_oid> HostTips(const std::map<std::string, git_oid>& branches,
                               const std::optional<git_oid>& head) {
   std::vector<git_oid> hide;
   for (const auto& [name, id] : branches) hide.push_back(id);
@@ -189,7 +188,7 @@ Result<Plan> MakePlan(Session& s) {
   if (!host_branches) return host_branches.error();
   auto host_head = s.host->Head();
   if (!host_head) return host_head.error();
-  std::vector<git_oid> hide = HostTips(*s.host, *host_branches, *host_head);
+  std::vector<git_oid> hide = HostTips(*host_branches, *host_head);
   auto bridge_heads = s.bridge->Refs("refs/heads/");
   if (!bridge_heads) return bridge_heads.error();
   plan.bridge_heads = *bridge_heads;

@@ -43,10 +43,7 @@ Result<MergedNode> RootNode(const Layers& layers) {
 // Opens `rel` read-only in `layer`, without atime updates where permitted.
 Result<UniqueFd> OpenNoAtime(const Layer& layer, const std::string& rel) {
   // O_NONBLOCK: a file swapped for a fifo meanwhile must not block us.
-  const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
-  auto fd = layer.Open(rel, flags | O_NOATIME);
-  if (!fd && fd.err() == EPERM) fd = layer.Open(rel, flags);
-  return fd;
+  return layer.OpenForReading(rel, O_NONBLOCK);
 }
 
 }  // namespace

@@ -29,11 +29,16 @@ constexpr int kUpperLoosePriority = -1;
 Result<std::optional<std::string>> ReadMergedFile(const Layers& layers,
                                                   const std::string& rel,
                                                   size_t limit) {
-  auto text = MergedTree(layers).ReadFile(rel, limit);
+  MergedTree tree(layers);
+  auto node = tree.Resolve(rel);  // EINVAL for a malformed path
+  if (!node) return node.error();
+  if (!node->exists || !S_ISREG(node->st.st_mode))
+    return std::optional<std::string>();
+  auto text = tree.ReadFile(rel, limit);
   if (text) return std::optional<std::string>(std::move(*text));
+  // Gone or swapped for something else since it was resolved.
   int e = text.err();
-  if (e == ENOENT || e == ENOTDIR || e == EISDIR || e == ELOOP ||
-      (e == EINVAL && text.error().op != "resolve merged path"))
+  if (e == ENOENT || e == ENOTDIR || e == EISDIR || e == ELOOP || e == EINVAL)
     return std::optional<std::string>();
   return text.error();
 }

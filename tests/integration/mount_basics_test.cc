@@ -123,6 +123,23 @@ TEST(MountCliErrors, MissingLowerFailsWithMessageNamingIt) {
   EXPECT_NE(r.err.find(missing), std::string::npos) << r.Describe();
 }
 
+TEST(MountCliErrors, BadOptionValuesAreRefusedAndNothingIsCreated) {
+  TempDir tmp;
+  const std::string lower = tmp.MakeDir("lower");
+  const std::string mnt = tmp.MakeDir("mnt");
+  const std::string state = tmp.Sub("state");
+  for (const char* opt : {"timeout=abc", "threads=0", "threads=2x", "nosuch"}) {
+    CommandResult r = RunCommand({AcqfsBinary(), "mount", lower, mnt, "--name",
+                                  "x", "--state-dir", state, "-o", opt},
+                                 30);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find(std::string("-o ") + opt), std::string::npos)
+        << r.Describe();
+    EXPECT_FALSE(FindMount(mnt).has_value());
+    EXPECT_FALSE(Exists(state)) << opt;
+  }
+}
+
 TEST(MountCliErrors, UmountOfUnknownNameFails) {
   TempDir tmp;
   const std::string state = tmp.MakeDir("state");
