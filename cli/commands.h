@@ -36,6 +36,27 @@ struct RmArgs {
 };
 int RunRm(const RmArgs& a);
 
+struct LsArgs {
+  std::string state_dir;
+  bool json = false;
+};
+int RunLs(const LsArgs& a);
+
+struct StatusArgs {
+  std::string name, state_dir;
+  bool json = false;
+  bool null_terminated = false;  // -z: NUL after each entry, paths unquoted
+  bool include_git_dir = false;  // --git-dir: also report the top-level .git
+};
+int RunStatus(const StatusArgs& a);
+
+struct DiffArgs {
+  std::string name, state_dir;
+  std::vector<std::string> paths;  // restrict to these (relative to the root)
+  bool include_git_dir = false;
+};
+int RunDiff(const DiffArgs& a);
+
 }  // namespace acqfs::cli
 
 #endif  // ACQFS_CLI_COMMANDS_H_

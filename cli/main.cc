@@ -2,6 +2,7 @@
 // and calls the subcommand. Exit codes and the error format are in
 // cli_util.h and docs/cli.md.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
@@ -65,6 +66,49 @@ void AddRm(CLI::App& app, RmArgs& r) {
   c->add_flag("--force", r.force, "Remove even if work would be lost");
 }
 
+void AddLs(CLI::App& app, LsArgs& l) {
+  auto* c = app.add_subcommand(
+      "ls", "List sandboxes: lower, mountpoint, state, disk use, changes");
+  c->add_option("--state-dir", l.state_dir, "State directory");
+  c->add_flag("--json", l.json, "Print a JSON array");
+}
+
+void AddStatus(CLI::App& app, StatusArgs& s) {
+  auto* c = app.add_subcommand(
+      "status",
+      "What a sandbox changed relative to its lower, one path a line");
+  c->add_option("name", s.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("--state-dir", s.state_dir, "State directory");
+  c->add_flag("--json", s.json, "Print a JSON object");
+  c->add_flag("-z", s.null_terminated,
+              "End entries with NUL and print paths unquoted");
+  c->add_flag("--git-dir", s.include_git_dir,
+              "Also report changes inside the top-level .git");
+}
+
+void AddDiff(CLI::App& app, DiffArgs& d) {
+  auto* c = app.add_subcommand(
+      "diff", "Unified diff of a sandbox's changes against its lower");
+  c->add_option("name", d.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("paths", d.paths,
+                "Only these paths (relative to the sandbox root)");
+  c->add_option("--state-dir", d.state_dir, "State directory");
+  c->add_flag("--git-dir", d.include_git_dir,
+              "Also diff changes inside the top-level .git");
+}
+
+// CLI11's parse errors in acqfs's own error format.
+int UsageError(const CLI::App& app, const CLI::ParseError& err) {
+  std::string where = "acqfs";
+  for (const CLI::App* sub : app.get_subcommands())
+    where += " " + sub->get_name();
+  std::fprintf(stderr, "acqfs: usage: %s: %s (see `%s --help`)\n",
+               where.c_str(), err.what(), where.c_str());
+  return 1;
+}
+
 }  // namespace
 }  // namespace acqfs::cli
 
@@ -77,18 +121,33 @@ int main(int argc, char** argv) {
   UmountArgs u;
   ExportArgs e;
   RmArgs r;
+  LsArgs l;
+  StatusArgs s;
+  DiffArgs d;
   AddMount(app, m);
   AddUmount(app, u);
   AddExport(app, e);
   AddRm(app, r);
+  AddLs(app, l);
+  AddStatus(app, s);
+  AddDiff(app, d);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& err) {
+    return app.exit(err);
+  } catch (const CLI::CallForAllHelp& err) {
+    return app.exit(err);
+  } catch (const CLI::CallForVersion& err) {
+    return app.exit(err);
   } catch (const CLI::ParseError& err) {
-    return app.exit(err) == 0 ? 0 : 1;
+    return UsageError(app, err);
   }
   if (app.got_subcommand("mount")) return RunMount(m);
   if (app.got_subcommand("umount")) return RunUmount(u);
   if (app.got_subcommand("export")) return RunExport(e);
   if (app.got_subcommand("rm")) return RunRm(r);
+  if (app.got_subcommand("ls")) return RunLs(l);
+  if (app.got_subcommand("status")) return RunStatus(s);
+  if (app.got_subcommand("diff")) return RunDiff(d);
   return 1;
 }

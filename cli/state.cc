@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/handle.h"
 #include "common/sys.h"
 
 namespace acqfs::cli {
@@ -57,6 +58,7 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
   m.lower = j.value("lower", "");
   m.mountpoint = j.value("mountpoint", "");
   m.xattr_namespace = j.value("xattr_namespace", "");
+  m.last_export = j.value("last_export", int64_t{0});
   return m;
 }
 
@@ -64,13 +66,22 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
   nlohmann::json j = {{"name", meta.name},
                       {"lower", meta.lower},
                       {"mountpoint", meta.mountpoint},
-                      {"xattr_namespace", meta.xattr_namespace}};
+                      {"xattr_namespace", meta.xattr_namespace},
+                      {"last_export", meta.last_export}};
   std::string tmp = path + ".tmp";
+  std::string text = j.dump(2) + "\n";
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Error::Errno("write", tmp);
-    out << j.dump(2) << "\n";
-    if (!out.flush()) return Error::Errno("write", tmp);
+    UniqueFd fd(
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) return Error::Errno("create", tmp);
+    size_t off = 0;
+    while (off < text.size()) {
+      ssize_t n = ::write(fd.get(), text.data() + off, text.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Error::Errno("write", tmp);
+      off += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) return Error::Errno("fsync", tmp);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0)
     return Error::Errno("rename", path);

@@ -9,6 +9,7 @@
 #ifndef ACQFS_CLI_STATE_H_
 #define ACQFS_CLI_STATE_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -33,10 +34,11 @@ struct SandboxMeta {
   std::string lower;            // absolute
   std::string mountpoint;       // absolute, last one used
   std::string xattr_namespace;  // "trusted" or "user"
+  int64_t last_export = 0;      // unix seconds of the last export, 0: never
 };
 
 Result<SandboxMeta> ReadMeta(const std::string& path);
-// Writes atomically (temp file + rename).
+// Writes atomically and durably (temp file, fsync, rename).
 Status WriteMeta(const std::string& path, const SandboxMeta& meta);
 
 // mkdir -p with mode 0700 for the directories it creates.

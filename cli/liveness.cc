@@ -1,0 +1,1 @@
+// Placeholder: sandbox liveness (mount state, daemon lock, disk use) lands here.

@@ -1,0 +1,1 @@
+// Placeholder: terminal progress lands here.

@@ -1,0 +1,2 @@
+// Placeholder; tests land here.
+#include <gtest/gtest.h>
