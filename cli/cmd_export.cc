@@ -1,11 +1,13 @@
 // acqfs export: publishes a sandbox's branches and working tree in its bridge
 // repository and says how to fetch them.
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/state.h"
 #include "gitbridge/export.h"
 
@@ -66,12 +68,22 @@ int ExportAndReport(const std::string& what, const std::string& name,
   SandboxMeta meta;
   if (!FindSandbox(state, name, &paths, &meta))
     return Fail(kExitBadInput, what, name, "no such sandbox");
-  auto r = gitbridge::Export(ExportConfigFor(paths, meta));
+  gitbridge::ExportConfig config = ExportConfigFor(paths, meta);
+  Progress progress(what + " " + paths.name);
+  config.progress = [&](const std::string& phase, uint64_t n) {
+    progress.Update(phase, n);
+  };
+  auto r = gitbridge::Export(config);
+  progress.Finish();
   if (!r) {
     int code = r.err() == ENOENT && r.error().path == meta.lower ? kExitBadInput
                                                                  : kExitFailed;
     return Fail(code, what, r.error());
   }
+  // The export happened; a failure to note its time only loses that note.
+  meta.last_export = static_cast<int64_t>(std::time(nullptr));
+  if (Status s = WriteMeta(paths.meta, meta); !s)
+    Fail(0, what + ": record the export time", s.error());
   if (json)
     PrintJson(paths.name, *r);
   else

@@ -9,6 +9,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
+#include "cli/progress.h"
 #include "cli/state.h"
 #include "common/sys.h"
 #include "gitbridge/export.h"
@@ -61,8 +62,12 @@ int RunRm(const RmArgs& a) {
     if (Status s = gitbridge::UnregisterRemote(meta.lower, a.name); !s)
       return Fail(kExitFailed, "rm: remove remote", s.error());
   }
-  if (Status s = sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir); !s)
-    return Fail(kExitFailed, "rm", s.error());
+  Progress progress("rm " + a.name);
+  Status removed = sys::RemoveTree(
+      AT_FDCWD, paths.dir, paths.dir,
+      [&](const std::string& phase, uint64_t n) { progress.Update(phase, n); });
+  progress.Finish();
+  if (!removed) return Fail(kExitFailed, "rm", removed.error());
   return 0;
 }
 

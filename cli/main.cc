@@ -77,8 +77,7 @@ void AddStatus(CLI::App& app, StatusArgs& s) {
   auto* c = app.add_subcommand(
       "status",
       "What a sandbox changed relative to its lower, one path a line");
-  c->add_option("name", s.name, "The sandbox (name or mountpoint)")
-      ->required();
+  c->add_option("name", s.name, "The sandbox (name or mountpoint)")->required();
   c->add_option("--state-dir", s.state_dir, "State directory");
   c->add_flag("--json", s.json, "Print a JSON object");
   c->add_flag("-z", s.null_terminated,
@@ -90,8 +89,7 @@ void AddStatus(CLI::App& app, StatusArgs& s) {
 void AddDiff(CLI::App& app, DiffArgs& d) {
   auto* c = app.add_subcommand(
       "diff", "Unified diff of a sandbox's changes against its lower");
-  c->add_option("name", d.name, "The sandbox (name or mountpoint)")
-      ->required();
+  c->add_option("name", d.name, "The sandbox (name or mountpoint)")->required();
   c->add_option("paths", d.paths,
                 "Only these paths (relative to the sandbox root)");
   c->add_option("--state-dir", d.state_dir, "State directory");

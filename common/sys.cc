@@ -246,9 +246,22 @@ std::string TempName(const std::string& prefix) {
   return prefix + buf;
 }
 
-Status RemoveTree(int dirfd, const std::string& name,
-                  const std::string& shown) {
-  if (::unlinkat(dirfd, name.c_str(), 0) == 0) return Ok();
+namespace {
+
+struct RemoveState {
+  const ProgressFn& progress;
+  uint64_t removed = 0;
+  void Count() {
+    if (++removed % 1000 == 0) Report(progress, "removing files", removed);
+  }
+};
+
+Status RemoveTreeAt(RemoveState* s, int dirfd, const std::string& name,
+                    const std::string& shown) {
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0) {
+    s->Count();
+    return Ok();
+  }
   if (errno == ENOENT) return Ok();
   if (errno != EISDIR && errno != EPERM)
     return Error::Errno("unlink", shown + "/" + name);
@@ -267,10 +280,19 @@ Status RemoveTree(int dirfd, const std::string& name,
   auto ents = ReadDir(d.get(), shown + "/" + name);
   if (!ents) return ents.error();
   for (const auto& e : *ents)
-    ACQFS_TRY(RemoveTree(d.get(), e.name, shown + "/" + name));
+    ACQFS_TRY(RemoveTreeAt(s, d.get(), e.name, shown + "/" + name));
   if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0)
     return Error::Errno("rmdir", shown + "/" + name);
+  s->Count();
   return Ok();
+}
+
+}  // namespace
+
+Status RemoveTree(int dirfd, const std::string& name, const std::string& shown,
+                  const ProgressFn& progress) {
+  RemoveState s{progress};
+  return RemoveTreeAt(&s, dirfd, name, shown);
 }
 
 }  // namespace acqfs::sys

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/handle.h"
+#include "common/progress_fn.h"
 
 namespace acqfs::sys {
 
@@ -78,8 +79,10 @@ Status PwriteAll(int fd, const void* buf, size_t n, off_t off,
 
 // Removes `name` in `dirfd` and everything below it, never following a
 // symlink (directories it may not enter are made 0700 first). `shown` names
-// `dirfd` in errors. A missing `name` is not an error.
-Status RemoveTree(int dirfd, const std::string& name, const std::string& shown);
+// `dirfd` in errors. A missing `name` is not an error. `progress` hears
+// "removing files" with the count every 1,000 entries.
+Status RemoveTree(int dirfd, const std::string& name, const std::string& shown,
+                  const ProgressFn& progress = {});
 
 // A random name for temporary entries: "<prefix><16 hex digits>".
 std::string TempName(const std::string& prefix);

@@ -156,6 +156,8 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
     auto node = Ctx(req)->overlay->Lookup(NodeOf(req, parent), name);
     if (!node && node.err() == ENOENT) {
+      if (spdlog::should_log(spdlog::level::debug))
+        spdlog::debug("{}", node.error().Message());
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
       e.entry_timeout = Ctx(req)->timeout;  // negative entry

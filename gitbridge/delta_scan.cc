@@ -29,6 +29,7 @@ struct ScanState {
   const Layers& layers;
   ScanStats stats;
   std::vector<Change> out;
+  const ProgressFn& progress;
 };
 
 Status ScanDir(ScanState* s, const DirScan& dir);
@@ -151,7 +152,8 @@ Status ScanEntry(ScanState* s, const DirScan& dir, const std::string& name) {
   ACQFS_TRY(sys::StatAtIfExists(dir.upper.get(), name, &st, &found,
                                 s->layers.upper.Shown(rel)));
   if (!found) return Ok();  // removed while we scan
-  ++s->stats.upper_entries;
+  if (++s->stats.upper_entries % 1000 == 0)
+    Report(s->progress, "scanning the upper layer", s->stats.upper_entries);
   auto whiteout = IsWhiteoutEntry(s, dir, name, st);
   if (!whiteout) return whiteout.error();
   if (*whiteout) {
@@ -194,8 +196,9 @@ Status DeleteLowerRoot(ScanState* s) {
 
 }  // namespace
 
-Result<std::vector<Change>> ScanUpper(const Layers& layers, ScanStats* stats) {
-  ScanState s{layers, {}, {}};
+Result<std::vector<Change>> ScanUpper(const Layers& layers, ScanStats* stats,
+                                      const ProgressFn& progress) {
+  ScanState s{layers, {}, {}, progress};
   auto root = RootView(layers);
   if (!root) return root.error();
   DirScan top;

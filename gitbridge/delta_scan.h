@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/progress_fn.h"
 #include "fs/layer.h"
 
 namespace acqfs::gitbridge {
@@ -40,8 +41,11 @@ struct ScanStats {
 };
 
 // Changes in path order, each directory's kDelete before its content.
+// `progress` hears "scanning the upper layer" with the entries visited, every
+// 1,000 entries.
 Result<std::vector<Change>> ScanUpper(const Layers& layers,
-                                      ScanStats* stats = nullptr);
+                                      ScanStats* stats = nullptr,
+                                      const ProgressFn& progress = {});
 
 }  // namespace acqfs::gitbridge
 

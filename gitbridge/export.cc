@@ -25,10 +25,12 @@ struct Session {
   std::optional<HostRepo> host;
   std::optional<BridgeRepo> bridge;
   std::optional<SandboxRepo> sandbox;
+  ProgressFn progress;
 };
 
 Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
   auto s = std::make_unique<Session>();
+  s->progress = c.progress;
   auto host = HostRepo::Open(c.lower);
   if (!host) {
     if (host.err() == ENOENT)
@@ -88,6 +90,7 @@ Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
                               "tree commit");
       continue;
     }
+    Report(s.progress, "copying the objects of branch " + name);
     // Whatever stops the copy (an unsafe tree, a missing or corrupt object
     // in the sandbox) stops this branch only.
     Status c = s.bridge->CopyReachable(s.sandbox->repo(), {tip}, hide);
@@ -114,6 +117,7 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   git_repository* bridge = s.bridge->repo();
   auto head = s.sandbox->Head();
   if (!head) return head.error();
+  Report(s.progress, "reading the host's working tree");
   auto dirty = s.host->DirtyCommit(bridge);
   if (!dirty) return dirty.error();
   plan->host_dirty = *dirty;
@@ -142,7 +146,7 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   }
   SnapshotStats stats;
   auto tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
-                                *s.layers, &stats);
+                                *s.layers, &stats, s.progress);
   if (!tree && (tree.err() == EPERM || tree.err() == EINVAL)) {
     // An entry the bridge will not publish (e.g. a symlinked .gitmodules):
     // the working tree is refused, the branches still go out.
@@ -292,6 +296,7 @@ Result<ExportResult> Export(const ExportConfig& c) {
   ACQFS_TRY(PublishBranches(s, *plan, &r));
   r.worktree_commit = Hex(plan->prev);
   if (plan->worktree_changed) {
+    Report(s.progress, "writing the snapshot commit");
     auto id = CommitSnapshot(s, c, *plan);
     if (!id) return id.error();
     ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *id, "acqfs export"));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/progress_fn.h"
 #include "fs/layer_format.h"
 
 namespace acqfs::gitbridge {
@@ -27,6 +28,7 @@ struct ExportConfig {
   std::string upper;    // the sandbox's upper layer
   std::string bridge;   // <state>/<name>/bridge.git
   XattrNamespace xattr_namespace = XattrNamespace::kUser;
+  ProgressFn progress;  // hears each step of Export (may be empty)
 };
 
 struct RefUpdate {

@@ -155,8 +155,9 @@ Status AddChange(Snapshot* s, const Change& c) {
 
 Result<git_oid> BuildWorktreeTree(git_repository* repo,
                                   const git_oid* base_tree,
-                                  const Layers& layers, SnapshotStats* stats) {
-  auto changes = ScanUpper(layers);
+                                  const Layers& layers, SnapshotStats* stats,
+                                  const ProgressFn& progress) {
+  auto changes = ScanUpper(layers, nullptr, progress);
   if (!changes) return changes.error();
   GitTree base;
   if (base_tree) {
@@ -169,7 +170,12 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
   IgnoreRules ignore(merged);
   Snapshot s{repo, base.get(), layers, ignore, {}, {}};
   s.stats.changes = changes->size();
-  for (const Change& c : *changes) ACQFS_TRY(AddChange(&s, c));
+  uint64_t added = 0;
+  for (const Change& c : *changes) {
+    ACQFS_TRY(AddChange(&s, c));
+    if (++added % 100 == 0) Report(progress, "hashing changed files", added);
+  }
+  Report(progress, "writing trees");
   auto id = ApplyTreeEdits(repo, base_tree, s.edits);
   if (!id) return id.error();
   if (stats) *stats = s.stats;

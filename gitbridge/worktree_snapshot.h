@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "common/progress_fn.h"
 #include "fs/layer.h"
 
 namespace acqfs::gitbridge {
@@ -33,7 +34,8 @@ struct SnapshotStats {
 Result<git_oid> BuildWorktreeTree(git_repository* repo,
                                   const git_oid* base_tree,
                                   const Layers& layers,
-                                  SnapshotStats* stats = nullptr);
+                                  SnapshotStats* stats = nullptr,
+                                  const ProgressFn& progress = {});
 
 }  // namespace acqfs::gitbridge
 
