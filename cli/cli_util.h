@@ -14,6 +14,7 @@
 
 #include "cli/state.h"
 #include "common/error.h"
+#include "fs/layer.h"
 #include "gitbridge/export.h"
 
 namespace acqfs::cli {
@@ -40,6 +41,15 @@ bool FindSandbox(const std::string& state, const std::string& arg,
 // The bridge export settings of a sandbox.
 gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,
                                         const SandboxMeta& meta);
+
+// A path as git prints it: unchanged, or C-quoted ("a\tb", "\377") when it
+// holds a control character, DEL, '"', '\' or bytes that are not UTF-8.
+std::string QuotePath(const std::string& path);
+// Is `s` valid UTF-8?
+bool IsUtf8(const std::string& s);
+// The sandbox's layers, opened for reading only (mounted or not).
+Result<Layers> OpenSandboxLayers(const SandboxPaths& paths,
+                                 const SandboxMeta& meta);
 
 }  // namespace acqfs::cli
 

@@ -1,9 +1,136 @@
-// acqfs status (stub until implemented).
+// acqfs status: what a sandbox changed relative to its lower directory, read
+// from its layers alone (so it works mounted or not, over a git checkout or
+// any directory). See fs/change_scan.h for what counts as a change.
+//
+// Text output: one line per change, "X path", X being A (added), M
+// (modified), D (deleted), T (type changed) or m (metadata only: mode,
+// owner, xattrs); a directory (the merged object's type, or the lower's for
+// a deletion) gets a trailing '/'. A path holding a control character, DEL,
+// '"', '\' or bytes that are not UTF-8 is printed C-quoted as git does
+// ("a\tb", "\303(" with octal escapes), the whole display form in quotes;
+// valid UTF-8 and spaces are printed as they are (like git with
+// core.quotePath=false). With -z each entry is "X path\0" and never quoted.
+//
+// --json prints one object:
+//   {"sandbox": NAME, "lower": DIR, "changes": [{"path", "kind", "code",
+//    "dir", "old_mode", "new_mode", "old_size", "new_size", "metadata"}],
+//    "counts": {"added": n, "modified": n, "deleted": n, "type-changed": n,
+//    "metadata": n}}
+// where modes are 6-digit octal strings ("100644") or null for a missing
+// side and "metadata" lists "mode", "owner", "xattrs". JSON strings are
+// UTF-8: a path that is not gets U+FFFD for its bad bytes in "path" and its
+// exact C-quoted form in "path_quoted".
+//
+// Exit status: 0 (with or without changes), 1 for an unknown sandbox, 2 when
+// the layers cannot be read.
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
+#include "cli/state.h"
+#include "fs/change_scan.h"
+#include "fs/layer.h"
 
 namespace acqfs::cli {
-int RunStatus(const StatusArgs&) {
-  return Fail(kExitFailed, "status", "acqfs", "not implemented yet");
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool IsDirChange(const PathChange& c) {
+  return S_ISDIR(c.new_mode != 0 ? c.new_mode : c.old_mode);
 }
+
+Json ModeJson(mode_t mode) {
+  if (mode == 0) return nullptr;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%06o", static_cast<unsigned>(mode));
+  return buf;
+}
+
+Json ChangeJson(const PathChange& c) {
+  Json meta = Json::array();
+  if (c.meta & PathChange::kMode) meta.push_back("mode");
+  if (c.meta & PathChange::kOwner) meta.push_back("owner");
+  if (c.meta & PathChange::kXattrs) meta.push_back("xattrs");
+  Json j = {{"path", c.path},
+            {"kind", ChangeKindName(c.kind)},
+            {"code", std::string(1, ChangeCode(c.kind))},
+            {"dir", IsDirChange(c)},
+            {"old_mode", ModeJson(c.old_mode)},
+            {"new_mode", ModeJson(c.new_mode)},
+            {"old_size", c.old_size},
+            {"new_size", c.new_size},
+            {"metadata", meta}};
+  if (!IsUtf8(c.path)) j["path_quoted"] = QuotePath(c.path);
+  return j;
+}
+
+void PrintJson(const std::string& name, const std::string& lower,
+               const std::vector<PathChange>& changes) {
+  constexpr PathChange::Kind kKinds[] = {
+      PathChange::kAdded, PathChange::kModified, PathChange::kDeleted,
+      PathChange::kTypeChanged, PathChange::kMetadata};
+  std::map<PathChange::Kind, uint64_t> count;
+  Json list = Json::array();
+  for (const PathChange& c : changes) {
+    list.push_back(ChangeJson(c));
+    ++count[c.kind];
+  }
+  Json counts = Json::object();
+  for (PathChange::Kind k : kKinds) counts[ChangeKindName(k)] = count[k];
+  Json j = {{"sandbox", name},
+            {"lower", lower},
+            {"changes", list},
+            {"counts", counts}};
+  std::string text = j.dump(2, ' ', false, Json::error_handler_t::replace);
+  text += '\n';
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+void PrintLines(const std::vector<PathChange>& changes, bool nul) {
+  for (const PathChange& c : changes) {
+    std::string shown = c.path + (IsDirChange(c) ? "/" : "");
+    std::string line(1, ChangeCode(c.kind));
+    line += ' ';
+    line += nul ? shown : QuotePath(shown);
+    line += nul ? '\0' : '\n';
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+}
+
+}  // namespace
+
+int RunStatus(const StatusArgs& a) {
+  std::string state = Absolute(ResolveStateDir(a.state_dir));
+  SandboxPaths paths(state, "_");
+  SandboxMeta meta;
+  if (!FindSandbox(state, a.name, &paths, &meta))
+    return Fail(kExitBadInput, "status", a.name, "no such sandbox");
+  auto layers = OpenSandboxLayers(paths, meta);
+  if (!layers) return Fail(kExitFailed, "status", layers.error());
+  ChangeScanOptions options;
+  options.include_git_dir = a.include_git_dir;
+  Progress progress("status " + paths.name);
+  options.progress = [&](uint64_t n) { progress.Update("scanning", n); };
+  auto changes = ScanChanges(*layers, options);
+  progress.Finish();
+  if (!changes) return Fail(kExitFailed, "status", changes.error());
+  if (a.json)
+    PrintJson(paths.name, meta.lower, *changes);
+  else
+    PrintLines(*changes, a.null_terminated);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    return Fail(kExitFailed, "status", Error::Errno("write", "stdout"));
+  return 0;
+}
+
 }  // namespace acqfs::cli

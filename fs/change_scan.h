@@ -7,12 +7,12 @@
 // (and below directories the upper deletes or makes opaque, to list what
 // disappeared). For each path whose merged object differs from the lower
 // object at the same path it reports one PathChange:
-//   kAdded        no lower object at the path (or it was hidden: a whiteout
-//                 or an opaque parent) and the merged view has one;
+//   kAdded        no lower object at the path and the merged view has one;
 //   kDeleted      the lower has an object the merged view no longer shows (a
-//                 whiteout, or an opaque directory that lacks the name); a
-//                 deleted directory is reported itself and every lower object
-//                 below it is reported too;
+//                 whiteout, an opaque directory that lacks the name, or a
+//                 non-directory in place of a lower directory); a deleted
+//                 directory is reported itself and every lower object below
+//                 it is reported too;
 //   kTypeChanged  both exist with different file types (file <-> symlink,
 //                 file <-> directory, ...);
 //   kModified     both exist with the same type and different content: bytes
@@ -27,6 +27,12 @@
 // change (added, deleted, type changed, metadata); an upper directory that
 // exists only because something below it changed is not. Renames show as a
 // deletion of the old path and an addition of the new one.
+// Each path is compared with the lower object at that same path even where
+// the upper hides the lower (a name made again after a whiteout, anything
+// inside an opaque directory), so there is at most one PathChange per path:
+// a file deleted and made again equal to the lower is not reported, one made
+// again with other bytes is kModified, and the lower names an opaque
+// directory lacks are kDeleted. The root directory itself is never reported.
 // By default the top-level `.git` is skipped (git rewrites its index on every
 // `git status`); `include_git_dir` reports it like any other directory.
 //
@@ -56,11 +62,11 @@ struct PathChange {
 
   Kind kind = kModified;
   std::string path;
-  unsigned meta = 0;       // kMode | kOwner | kXattrs that differ
-  mode_t old_mode = 0;     // lower st_mode (type and bits), 0 when none
-  mode_t new_mode = 0;     // merged st_mode, 0 when deleted
-  uint64_t old_size = 0;   // lower st_size
-  uint64_t new_size = 0;   // merged st_size
+  unsigned meta = 0;      // kMode | kOwner | kXattrs that differ
+  mode_t old_mode = 0;    // lower st_mode (type and bits), 0 when none
+  mode_t new_mode = 0;    // merged st_mode, 0 when deleted
+  uint64_t old_size = 0;  // lower st_size
+  uint64_t new_size = 0;  // merged st_size
 };
 
 // The one-letter code `acqfs status` prints: A, M, D, T, or m (metadata only).
