@@ -1,9 +1,216 @@
-// acqfs ls (stub until implemented).
+// acqfs ls: every sandbox of the state directory (a folder holding a readable
+// meta.json; anything else is skipped), sorted by name, with its lower, its
+// mountpoint, its state (see liveness.h), the disk its upper layer uses, how
+// many paths it changed (fs/change_scan.h), when it was last exported, and
+// whether exported work still waits for `git fetch sandbox-<name>` on the
+// host (only for a lower that is a git checkout).
+//
+// Text: a header line, then one line per sandbox in aligned columns:
+//   NAME  STATE  UPPER  CHANGES  EXPORTED  UNFETCHED  LOWER  MOUNTPOINT
+// UPPER is human-readable (0, 512, 12K, 3.4M; powers of 1024, rounded up),
+// EXPORTED is local time "YYYY-MM-DD HH:MM" or "never", UNFETCHED is "yes",
+// "no" or "-" (not a git checkout).
+// --json: an array of objects
+//   {"name", "lower", "mountpoint",
+//    "state": "mounted" | "not-mounted" | "stale",
+//    "upper_bytes": n, "changed_paths": n,
+//    "last_export": unix seconds (0: never),
+//    "last_export_utc": "YYYY-MM-DDTHH:MM:SSZ" or null,
+//    "unfetched": true | false | null (not a git checkout)}.
+// A value that cannot be found out shows as "?" (text) or null (JSON); it
+// never stops the listing. A missing or empty state directory lists nothing
+// (text: no output; JSON: []). Exit 0, or 2 when the state directory cannot
+// be read (1 when it is not a directory).
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/liveness.h"
+#include "cli/state.h"
+#include "common/handle.h"
+#include "fs/change_scan.h"
+#include "gitbridge/export.h"
 
 namespace acqfs::cli {
-int RunLs(const LsArgs&) {
-  return Fail(kExitFailed, "ls", "acqfs", "not implemented yet");
+namespace {
+
+struct Row {
+  std::string name, lower, mountpoint;
+  std::optional<MountState> state;
+  std::optional<uint64_t> upper_bytes;
+  std::optional<uint64_t> changed_paths;
+  int64_t last_export = 0;
+  bool git = false;
+  std::optional<bool> unfetched;  // when git
+};
+
+std::optional<uint64_t> CountChanges(const SandboxPaths& paths,
+                                     const SandboxMeta& meta) {
+  auto layers = OpenSandboxLayers(paths, meta);
+  if (!layers) return std::nullopt;
+  auto changes = ScanChanges(*layers);
+  if (!changes) return std::nullopt;
+  return changes->size();
 }
+
+Row Describe(const SandboxPaths& paths, const SandboxMeta& meta) {
+  Row r;
+  r.name = paths.name;
+  r.lower = meta.lower;
+  r.mountpoint = meta.mountpoint;
+  r.last_export = meta.last_export;
+  if (auto live = ProbeSandbox(paths, meta)) r.state = live->state;
+  if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
+  r.changed_paths = CountChanges(paths, meta);
+  r.git = gitbridge::IsGitCheckout(meta.lower);
+  if (r.git) {
+    if (auto p = gitbridge::Pending(ExportConfigFor(paths, meta)))
+      r.unfetched = !p->unfetched.empty();
+  }
+  return r;
+}
+
+// The sandboxes in `state`, sorted by name; an error when it cannot be read.
+Result<std::vector<Row>> ListSandboxes(const std::string& state) {
+  std::vector<Row> rows;
+  UniqueDir dir(::opendir(state.c_str()));
+  if (!dir) {
+    if (errno == ENOENT) return rows;
+    return Error::Errno("read directory", state);
+  }
+  for (;;) {
+    errno = 0;
+    struct dirent* e = ::readdir(dir.get());
+    if (!e) {
+      if (errno != 0) return Error::Errno("read directory", state);
+      break;
+    }
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    SandboxPaths paths(state, name);
+    struct stat st;
+    if (::lstat(paths.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    auto meta = ReadMeta(paths.meta);
+    if (!meta) continue;
+    rows.push_back(Describe(paths, *meta));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& a, const Row& b) { return a.name < b.name; });
+  return rows;
+}
+
+// 0, 512, 4.0K, 12K, 3.4M: powers of 1024, rounded up as du -h does.
+std::string HumanBytes(uint64_t n) {
+  if (n < 1024) return std::to_string(n);
+  static const char kUnits[] = "KMGTPE";
+  double v = static_cast<double>(n);
+  int unit = -1;
+  while (v >= 1024 && unit < 5) {
+    v /= 1024;
+    unit++;
+  }
+  v = v < 10 ? std::ceil(v * 10) / 10 : std::ceil(v);
+  if (v >= 1024 && unit < 5) {
+    v = 1.0;
+    unit++;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.1f%c" : "%.0f%c", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatTime(int64_t t, bool utc) {
+  std::time_t tt = static_cast<std::time_t>(t);
+  struct tm tm;
+  if ((utc ? ::gmtime_r(&tt, &tm) : ::localtime_r(&tt, &tm)) == nullptr)
+    return "?";
+  char buf[64];
+  if (std::strftime(buf, sizeof buf,
+                    utc ? "%Y-%m-%dT%H:%M:%SZ" : "%Y-%m-%d %H:%M", &tm) == 0)
+    return "?";
+  return buf;
+}
+
+void PrintJson(const std::vector<Row>& rows) {
+  using Json = nlohmann::ordered_json;
+  Json out = Json::array();
+  for (const Row& r : rows) {
+    Json j;
+    j["name"] = r.name;
+    j["lower"] = r.lower;
+    j["mountpoint"] = r.mountpoint;
+    j["state"] = r.state ? Json(MountStateJsonName(*r.state)) : Json();
+    j["upper_bytes"] = r.upper_bytes ? Json(*r.upper_bytes) : Json();
+    j["changed_paths"] = r.changed_paths ? Json(*r.changed_paths) : Json();
+    j["last_export"] = r.last_export;
+    j["last_export_utc"] =
+        r.last_export > 0 ? Json(FormatTime(r.last_export, true)) : Json();
+    j["unfetched"] = r.unfetched ? Json(*r.unfetched) : Json();
+    out.push_back(std::move(j));
+  }
+  std::printf("%s\n",
+              out.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+}
+
+void PrintText(const std::vector<Row>& rows) {
+  if (rows.empty()) return;
+  std::vector<std::vector<std::string>> table = {
+      {"NAME", "STATE", "UPPER", "CHANGES", "EXPORTED", "UNFETCHED", "LOWER",
+       "MOUNTPOINT"}};
+  for (const Row& r : rows) {
+    std::string unfetched = !r.git         ? "-"
+                            : !r.unfetched ? "?"
+                            : *r.unfetched ? "yes"
+                                           : "no";
+    table.push_back(
+        {r.name, r.state ? MountStateName(*r.state) : "?",
+         r.upper_bytes ? HumanBytes(*r.upper_bytes) : "?",
+         r.changed_paths ? std::to_string(*r.changed_paths) : "?",
+         r.last_export > 0 ? FormatTime(r.last_export, false) : "never",
+         unfetched, r.lower, r.mountpoint});
+  }
+  std::vector<size_t> width(table[0].size(), 0);
+  for (const auto& line : table)
+    for (size_t c = 0; c < line.size(); c++)
+      width[c] = std::max(width[c], line[c].size());
+  for (const auto& line : table) {
+    std::string out;
+    for (size_t c = 0; c < line.size(); c++) {
+      out += line[c];
+      if (c + 1 < line.size())
+        out += std::string(width[c] - line[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", out.c_str());
+  }
+}
+
+}  // namespace
+
+int RunLs(const LsArgs& a) {
+  std::string state = Absolute(ResolveStateDir(a.state_dir));
+  auto rows = ListSandboxes(state);
+  if (!rows) {
+    int code = rows.err() == ENOTDIR ? kExitBadInput : kExitFailed;
+    return Fail(code, "ls", rows.error());
+  }
+  if (a.json)
+    PrintJson(*rows);
+  else
+    PrintText(*rows);
+  return 0;
+}
+
 }  // namespace acqfs::cli

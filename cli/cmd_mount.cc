@@ -1,10 +1,13 @@
 // acqfs mount: validates, lays out the sandbox's state folder, registers the
 // sandbox-<name> remote when the lower is a git checkout, starts the daemon.
+// Every refusal (exit 1) happens before anything is written: the state
+// directory and the host checkout stay byte for byte as they were. A sandbox
+// whose daemon died (a stale mount) is cleaned up and mounted again.
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,7 +17,9 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
+#include "cli/liveness.h"
 #include "cli/state.h"
+#include "common/handle.h"
 #include "common/sys.h"
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
@@ -82,77 +87,156 @@ int CheckGitFile(const std::string& lower) {
 
 // The checked, canonical operands of a mount.
 struct MountTarget {
-  std::string lower, mountpoint, name, state;
+  std::string lower, mountpoint, name;
+  std::string state;        // as other commands compute it (paths, remote URL)
+  std::string state_canon;  // canonical, for the containment checks
 };
 
-int CheckMountArgs(const MountArgs& a, MountTarget* t) {
+// The lower, the mountpoint's place and the name; nothing is looked at below
+// the mountpoint yet (it may hold a dead mount, see CheckMountpoint).
+int CheckOperands(const MountArgs& a, MountTarget* t) {
   auto lower = RealPath(a.lower);
   if (!lower)
     return Fail(kExitBadInput, "mount: lower directory", lower.error());
   if (!IsDir(*lower))
     return Fail(kExitBadInput, "mount: lower directory", *lower,
                 "not a directory");
+  std::string mnt = CanonicalPath(a.mountpoint);
+  if (Within(mnt, *lower))
+    return Fail(kExitBadInput, "mount: mountpoint", mnt,
+                "is inside the lower directory " + *lower);
+  if (Within(*lower, mnt))
+    return Fail(kExitBadInput, "mount: mountpoint", mnt,
+                "contains the lower directory " + *lower);
+  std::string name = a.name_given ? a.name : sys::Basename(mnt);
+  if (!ValidSandboxName(name))
+    return Fail(kExitBadInput, "mount: sandbox name", "'" + name + "'",
+                "use 1-64 letters, digits, '.', '_' or '-' (not . or ..)");
+  std::string state = Absolute(ResolveStateDir(a.state_dir));
+  std::string state_canon = CanonicalPath(state);
+  if (Within(mnt, state_canon))
+    return Fail(kExitBadInput, "mount: mountpoint", mnt,
+                "is inside the state directory " + state_canon);
+  if (Within(state_canon, mnt))
+    return Fail(kExitBadInput, "mount: mountpoint", mnt,
+                "contains the state directory " + state_canon);
+  *t = MountTarget{*lower, mnt, name, state, state_canon};
+  return 0;
+}
+
+// What is known of the sandbox before anything is written.
+struct SandboxFacts {
+  SandboxMeta meta;    // its metadata, when it exists
+  bool stale = false;  // its daemon died and left its mount behind
+};
+
+// Reads the sandbox's metadata and liveness when it exists; refuses a
+// different lower and a sandbox that is mounted (or being mounted).
+int CheckSandbox(const MountTarget& t, const SandboxPaths& paths,
+                 SandboxFacts* f) {
+  if (!Exists(paths.dir)) return 0;
+  auto m = ReadMeta(paths.meta);
+  if (!m) {
+    auto held = LockHeld(paths.lock);
+    if (held && *held)  // a first mount that has not written it yet
+      return Fail(
+          kExitBadInput, "mount: sandbox", t.name,
+          "is being mounted right now (its lock " + paths.lock + " is held)");
+    return Fail(kExitBadInput, "mount: sandbox metadata", m.error());
+  }
+  if (m->lower != t.lower)
+    return Fail(kExitBadInput, "mount: sandbox", t.name,
+                "exists over a different lower directory (" + m->lower + ")");
+  f->meta = *m;
+  auto live = ProbeSandbox(paths, f->meta);
+  if (!live) return Fail(kExitFailed, "mount: sandbox state", live.error());
+  if (live->state == MountState::kMounted)
+    return Fail(kExitBadInput, "mount: sandbox", t.name,
+                "is already mounted at " + f->meta.mountpoint);
+  if (live->daemon_alive)
+    return Fail(kExitBadInput, "mount: sandbox", t.name,
+                "is being mounted or unmounted right now (its lock " +
+                    paths.lock + " is held)");
+  f->stale = live->state == MountState::kStale;
+  return 0;
+}
+
+// The mountpoint must be a directory and hold no acqfs mount, except the
+// sandbox's own dead one, which the mount cleans up first.
+int CheckMountpoint(const MountArgs& a, const MountTarget& t,
+                    const SandboxFacts& f) {
+  if (f.stale && f.meta.mountpoint == t.mountpoint) return 0;
+  if (IsAcqfsMounted(t.mountpoint))
+    return Fail(kExitBadInput, "mount: mountpoint", t.mountpoint,
+                "already holds an acqfs mount");
   auto mnt = RealPath(a.mountpoint);
   if (!mnt) return Fail(kExitBadInput, "mount: mountpoint", mnt.error());
   if (!IsDir(*mnt))
     return Fail(kExitBadInput, "mount: mountpoint", *mnt, "not a directory");
-  if (Within(*mnt, *lower) || Within(*lower, *mnt))
-    return Fail(kExitBadInput, "mount: mountpoint", *mnt,
-                "is inside the lower directory or contains it");
-  std::string name = a.name.empty() ? sys::Basename(*mnt) : a.name;
-  if (!ValidSandboxName(name))
-    return Fail(kExitBadInput, "mount: sandbox name", name,
-                "use 1-64 letters, digits, '.', '_' or '-' (not . or ..)");
-  std::string state = Absolute(ResolveStateDir(a.state_dir));
-  if (IsDir(state)) {
-    auto real_state = RealPath(state);
-    if (real_state && (Within(*mnt, *real_state) || Within(*real_state, *mnt)))
-      return Fail(kExitBadInput, "mount: mountpoint", *mnt,
-                  "is inside the state directory or contains it");
+  return 0;
+}
+
+// Creates the sandbox's folder (`*created` tells whether this call did) and
+// takes its lock, which the daemon inherits.
+int CreateAndLock(const MountTarget& t, const SandboxPaths& paths,
+                  bool* created, UniqueFd* lock) {
+  if (Status s = MakeDirs(t.state); !s)
+    return Fail(kExitFailed, "mount: state directory", s.error());
+  *created = ::mkdir(paths.dir.c_str(), 0700) == 0;
+  if (!*created && errno != EEXIST)
+    return Fail(kExitFailed, "mount: state directory", paths.dir,
+                std::strerror(errno));
+  lock->reset(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  int e = errno;
+  if (*lock) {
+    Status locked = LockSandbox(lock->get(), paths.lock);
+    if (locked) return 0;
+    e = locked.err();
   }
-  if (IsAcqfsMounted(*mnt))
-    return Fail(kExitBadInput, "mount: mountpoint", *mnt,
-                "already holds an acqfs mount");
-  *t = MountTarget{*lower, *mnt, name, state};
-  return 0;
-}
-
-// Reads the sandbox's metadata when it exists; refuses a different lower.
-int LoadMeta(const MountTarget& t, const SandboxPaths& paths, bool created,
-             SandboxMeta* meta) {
-  if (created) return 0;
-  auto m = ReadMeta(paths.meta);
-  if (!m) return Fail(kExitBadInput, "mount: sandbox metadata", m.error());
-  if (m->lower != t.lower)
+  // Contention means another mount owns the folder now: leave it alone.
+  if (e == EWOULDBLOCK)
     return Fail(kExitBadInput, "mount: sandbox", t.name,
-                "exists over a different lower directory (" + m->lower + ")");
-  *meta = *m;
+                "is already mounted or being mounted (its daemon holds " +
+                    paths.lock + ")");
+  if (*created) (void)sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir);
+  return Fail(kExitFailed, "mount: lock", paths.lock, std::strerror(e));
+}
+
+// With the lock held: detaches the mount a dead daemon of this sandbox left
+// behind (if it is still there) and removes its pid file.
+int CleanUpStaleMount(const SandboxPaths& paths, const SandboxMeta& meta) {
+  auto live = ProbeSandbox(paths, meta);
+  if (!live) return Fail(kExitFailed, "mount: sandbox state", live.error());
+  if (live->own_mount) {
+    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+      return Fail(kExitFailed, "mount: clean up a stale mount", s.error());
+    std::fprintf(stderr,
+                 "acqfs: mount: %s: cleaned up a stale mount of sandbox %s\n",
+                 meta.mountpoint.c_str(), paths.name.c_str());
+  }
+  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
+    return Fail(kExitFailed, "mount: clean up a stale mount", paths.pid,
+                std::strerror(errno));
   return 0;
 }
 
-// Creates the layer directories (a new upper root takes the lower root's
-// attributes) and takes the sandbox's lock, which the daemon inherits.
-int PrepareLayers(const MountTarget& t, const SandboxPaths& paths,
-                  bool created) {
+// Creates the layer directories; a new upper root takes the lower root's
+// attributes.
+int PrepareLayers(const MountTarget& t, const SandboxPaths& paths) {
+  const bool new_upper = !Exists(paths.upper);
   for (const auto& d : {paths.upper, paths.work}) {
     if (Status s = MakeDirs(d); !s)
       return Fail(kExitFailed, "mount: state directory", s.error());
   }
-  if (created) {
+  if (new_upper) {
     if (Status s = MatchRootAttrs(t.lower, paths.upper); !s)
       return Fail(kExitFailed, "mount: upper layer", s.error());
   }
-  int lock = ::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    if (e == EWOULDBLOCK)
-      return Fail(kExitBadInput, "mount: sandbox", t.name,
-                  "is already mounted (its daemon holds " + paths.lock + ")");
-    return Fail(kExitFailed, "mount: lock", paths.lock, std::strerror(e));
-  }
-  return 0;  // the descriptor stays open for the daemon
+  return 0;
 }
 
+// The sandbox's xattr namespace: the one it was created with, else the
+// default; a "trusted" sandbox needs root.
 int ChooseNamespace(const MountTarget& t, MountConfig* config,
                     SandboxMeta* meta) {
   if (meta->xattr_namespace.empty())
@@ -168,41 +252,53 @@ int ChooseNamespace(const MountTarget& t, MountConfig* config,
   return 0;
 }
 
+// Every check that can refuse the mount, in order; nothing is written yet.
+int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
+             SandboxFacts* f) {
+  if (int rc = CheckOperands(a, t)) return rc;
+  if (int rc = CheckGitFile(t->lower)) return rc;
+  config->allow_other = a.allow_other;
+  if (int rc = ApplyOptions(a.options, config)) return rc;
+  SandboxPaths paths(t->state, t->name);
+  if (int rc = CheckSandbox(*t, paths, f)) return rc;
+  if (int rc = CheckMountpoint(a, *t, *f)) return rc;
+  if (gitbridge::IsGitCheckout(t->lower)) {
+    if (Status s = gitbridge::CheckRemoteFree(t->lower, t->name, paths.bridge);
+        !s)
+      return Fail(kExitBadInput, "mount: " + s.error().op, t->lower,
+                  "remove it or choose another --name");
+  }
+  return ChooseNamespace(*t, config, &f->meta);
+}
+
 }  // namespace
 
 int RunMount(const MountArgs& a) {
   MountTarget t;
-  if (int rc = CheckMountArgs(a, &t)) return rc;
-  if (int rc = CheckGitFile(t.lower)) return rc;
   MountConfig config;
-  config.allow_other = a.allow_other;
-  if (int rc = ApplyOptions(a.options, &config)) return rc;
+  SandboxFacts facts;
+  if (int rc = CheckAll(a, &t, &config, &facts)) return rc;
   SandboxPaths paths(t.state, t.name);
+  SandboxMeta& meta = facts.meta;
+  bool created = false;
+  UniqueFd lock;
+  if (int rc = CreateAndLock(t, paths, &created, &lock)) return rc;
   const bool git = gitbridge::IsGitCheckout(t.lower);
-  if (git) {
-    if (Status s = gitbridge::CheckRemoteFree(t.lower, t.name, paths.bridge);
-        !s)
-      return Fail(kExitBadInput, "mount: " + s.error().op, t.lower,
-                  "remove it or choose another --name");
-  }
-  const bool created = !Exists(paths.dir);
-  SandboxMeta meta;
-  if (int rc = LoadMeta(t, paths, created, &meta)) return rc;
-  bool remote_added = false;
   auto fail = [&](int rc) {
-    if (remote_added) (void)gitbridge::UnregisterRemote(t.lower, t.name);
+    if (created && git) (void)gitbridge::UnregisterRemote(t.lower, t.name);
     if (created) (void)sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir);
     return rc;
   };
-  if (int rc = PrepareLayers(t, paths, created)) return fail(rc);
-  if (int rc = ChooseNamespace(t, &config, &meta)) return fail(rc);
+  if (facts.stale) {
+    if (int rc = CleanUpStaleMount(paths, meta)) return fail(rc);
+  }
+  if (int rc = PrepareLayers(t, paths)) return fail(rc);
   meta.name = t.name;
   meta.lower = t.lower;
   meta.mountpoint = t.mountpoint;
   if (Status s = WriteMeta(paths.meta, meta); !s)
     return fail(Fail(kExitFailed, "mount: sandbox metadata", s.error()));
   if (git) {
-    remote_added = true;
     if (Status s = gitbridge::PrepareBridge(ExportConfigFor(paths, meta)); !s)
       return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
   }

@@ -9,6 +9,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
+#include "cli/liveness.h"
 #include "cli/progress.h"
 #include "cli/state.h"
 #include "common/sys.h"
@@ -34,10 +35,19 @@ int RunRm(const RmArgs& a) {
   SandboxMeta meta;
   if (!ValidSandboxName(a.name) || !FindSandbox(state, a.name, &paths, &meta))
     return Fail(kExitBadInput, "rm", a.name, "no such sandbox");
-  if (IsAcqfsMounted(meta.mountpoint)) {
+  // Only the sandbox's own mount: another sandbox may be mounted at the
+  // mountpoint this one used last.
+  auto live = ProbeSandbox(paths, meta);
+  if (!live) return Fail(kExitFailed, "rm: sandbox state", live.error());
+  if (live->state == MountState::kStale) {
+    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+      return Fail(kExitFailed, "rm: clean up a stale mount", s.error());
+  } else if (live->state == MountState::kMounted) {
     if (Status s = Unmount(meta.mountpoint); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
-    if (Status s = WaitForDaemonExit(paths.pid, 15.0); !s)
+  }
+  if (live->daemon_alive) {
+    if (Status s = WaitForDaemonExit(paths, 15.0); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
   }
   const bool git = gitbridge::IsGitCheckout(meta.lower);

@@ -1,37 +1,105 @@
 // acqfs umount: detaches a sandbox's mount, waits for its daemon, then
-// exports it (unless --no-export) when its lower is a git checkout.
+// exports it (unless --no-export) when its lower is a git checkout. A stale
+// sandbox (its daemon died, its mount answers ENOTCONN) is cleaned up: the
+// dead mount is detached and the pid file removed, and the export follows as
+// usual.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
+#include "cli/liveness.h"
 #include "cli/state.h"
+#include "common/handle.h"
 #include "gitbridge/export.h"
 
 namespace acqfs::cli {
+namespace {
+
+constexpr double kDaemonExitSeconds = 15.0;
+
+// The sandbox `target` names (a name or a mountpoint, which may be a dead
+// mount that realpath(3) cannot resolve).
+bool FindTarget(const std::string& state, const std::string& target,
+                SandboxPaths* paths, SandboxMeta* meta) {
+  return FindSandbox(state, target, paths, meta) ||
+         FindSandbox(state, CanonicalPath(target), paths, meta);
+}
+
+// Detaches the mount the sandbox's dead daemon left and removes its pid
+// file. This happens under the sandbox's lock, as `acqfs mount` cleans up,
+// so a mount starting meanwhile is never taken for the dead one.
+int CleanUpStale(const SandboxPaths& paths, const SandboxMeta& meta) {
+  const std::string what = "umount: clean up a stale mount";
+  UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CLOEXEC));
+  if (!lock) return Fail(kExitFailed, what, paths.lock, std::strerror(errno));
+  if (Status locked = LockSandbox(lock.get(), paths.lock); !locked) {
+    if (locked.err() == EWOULDBLOCK)
+      return Fail(
+          kExitBadInput, "umount", paths.name,
+          "is being mounted right now (its lock " + paths.lock + " is held)");
+    return Fail(kExitFailed, what, locked.error());
+  }
+  auto live = ProbeSandbox(paths, meta);
+  if (!live) return Fail(kExitFailed, what, live.error());
+  if (live->own_mount) {
+    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+      return Fail(kExitFailed, what, s.error());
+    std::fprintf(stderr,
+                 "acqfs: umount: %s: cleaned up a stale mount of sandbox %s\n",
+                 meta.mountpoint.c_str(), paths.name.c_str());
+  }
+  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
+    return Fail(kExitFailed, what, paths.pid, std::strerror(errno));
+  return 0;
+}
+
+// Ends the sandbox's mount, whatever state it is in; 0 when it is over.
+int Detach(const std::string& target, const SandboxPaths& paths,
+           const SandboxMeta& meta) {
+  auto live = ProbeSandbox(paths, meta);
+  if (!live) return Fail(kExitFailed, "umount: sandbox state", live.error());
+  switch (live->state) {
+    case MountState::kStale:
+      return CleanUpStale(paths, meta);
+    case MountState::kMounted:
+      if (Status s = Unmount(meta.mountpoint); !s)
+        return Fail(kExitFailed, "umount", s.error());
+      break;
+    case MountState::kNotMounted:
+      // A daemon whose mount went (unmounted by hand) may still be ending.
+      if (!live->daemon_alive)
+        return Fail(kExitBadInput, "umount", target, "not mounted");
+      break;
+  }
+  if (Status s = WaitForDaemonExit(paths, kDaemonExitSeconds); !s)
+    return Fail(kExitFailed, "umount", s.error());
+  return 0;
+}
+
+}  // namespace
 
 int RunUmount(const UmountArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
   SandboxPaths paths(state, "_");
   SandboxMeta meta;
-  if (!FindSandbox(state, a.target, &paths, &meta)) {
-    auto real = RealPath(a.target);
-    if (real && IsAcqfsMounted(*real)) {  // a mount made outside the state dir
-      if (Status s = Unmount(*real); !s)
+  if (!FindTarget(state, a.target, &paths, &meta)) {
+    std::string mnt = CanonicalPath(a.target);
+    if (IsAcqfsMounted(mnt)) {  // a mount made outside the state dir
+      if (Status s = Unmount(mnt); !s)
         return Fail(kExitFailed, "umount", s.error());
       return 0;
     }
     return Fail(kExitBadInput, "umount", a.target,
                 "no such sandbox or acqfs mount");
   }
-  if (IsAcqfsMounted(meta.mountpoint)) {
-    if (Status s = Unmount(meta.mountpoint); !s)
-      return Fail(kExitFailed, "umount", s.error());
-  } else if (!Exists(paths.pid)) {
-    return Fail(kExitBadInput, "umount", a.target, "not mounted");
-  }
-  if (Status s = WaitForDaemonExit(paths.pid, 15.0); !s)
-    return Fail(kExitFailed, "umount", s.error());
+  if (int rc = Detach(a.target, paths, meta)) return rc;
   if (a.no_export || !gitbridge::IsGitCheckout(meta.lower)) return 0;
   return ExportAndReport("umount: export", paths.name, state, a.json);
 }

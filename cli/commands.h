@@ -12,6 +12,7 @@ struct MountArgs {
   std::string lower, mountpoint, name, state_dir, log_level = "info";
   std::vector<std::string> options;
   bool foreground = false, allow_other = false;
+  bool name_given = false;  // --name was on the command line (even as "")
 };
 int RunMount(const MountArgs& a);
 

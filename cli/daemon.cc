@@ -11,12 +11,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "cli/cli_util.h"
+#include "cli/liveness.h"
 #include "common/handle.h"
+#include "common/sys.h"
 
 extern char** environ;
 
@@ -41,10 +44,45 @@ void SetUpLogging(const DaemonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
-void WritePidFile(const std::string& path) {
+// Writes the pid file atomically (temp file, rename): readers never see it
+// half written. Once mounted, it also names the mount's device.
+void WritePidFile(const std::string& path, const std::string& mountpoint) {
   if (path.empty()) return;
-  std::ofstream out(path, std::ios::trunc);
-  out << ::getpid() << "\n";
+  DaemonRecord r;
+  r.pid = ::getpid();
+  if (!mountpoint.empty()) {
+    auto mounts = AcqfsMountsAt(mountpoint);
+    if (!mounts.empty()) r.mount_dev = mounts.back().dev;  // the topmost: ours
+  }
+  const std::string tmp = path + ".tmp";
+  const std::string text = FormatDaemonRecord(r);
+  UniqueFd fd(
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  Status s = fd ? sys::PwriteAll(fd.get(), text.data(), text.size(), 0, tmp)
+                : Status(Error::Errno("create", tmp));
+  if (s && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = Error::Errno("rename", path);
+  if (!s) spdlog::error("pid file: {}", s.error().Message());
+}
+
+// A daemon must end cleanly on SIGTERM and SIGINT (and, detached, SIGHUP):
+// libfuse installs its handlers only over the default action, and a shell
+// starts background jobs with SIGINT ignored, so both the dispositions and
+// the mask inherited from the caller are reset first.
+void ResetTerminationSignals(bool hangup) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    if (sig == SIGHUP && !hangup) continue;
+    sigaddset(&set, sig);
+    struct sigaction sa {};
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    if (::sigaction(sig, &sa, nullptr) != 0)
+      spdlog::warn("reset signal {}: {}", sig, std::strerror(errno));
+  }
+  if (::sigprocmask(SIG_UNBLOCK, &set, nullptr) != 0)
+    spdlog::warn("unblock signals: {}", std::strerror(errno));
 }
 
 void WriteAll(int fd, const std::string& s) {
@@ -66,8 +104,10 @@ void WriteAll(int fd, const std::string& s) {
     ::dup2(null, 2);
   }
   SetUpLogging(o);
-  WritePidFile(o.pid_path);
+  ResetTerminationSignals(/*hangup=*/true);
+  WritePidFile(o.pid_path, "");
   Status s = RunFilesystem(o.config, [&](const Status& r) {
+    if (r) WritePidFile(o.pid_path, o.config.mountpoint);
     WriteAll(report_fd, r ? std::string("OK\n") : "ERR " + r.error().Message());
     ::close(report_fd);
     report_fd = -1;
@@ -83,8 +123,11 @@ void WriteAll(int fd, const std::string& s) {
 Status StartDaemon(const DaemonOptions& o) {
   if (o.foreground) {
     SetUpLogging(o);
-    WritePidFile(o.pid_path);
-    Status s = RunFilesystem(o.config, [](const Status&) {});
+    ResetTerminationSignals(/*hangup=*/false);
+    WritePidFile(o.pid_path, "");
+    Status s = RunFilesystem(o.config, [&](const Status& r) {
+      if (r) WritePidFile(o.pid_path, o.config.mountpoint);
+    });
     if (!o.pid_path.empty()) ::unlink(o.pid_path.c_str());
     return s;
   }
@@ -115,43 +158,36 @@ Status StartDaemon(const DaemonOptions& o) {
 }
 
 bool IsAcqfsMounted(const std::string& mountpoint) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // id parent maj:min root mountpoint opts ... - fstype source superopts
-    std::istringstream ss(line);
-    std::string id, parent, dev, root, mp;
-    ss >> id >> parent >> dev >> root >> mp;
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream rest(line.substr(dash + 3));
-    std::string fstype;
-    rest >> fstype;
-    if (mp == mountpoint && fstype == "fuse.acqfs") return true;
-  }
-  return false;
-}
-
-Status Unmount(const std::string& mountpoint) {
-  if (::geteuid() == 0) {
-    if (::umount2(mountpoint.c_str(), UMOUNT_NOFOLLOW) != 0)
-      return Error::Errno("umount", mountpoint);
-    return Ok();
-  }
-  const char* argv[] = {"fusermount3", "-u", "-q", mountpoint.c_str(), nullptr};
-  pid_t pid;
-  if (::posix_spawnp(&pid, "fusermount3", nullptr, nullptr,
-                     const_cast<char* const*>(argv), environ) != 0)
-    return Error::Errno("run fusermount3", mountpoint);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return Error::Of(EBUSY, "fusermount3 -u", mountpoint);
-  return Ok();
+  return !AcqfsMountsAt(mountpoint).empty();
 }
 
 namespace {
+
+// Runs fusermount3 with `args` and then the mountpoint; Ok when it exited
+// 0.
+Status RunFusermount(std::vector<const char*> args,
+                     const std::string& mountpoint) {
+  std::vector<const char*> argv = {"fusermount3"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(mountpoint.c_str());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (int e = ::posix_spawnp(&pid, "fusermount3", nullptr, nullptr,
+                             const_cast<char* const*>(argv.data()), environ);
+      e != 0)
+    return Error::Of(e, "run fusermount3", mountpoint);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return Error::Errno("wait for fusermount3", mountpoint);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string what = "fusermount3";
+    for (const char* a : args) what += std::string(" ") + a;
+    return Error::Of(EBUSY, what, mountpoint);
+  }
+  return Ok();
+}
+
 // A process that has ended but was not reaped yet (its parent may be a
 // container's init that never reaps) counts as gone.
 bool Alive(pid_t pid) {
@@ -163,22 +199,81 @@ bool Alive(pid_t pid) {
   return close == std::string::npos || close + 2 >= line.size() ||
          line[close + 2] != 'Z';
 }
-}  // namespace
 
-Status WaitForDaemonExit(const std::string& pid_path, double seconds) {
-  std::ifstream in(pid_path);
-  pid_t pid = 0;
-  if (!(in >> pid) || pid <= 0) return Ok();  // no daemon recorded
+// Polls `gone` every 10 ms until it says yes or `seconds` have passed.
+template <class Gone>
+bool PollUntil(double seconds, Gone gone) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (Alive(pid)) {
-    if (std::chrono::steady_clock::now() > deadline)
-      return Error::Of(ETIMEDOUT, "wait for daemon " + std::to_string(pid),
-                       pid_path);
+  while (!gone()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ::unlink(pid_path.c_str());
+  return true;
+}
+
+Status WaitForDaemon(const std::string& pid_path, const std::string& lock_path,
+                     double seconds) {
+  auto record = ReadDaemonRecord(pid_path);
+  const std::string who =
+      "wait for daemon" + (record ? " " + std::to_string(record->pid) : "");
+  bool gone;
+  if (Exists(lock_path)) {
+    gone = PollUntil(seconds, [&] {
+      auto held = LockHeld(lock_path);
+      if (held) return !*held;
+      return !record || !Alive(record->pid);  // the lock cannot be tested
+    });
+  } else {
+    if (!record) return Ok();  // no daemon recorded
+    gone = PollUntil(seconds, [&] { return !Alive(record->pid); });
+  }
+  if (!gone) return Error::Of(ETIMEDOUT, who, pid_path);
+  // A daemon that ends cleanly removes its pid file; one that was killed
+  // leaves it. Remove only the record read above, not a newer daemon's.
+  auto now = ReadDaemonRecord(pid_path);
+  if (now && record && now->pid == record->pid &&
+      ::unlink(pid_path.c_str()) != 0 && errno != ENOENT)
+    return Error::Errno("remove", pid_path);
   return Ok();
+}
+
+}  // namespace
+
+Status Unmount(const std::string& mountpoint) {
+  if (::geteuid() == 0) {
+    if (::umount2(mountpoint.c_str(), UMOUNT_NOFOLLOW) != 0)
+      return Error::Errno("umount", mountpoint);
+    return Ok();
+  }
+  return RunFusermount({"-u", "-q"}, mountpoint);
+}
+
+Status DetachStaleMount(const std::string& mountpoint) {
+  if (::geteuid() == 0) {
+    if (::umount2(mountpoint.c_str(), UMOUNT_NOFOLLOW) == 0) return Ok();
+    if (errno == EBUSY &&
+        ::umount2(mountpoint.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
+      return Ok();
+    Error e = Error::Errno("umount", mountpoint);
+    if (e.err == EINVAL && !IsAcqfsMounted(mountpoint)) return Ok();  // gone
+    return e;
+  }
+  Status s = RunFusermount({"-u", "-q"}, mountpoint);
+  if (!s) s = RunFusermount({"-u", "-q", "-z"}, mountpoint);
+  if (!s && !IsAcqfsMounted(mountpoint)) return Ok();
+  return s;
+}
+
+Status WaitForDaemonExit(const SandboxPaths& paths, double seconds) {
+  return WaitForDaemon(paths.pid, paths.lock, seconds);
+}
+
+Status WaitForDaemonExit(const std::string& pid_path, double seconds) {
+  auto slash = pid_path.rfind('/');
+  std::string dir =
+      slash == std::string::npos ? "." : pid_path.substr(0, slash);
+  return WaitForDaemon(pid_path, dir + "/lock", seconds);
 }
 
 }  // namespace acqfs::cli

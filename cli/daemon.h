@@ -1,14 +1,19 @@
 // Starting and stopping the filesystem daemon.
 // StartDaemon either runs the filesystem in this process (foreground) or
 // forks a daemon and returns once the mount is usable, reporting the
-// daemon's own error when it could not mount. Unmount detaches a mount and
-// waits for its daemon to end.
+// daemon's own error when it could not mount. The daemon writes its pid file
+// (see DaemonRecord in liveness.h: its pid, then its mount's device once
+// mounted), ends cleanly on SIGTERM, SIGINT and SIGHUP (unmounting), and
+// removes the pid file as the last thing before it exits.
+// Unmount detaches a live mount, DetachStaleMount a dead one;
+// WaitForDaemonExit waits for a sandbox's daemon to end.
 // Thread-safety: call from a single-threaded process (it forks).
 #ifndef ACQFS_CLI_DAEMON_H_
 #define ACQFS_CLI_DAEMON_H_
 
 #include <string>
 
+#include "cli/state.h"
 #include "common/error.h"
 #include "fs/mount.h"
 
@@ -30,8 +35,19 @@ bool IsAcqfsMounted(const std::string& mountpoint);
 // Unmounts `mountpoint` (umount2 as root, fusermount3 -u otherwise).
 Status Unmount(const std::string& mountpoint);
 
-// Waits up to `seconds` for the process in `pid_path` to end; removes the
-// pid file when it has.
+// Detaches a dead acqfs mount (its daemon is gone): umount2, and
+// umount2(MNT_DETACH) when something still uses it (EBUSY), as root;
+// fusermount3 -u, then -u -z, otherwise. Ok when nothing is mounted there
+// any more.
+Status DetachStaleMount(const std::string& mountpoint);
+
+// Waits up to `seconds` for the sandbox's daemon to end, that is until no
+// process holds its lock (a pid alone may have been reused), then removes
+// its pid file if the daemon left it behind.
+Status WaitForDaemonExit(const SandboxPaths& paths, double seconds);
+// The same for the daemon whose pid file is `pid_path`, with its lock file
+// beside it ("lock", as in a sandbox folder); without one, waits for the
+// process in the pid file to end.
 Status WaitForDaemonExit(const std::string& pid_path, double seconds);
 
 }  // namespace acqfs::cli

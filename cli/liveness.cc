@@ -1,1 +1,224 @@
-// Placeholder: sandbox liveness (mount state, daemon lock, disk use) lands here.
+#include "cli/liveness.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "cli/cli_util.h"
+#include "common/handle.h"
+#include "common/sys.h"
+
+namespace acqfs::cli {
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string UnescapeMountField(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      const std::string oct = s.substr(i + 1, 3);
+      if (oct.find_first_not_of("01234567") == oct.npos) {
+        out += static_cast<char>(std::strtoul(oct.c_str(), nullptr, 8));
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+// "maj:min" (in `base`; mountinfo writes decimal) into a dev_t.
+bool ParseDev(const std::string& text, int base, dev_t* out) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 >= text.size())
+    return false;
+  char* end = nullptr;
+  unsigned long maj = std::strtoul(text.c_str(), &end, base);
+  if (end != text.c_str() + colon) return false;
+  unsigned long min = std::strtoul(text.c_str() + colon + 1, &end, base);
+  if (end != text.c_str() + text.size()) return false;
+  *out = makedev(maj, min);
+  return true;
+}
+
+// A directory of a live upper layer may go, or turn into something else,
+// between reading its parent and opening it.
+bool Vanished(int err) {
+  return err == ENOENT || err == ENOTDIR || err == ELOOP;
+}
+
+// Is one of `mounts` the one the sandbox's daemon recorded as its own?
+bool HasOwnMount(const std::vector<MountEntry>& mounts,
+                 const std::optional<DaemonRecord>& record) {
+  if (!record || !record->mount_dev) return false;
+  for (const auto& m : mounts) {
+    if (m.dev == *record->mount_dev) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* MountStateName(MountState state) {
+  switch (state) {
+    case MountState::kMounted:
+      return "mounted";
+    case MountState::kStale:
+      return "stale";
+    case MountState::kNotMounted:
+      break;
+  }
+  return "not mounted";
+}
+
+const char* MountStateJsonName(MountState state) {
+  return state == MountState::kNotMounted ? "not-mounted"
+                                          : MountStateName(state);
+}
+
+std::vector<MountEntry> AcqfsMountsAt(const std::string& mountpoint) {
+  std::vector<MountEntry> found;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // id parent maj:min root mountpoint opts [optional...] - fstype source ...
+    std::istringstream ss(line);
+    std::string id, parent, dev, root, mp;
+    if (!(ss >> id >> parent >> dev >> root >> mp)) continue;
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream rest(line.substr(dash + 3));
+    MountEntry e;
+    rest >> e.fstype;
+    e.mountpoint = UnescapeMountField(mp);
+    if (e.fstype != "fuse.acqfs" || e.mountpoint != mountpoint) continue;
+    if (!ParseDev(dev, 10, &e.dev)) continue;
+    found.push_back(std::move(e));
+  }
+  return found;
+}
+
+Status LockSandbox(int fd, const std::string& path) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return Ok();
+  if (errno == EAGAIN || errno == EACCES)
+    return Error::Of(EWOULDBLOCK, "lock", path);
+  return Error::Errno("lock", path);
+}
+
+Result<bool> LockHeld(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    if (errno == ENOENT) return false;
+    return Error::Errno("open", path);
+  }
+  // A read lock would conflict with any write lock: the kernel describes
+  // the one that is held, or answers F_UNLCK.
+  struct flock fl {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  if (::fcntl(fd.get(), F_OFD_GETLK, &fl) != 0)
+    return Error::Errno("test lock", path);
+  return fl.l_type != F_UNLCK;
+}
+
+std::string FormatDaemonRecord(const DaemonRecord& record) {
+  std::string s = std::to_string(record.pid) + "\n";
+  if (record.mount_dev)
+    s += std::to_string(major(*record.mount_dev)) + ":" +
+         std::to_string(minor(*record.mount_dev)) + "\n";
+  return s;
+}
+
+std::optional<DaemonRecord> ReadDaemonRecord(const std::string& pid_path) {
+  std::ifstream in(pid_path);
+  DaemonRecord r;
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return std::nullopt;
+  r.pid = static_cast<pid_t>(pid);
+  std::string dev_text;
+  dev_t dev;
+  if (in >> dev_text && ParseDev(dev_text, 10, &dev)) r.mount_dev = dev;
+  return r;
+}
+
+Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,
+                                     const SandboxMeta& meta) {
+  auto held = LockHeld(paths.lock);
+  if (!held) return held.error();
+  SandboxLiveness l;
+  l.daemon_alive = *held;
+  auto record = ReadDaemonRecord(paths.pid);
+  std::vector<MountEntry> mounts;
+  if (!meta.mountpoint.empty()) mounts = AcqfsMountsAt(meta.mountpoint);
+  l.own_mount = HasOwnMount(mounts, record);
+  if (l.own_mount)
+    l.state = l.daemon_alive ? MountState::kMounted : MountState::kStale;
+  return l;
+}
+
+std::string CanonicalPath(const std::string& path) {
+  auto real = RealPath(path);
+  if (real) return *real;
+  std::string abs = Absolute(path);
+  while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  auto slash = abs.rfind('/');
+  if (slash == std::string::npos || abs == "/") return abs;
+  std::string parent = slash == 0 ? "/" : abs.substr(0, slash);
+  std::string base = abs.substr(slash + 1);
+  std::string canon_parent = CanonicalPath(parent);
+  if (base == "." || base.empty()) return canon_parent;
+  if (base == "..") {
+    auto s = canon_parent.rfind('/');
+    return s == 0 || s == std::string::npos ? "/" : canon_parent.substr(0, s);
+  }
+  return canon_parent == "/" ? "/" + base : canon_parent + "/" + base;
+}
+
+Result<uint64_t> DiskUsage(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Error::Errno("open directory", dir);
+  UniqueFd root(fd);
+  auto top = sys::Fstat(root.get(), dir);
+  if (!top) return top.error();
+  uint64_t total = static_cast<uint64_t>(top->st_blocks) * 512;
+  std::set<std::pair<dev_t, ino_t>> linked;  // inodes with nlink > 1 seen
+  std::vector<std::string> todo = {""};
+  while (!todo.empty()) {
+    std::string rel = std::move(todo.back());
+    todo.pop_back();
+    std::string shown = rel.empty() ? dir : dir + "/" + rel;
+    auto d = sys::OpenBeneath(root.get(), rel, O_PATH | O_DIRECTORY, 0, shown);
+    if (!d && Vanished(d.err())) continue;
+    if (!d) return d.error();
+    auto entries = sys::ReadDir(d->get(), shown);
+    if (!entries && Vanished(entries.err())) continue;
+    if (!entries) return entries.error();
+    for (const auto& e : *entries) {
+      struct stat st;
+      if (::fstatat(d->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;
+        return Error::Errno("fstatat", shown + "/" + e.name);
+      }
+      if (st.st_dev != top->st_dev) continue;  // another filesystem
+      if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 &&
+          !linked.insert({st.st_dev, st.st_ino}).second)
+        continue;  // a hard link counted already
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+      if (S_ISDIR(st.st_mode)) todo.push_back(sys::Join(rel, e.name));
+    }
+  }
+  return total;
+}
+
+}  // namespace acqfs::cli

@@ -19,7 +19,8 @@ void AddMount(CLI::App& app, MountArgs& m) {
   c->add_option("mountpoint", m.mountpoint, "Where the merged view appears")
       ->required();
   c->add_option("--name", m.name,
-                "Sandbox name (default: the mountpoint's basename)");
+                "Sandbox name (default: the mountpoint's basename)")
+      ->each([&m](const std::string&) { m.name_given = true; });
   c->add_option("--state-dir", m.state_dir,
                 "State directory (default: $ACQFS_STATE_DIR, "
                 "$XDG_STATE_HOME/acqfs or ~/.local/state/acqfs)");

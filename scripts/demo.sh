@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job in one minute: mounts this checkout as the read-only lower of a
-# sandbox at /tmp/acqfs-demo (or $1), lists it, changes it, shows that the
-# checkout itself did not change, unmounts (which exports the sandbox's work
-# to its bridge repository), shows what `git fetch sandbox-demo` would bring,
-# and removes the sandbox and its remote. Exits non-zero if the checkout
-# changed. Set ACQFS to use another binary, KEEP_STATE=1 to keep the layers.
+# sandbox at /tmp/acqfs-demo (or $1), lists it, changes it, shows the change
+# (acqfs status, diff, ls) and that the checkout itself did not change,
+# unmounts (which exports the sandbox's work to its bridge repository), shows
+# what `git fetch sandbox-demo` would bring, and removes the sandbox and its
+# remote. Exits non-zero if the checkout changed. Set ACQFS to use another
+# binary, KEEP_STATE=1 to keep the layers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,6 +81,15 @@ else echo "checkout .gitignore:          absent"; fi
 step "the upper layer ($state/$name/upper): only the changes"
 (cd "$state/$name/upper" && find . -mindepth 1 -printf '%y %m %s\t%P\n' | sort -k4)
 echo "(type c with size 0 = whiteout: a deleted lower name)"
+
+step "acqfs status $name  (what the sandbox changed, from the upper layer alone)"
+"$acqfs" status "$name" --state-dir "$state"
+
+step "acqfs diff $name README.md SANDBOX-NOTE.txt"
+"$acqfs" diff "$name" README.md SANDBOX-NOTE.txt --state-dir "$state"
+
+step "acqfs ls"
+"$acqfs" ls --state-dir "$state"
 
 step "acqfs umount $mnt  (unmounts, then exports the sandbox's work)"
 "$acqfs" umount "$mnt" --state-dir "$state"

@@ -1,0 +1,101 @@
+// Liveness of sandboxes, read from the system without FUSE and without
+// disturbing anyone: is a sandbox mounted with its daemon serving it, is it a
+// stale mount whose daemon died (every access gives ENOTCONN), or neither;
+// and how much disk a directory tree (an upper layer) uses.
+//
+// A sandbox's daemon is alive while some process holds the lock on
+// <state>/<name>/lock: an open file description lock (fcntl F_OFD_SETLK, a
+// write lock on the whole file). `acqfs mount` takes it before it changes
+// anything and the daemon inherits the descriptor, so it is released only
+// when the daemon has ended. Such a lock belongs to the open file, not to a
+// process id, so it stays visible whatever pid namespace asks; LockHeld()
+// tests it with F_OFD_GETLK and never takes it, which would race with a
+// concurrent `acqfs mount`.
+//
+// The daemon records its pid, and once mounted the device number of its
+// mount, in daemon.pid ("<pid>\n<major>:<minor>\n"; see DaemonRecord), and
+// removes the file when it ends cleanly. The device tells the sandbox's own
+// mount apart from a later mount of another sandbox on the same mountpoint
+// (a dead mount keeps its device number until it is detached), so acqfs
+// never takes someone else's live mount for a dead one of its own.
+//
+//   kMounted     meta.mountpoint holds a fuse.acqfs mount with the device
+//                daemon.pid records, and the lock is held;
+//   kStale       it holds that mount, and the lock is free: the daemon died
+//                without unmounting (SIGKILL, a crash);
+//   kNotMounted  anything else (also a daemon that is still starting, or
+//                has unmounted and is about to exit).
+// Thread-safety: plain functions and values.
+#ifndef ACQFS_CLI_LIVENESS_H_
+#define ACQFS_CLI_LIVENESS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/state.h"
+#include "common/error.h"
+
+namespace acqfs::cli {
+
+enum class MountState { kNotMounted, kMounted, kStale };
+
+// "not mounted", "mounted", "stale".
+const char* MountStateName(MountState state);
+// "not-mounted", "mounted", "stale" (for JSON).
+const char* MountStateJsonName(MountState state);
+
+// One line of /proc/self/mountinfo.
+struct MountEntry {
+  std::string mountpoint;  // unescaped
+  std::string fstype;      // e.g. "fuse.acqfs"
+  dev_t dev = 0;           // st_dev of the mounted filesystem
+};
+
+// The fuse.acqfs mounts whose mountpoint is `mountpoint` (absolute,
+// canonical), bottom to top; empty when /proc/self/mountinfo is unreadable.
+std::vector<MountEntry> AcqfsMountsAt(const std::string& mountpoint);
+
+// Takes the sandbox lock on `fd` (open on the lock file `path`) without
+// waiting; EWOULDBLOCK when another open file holds it.
+Status LockSandbox(int fd, const std::string& path);
+
+// Does another open file hold the lock on the file at `path`? false when the
+// file does not exist.
+Result<bool> LockHeld(const std::string& path);
+
+// The content of daemon.pid.
+struct DaemonRecord {
+  pid_t pid = 0;
+  std::optional<dev_t> mount_dev;  // set once the daemon has mounted
+};
+std::string FormatDaemonRecord(const DaemonRecord& record);
+// nullopt when the file is missing or holds no pid.
+std::optional<DaemonRecord> ReadDaemonRecord(const std::string& pid_path);
+
+struct SandboxLiveness {
+  MountState state = MountState::kNotMounted;
+  bool daemon_alive = false;  // the sandbox's lock is held
+  bool own_mount = false;     // meta.mountpoint holds the sandbox's mount
+};
+// Probes one sandbox; fails only when its lock cannot be tested.
+Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,
+                                     const SandboxMeta& meta);
+
+// The canonical form of `path`: realpath(3) of it, or, when that fails (a
+// dead FUSE mount answers ENOTCONN, a name that does not exist yet), of its
+// deepest existing ancestor with the rest appended.
+std::string CanonicalPath(const std::string& path);
+
+// Bytes of disk the tree at `dir` uses: st_blocks * 512 of every entry,
+// `dir` included, each inode counted once (hard links), symlinks never
+// followed and other filesystems never entered. Entries that vanish during
+// the walk are skipped.
+Result<uint64_t> DiskUsage(const std::string& dir);
+
+}  // namespace acqfs::cli
+
+#endif  // ACQFS_CLI_LIVENESS_H_
