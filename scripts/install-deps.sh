@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev googletest     # tests
   libbenchmark-dev                         # bench/
   attr util-linux kmod                     # getfattr/setfattr, mount, modprobe
+  patch bsdutils                           # tests: diff replayed, script(1) pty
   fuse-overlayfs                           # peer overlay for benchmarks
 )
 
