@@ -88,9 +88,26 @@ FileHandle* FhOf(const fuse_file_info* fi) {
   return reinterpret_cast<FileHandle*>(fi->fh);
 }
 
+// An open directory. The listing is made at the first READDIR from offset 0
+// (and again at each later one: rewinddir sees changes), not at OPENDIR: with
+// the kernel's readdir cache an open served from the cache never reads.
 struct DirHandle {
+  bool listed = false;
   std::vector<ListedEntry> entries;  // "." and ".." first
 };
+
+// Fills `dh` with the merged listing of `node`.
+Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
+  auto list = ov->ReadDir(node);
+  if (!list) return list.error();
+  dh->entries.clear();
+  dh->entries.reserve(list->size() + 2);
+  dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
+  dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
+  for (auto& e : *list) dh->entries.push_back(std::move(e));
+  dh->listed = true;
+  return Ok();
+}
 
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
                fuse_entry_param* e) {
@@ -365,8 +382,12 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
   });
 }
 
+// Nothing to do at close(2) (data goes straight to the layer files, and the
+// writeback cache, when on, is flushed by the kernel before FLUSH): ENOSYS
+// makes the kernel stop sending FLUSH for the rest of the mount, one round
+// trip less per close.
 void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  fuse_reply_err(req, 0);
+  fuse_reply_err(req, ENOSYS);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -390,17 +411,13 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    Overlay* ov = Ctx(req)->overlay;
-    Node* node = NodeOf(req, ino);
-    auto list = ov->ReadDir(node);
-    if (!list) return ReplyError(req, list.error());
     auto* dh = new DirHandle;
-    dh->entries.reserve(list->size() + 2);
-    dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
-    dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
-    for (auto& e : *list) dh->entries.push_back(std::move(e));
     fi->fh = reinterpret_cast<uint64_t>(dh);
-    fi->keep_cache = 0;
+    // The kernel may keep the listing in its page cache across opens; it
+    // drops it when it changes the directory itself, or when the
+    // directory's mtime moves (a host edit seen after the attr timeout).
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
     if (fuse_reply_open(req, fi) != 0) delete dh;
   });
 }
@@ -410,6 +427,9 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   Overlay* ov = Ctx(req)->overlay;
   auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
   Node* dir = NodeOf(req, ino);
+  if (off == 0 || !dh->listed) {
+    if (Status s = ListInto(ov, dir, dh); !s) return ReplyError(req, s.error());
+  }
   std::vector<char> buf(size);
   size_t used = 0;
   for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); i++) {

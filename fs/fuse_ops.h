@@ -17,7 +17,7 @@ namespace acqfs {
 // The state every callback reaches through fuse_req_userdata().
 struct FuseContext {
   Overlay* overlay = nullptr;
-  double timeout = 1.0;
+  double timeout = 60.0;
   bool writeback_cache = true;
   bool debug = false;
 };

@@ -16,7 +16,7 @@ struct MountConfig {
   std::string lower, upper, work, mountpoint;
   bool allow_other = false;
   bool force_userxattr = false;  // use user.overlay.* even when privileged
-  double timeout = 1.0;          // entry/attr/negative-entry cache seconds
+  double timeout = 60.0;         // entry/attr/negative-entry cache seconds
   bool writeback_cache = false;  // see docs/architecture.md: mtimes diverge
   unsigned max_threads = 4;
   bool debug = false;  // libfuse request tracing

@@ -27,6 +27,8 @@ namespace acqfs::test {
 
 class MountTest : public ::testing::Test {
  protected:
+  // The sandbox's mount options; a fixture may override them.
+  virtual SandboxOptions Options() const { return {}; }
   void SetUp() override;
   void TearDown() override;
 

@@ -16,12 +16,20 @@
 namespace acqfs::test {
 namespace {
 
-// The daemon's entry/attr/negative timeouts (the default, 1 s), plus slack.
+// Host edits show once the daemon's entry/attr/negative timeouts pass: these
+// tests mount with `-o timeout=1` (the default is longer) and wait past it.
 void WaitPastCacheTimeout() {
   std::this_thread::sleep_for(std::chrono::milliseconds(1600));
 }
 
-using HostEdits = MountTest;
+class HostEdits : public MountTest {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"-o", "timeout=1"};
+    return o;
+  }
+};
 
 TEST_F(HostEdits, EditOfAnUntouchedLowerFileShowsAfterTheAttrTimeout) {
   ASSERT_TRUE(WriteFile(L("host-edited.txt"), "before\n"));
