@@ -3,11 +3,15 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 namespace acqfs {
@@ -88,6 +92,115 @@ FileHandle* FhOf(const fuse_file_info* fi) {
   return reinterpret_cast<FileHandle*>(fi->fh);
 }
 
+}  // namespace
+
+// The descriptors of handle-less requests (FuseContext::no_open): one
+// FileHandle per node, opened at the node's first READ (read-only, on the
+// layer that holds the file) or WRITE (read-write on the upper copy, after a
+// copy-up), kept in a least-recently-used list of at most `capacity` so the
+// daemon never holds a descriptor per inode. An evicted handle closes once
+// the last request using it ends. Cached handles are not counted as opens
+// by the Overlay: a cached read of a lower file never makes a later unlink
+// copy it up. FORGET drops the node's entry before the node can go away.
+class NodeFiles {
+ public:
+  explicit NodeFiles(size_t capacity) : capacity_(capacity) {}
+
+  Result<std::shared_ptr<FileHandle>> Get(Overlay* ov, Node* node, bool write) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = map_.find(node);
+      if (it != map_.end() && (!write || it->second.writable)) {
+        lru_.splice(lru_.begin(), lru_, it->second.pos);
+        return it->second.fh;
+      }
+    }
+    bool from_lower = false;
+    auto fd = ov->Open(node, write ? O_RDWR : O_RDONLY, &from_lower);
+    if (!fd) return fd.error();
+    ov->ReleaseOpen(node);
+    auto fh = std::make_shared<FileHandle>(node, std::move(*fd), from_lower);
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = map_.find(node);
+    if (it != map_.end()) {
+      if (!write || it->second.writable) {  // another thread was first
+        lru_.splice(lru_.begin(), lru_, it->second.pos);
+        return it->second.fh;
+      }
+      it->second.fh = fh;
+      it->second.writable = true;
+      lru_.splice(lru_.begin(), lru_, it->second.pos);
+      return fh;
+    }
+    lru_.push_front(node);
+    map_.emplace(node, Entry{fh, write, lru_.begin()});
+    while (map_.size() > capacity_) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    return fh;
+  }
+
+  void Drop(Node* node) {
+    std::shared_ptr<FileHandle> gone;  // closed outside the lock
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = map_.find(node);
+    if (it == map_.end()) return;
+    gone = std::move(it->second.fh);
+    lru_.erase(it->second.pos);
+    map_.erase(it);
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<FileHandle> fh;
+    bool writable;
+    std::list<Node*>::iterator pos;
+  };
+  const size_t capacity_;
+  std::mutex mu_;
+  std::list<Node*> lru_;  // most recent first
+  std::unordered_map<Node*, Entry> map_;
+};
+
+void NodeFilesDeleter::operator()(NodeFiles* f) const { delete f; }
+
+namespace {
+
+// Descriptors the handle-less mode keeps open at most: 512, or an eighth
+// of the descriptor limit when that is lower (the rest stays for handles,
+// copy-up and directory walks).
+size_t NodeFilesCapacity() {
+  struct rlimit rl;
+  size_t cap = 512;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    cap = std::min<size_t>(cap, rl.rlim_cur / 8);
+  return std::max<size_t>(cap, 4);
+}
+
+// The handle a data request works through: the one its OPEN made, or, in
+// the handle-less mode (no OPEN, fh 0), the node's cached one.
+struct DataHandle {
+  std::shared_ptr<FileHandle> cached;
+  FileHandle* fh = nullptr;
+};
+
+Result<DataHandle> HandleOf(fuse_req_t req, fuse_ino_t ino,
+                            const fuse_file_info* fi, bool write) {
+  DataHandle d;
+  if (fi && fi->fh != 0) {
+    d.fh = FhOf(fi);
+    return d;
+  }
+  FuseContext* ctx = Ctx(req);
+  if (!ctx->files) return Error::Of(EBADF, "request without a file handle", "");
+  auto fh = ctx->files->Get(ctx->overlay, NodeOf(req, ino), write);
+  if (!fh) return fh.error();
+  d.cached = std::move(*fh);
+  d.fh = d.cached.get();
+  return d;
+}
+
 // An open directory. The listing is made at the first READDIR from offset 0
 // (and again at each later one: rewinddir sees changes), not at OPENDIR: with
 // the kernel's readdir cache an open served from the cache never reads.
@@ -165,8 +278,16 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   want(FUSE_CAP_AUTO_INVAL_DATA);
   want(FUSE_CAP_ASYNC_READ);
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
-  spdlog::info("fuse init: capable={:#x} want={:#x} max_write={}",
-               conn->capable, conn->want, conn->max_write);
+  if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
+    ctx->files.reset(new NodeFiles(NodeFilesCapacity()));
+    ctx->overlay->SetOpensUnknown(true);
+    // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
+    conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
+  } else if (ctx->no_open)
+    spdlog::warn("no_open: the kernel does not offer it; files use OPEN");
+  spdlog::info("fuse init: capable={:#x} want={:#x} max_write={} no_open={}",
+               conn->capable, conn->want, conn->max_write,
+               ctx->files != nullptr);
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -187,7 +308,9 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   Guard(req, [&] {
-    Ctx(req)->overlay->Forget(NodeOf(req, ino), nlookup);
+    FuseContext* ctx = Ctx(req);
+    if (ctx->files) ctx->files->Drop(NodeOf(req, ino));
+    ctx->overlay->Forget(NodeOf(req, ino), nlookup);
     fuse_reply_none(req);
   });
 }
@@ -195,9 +318,12 @@ void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
 void OpForgetMulti(fuse_req_t req, size_t count,
                    struct fuse_forget_data* forgets) {
   Guard(req, [&] {
-    for (size_t i = 0; i < count; i++)
-      Ctx(req)->overlay->Forget(NodeOf(req, forgets[i].ino),
-                                forgets[i].nlookup);
+    FuseContext* ctx = Ctx(req);
+    for (size_t i = 0; i < count; i++) {
+      Node* node = NodeOf(req, forgets[i].ino);
+      if (ctx->files) ctx->files->Drop(node);
+      ctx->overlay->Forget(node, forgets[i].nlookup);
+    }
     fuse_reply_none(req);
   });
 }
@@ -205,7 +331,7 @@ void OpForgetMulti(fuse_req_t req, size_t count,
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     auto st = Ctx(req)->overlay->GetAttr(NodeOf(req, ino));
-    if (!st && fi) {
+    if (!st && fi && fi->fh != 0) {
       // An open but unlinked file: its handle still knows it.
       FileHandle* fh = FhOf(fi);
       auto fst = sys::Fstat(fh->Fd(Ctx(req)->overlay), "(open file)");
@@ -239,7 +365,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.atime = attr->st_atim;
     r.mtime = attr->st_mtim;
     Overlay* ov = Ctx(req)->overlay;
-    int fd = fi ? FhOf(fi)->UpperFd(ov) : -1;
+    int fd = fi && fi->fh != 0 ? FhOf(fi)->UpperFd(ov) : -1;
     auto st = ov->SetAttr(NodeOf(req, ino), r, fd);
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
@@ -313,6 +439,9 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name,
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
+    // The handle-less mode: ENOSYS tells the kernel to stop sending OPEN
+    // and RELEASE for files; it then reads and writes with fh 0.
+    if (Ctx(req)->files) return (void)fuse_reply_err(req, ENOSYS);
     Node* node = NodeOf(req, ino);
     bool from_lower = false;
     auto fd =
@@ -355,7 +484,9 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    auto h = HandleOf(req, ino, fi, false);
+    if (!h) return ReplyError(req, h.error());
+    int fd = h->fh->Fd(Ctx(req)->overlay);
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags =
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -368,7 +499,9 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->UpperFd(Ctx(req)->overlay);
+    auto h = HandleOf(req, ino, fi, true);
+    if (!h) return ReplyError(req, h.error());
+    int fd = h->fh->UpperFd(Ctx(req)->overlay);
     if (fd < 0) return (void)fuse_reply_err(req, EBADF);
     struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
     out.buf[0].flags =
@@ -392,6 +525,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
+    if (fi->fh == 0) return (void)fuse_reply_err(req, 0);  // see OpOpen
     FileHandle* fh = FhOf(fi);
     Node* node = fh->node;
     delete fh;
@@ -403,7 +537,9 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    auto h = HandleOf(req, ino, fi, false);
+    if (!h) return ReplyError(req, h.error());
+    int fd = h->fh->Fd(Ctx(req)->overlay);
     int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
     fuse_reply_err(req, rc == 0 ? 0 : errno);
   });
@@ -559,7 +695,11 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
                      int flags) {
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    int in = FhOf(fi_in)->Fd(ov), out = FhOf(fi_out)->UpperFd(ov);
+    auto hin = HandleOf(req, ino_in, fi_in, false);
+    if (!hin) return ReplyError(req, hin.error());
+    auto hout = HandleOf(req, ino_out, fi_out, true);
+    if (!hout) return ReplyError(req, hout.error());
+    int in = hin->fh->Fd(ov), out = hout->fh->UpperFd(ov);
     if (out < 0) return (void)fuse_reply_err(req, EBADF);
     loff_t oi = off_in, oo = off_out;
     ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
@@ -571,7 +711,9 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                  off_t length, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->UpperFd(Ctx(req)->overlay);
+    auto h = HandleOf(req, ino, fi, true);
+    if (!h) return ReplyError(req, h.error());
+    int fd = h->fh->UpperFd(Ctx(req)->overlay);
     if (fd < 0) return (void)fuse_reply_err(req, EBADF);
     int rc = ::fallocate(fd, mode, offset, length);
     fuse_reply_err(req, rc == 0 ? 0 : errno);
@@ -581,7 +723,9 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 void OpLseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
-    int fd = FhOf(fi)->Fd(Ctx(req)->overlay);
+    auto h = HandleOf(req, ino, fi, false);
+    if (!h) return ReplyError(req, h.error());
+    int fd = h->fh->Fd(Ctx(req)->overlay);
     off_t r = ::lseek(fd, off, whence);
     if (r < 0) return (void)fuse_reply_err(req, errno);
     fuse_reply_lseek(req, r);

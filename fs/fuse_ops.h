@@ -10,9 +10,16 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <memory>
+
 #include "fs/overlay.h"
 
 namespace acqfs {
+
+class NodeFiles;
+struct NodeFilesDeleter {
+  void operator()(NodeFiles* f) const;
+};
 
 // The state every callback reaches through fuse_req_userdata().
 struct FuseContext {
@@ -20,6 +27,12 @@ struct FuseContext {
   double timeout = 60.0;
   bool writeback_cache = true;
   bool debug = false;
+  // Asked for: answer OPEN with ENOSYS, so the kernel sends no OPEN or
+  // RELEASE for files and reads and writes arrive without a handle.
+  bool no_open = false;
+  // Set up by INIT when the kernel offers that mode: the descriptors the
+  // handle-less requests use, a bounded cache per node.
+  std::unique_ptr<NodeFiles, NodeFilesDeleter> files;
 };
 
 // The operations table (static storage; fill in once).

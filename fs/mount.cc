@@ -81,6 +81,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->allow_other = true;
   } else if (o == "writeback") {
     c->writeback_cache = true;
+  } else if (o == "no_open") {
+    c->no_open = true;
+  } else if (o == "handles") {
+    c->no_open = false;
   } else if (o == "debug") {
     c->debug = true;
   } else if (const char* t = value("timeout=")) {
@@ -113,6 +117,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   ctx.overlay = overlay->get();
   ctx.timeout = config.timeout;
   ctx.writeback_cache = config.writeback_cache;
+  ctx.no_open = config.no_open;
   ctx.debug = config.debug;
 
   ArgsOwner args;

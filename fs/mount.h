@@ -18,13 +18,17 @@ struct MountConfig {
   bool force_userxattr = false;  // use user.overlay.* even when privileged
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds
   bool writeback_cache = false;  // see docs/architecture.md: mtimes diverge
+  // Handle-less reads and writes: the kernel sends no OPEN/RELEASE for
+  // files (see fs/fuse_ops.cc, NodeFiles); `-o handles` turns it off.
+  bool no_open = true;
   unsigned max_threads = 4;
   bool debug = false;  // libfuse request tracing
 };
 
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
-// "debug", "timeout=SECONDS", "threads=N") to `config`. EINVAL, naming the
-// option, when it is unknown or its value is not a valid number.
+// "debug", "timeout=SECONDS", "threads=N", "no_open", "handles") to `config`.
+// EINVAL, naming the option, when it is unknown or its value is not a valid
+// number.
 Status ApplyMountOption(const std::string& option, MountConfig* config);
 
 // Called once: with Ok() when the mount is usable, or with the reason it

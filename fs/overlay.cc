@@ -191,6 +191,10 @@ void Overlay::MaybeFreeLocked(Node* node) {
       if (it != upper_links_.end() && it->second == node)
         upper_links_.erase(it);
     }
+    // The kept data of an unlinked file. Should this fail, the next mount
+    // empties acqfs-tmp anyway.
+    if (!node->orphan_name.empty())
+      (void)::unlinkat(layers_.tmp.get(), node->orphan_name.c_str(), 0);
     nodes_.erase(node);
     node = parent;
   }
@@ -287,8 +291,13 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
   struct stat st;
   if (node->unlinked) {
     TableLock t(table_mu_);
-    if (!node->orphan) return Error::Of(ENOENT, "stat", "(unlinked)");
-    auto s = sys::Fstat(node->orphan.get(), "(unlinked)");
+    Result<struct stat> s = Error::Of(ENOENT, "stat", "(unlinked)");
+    if (node->orphan)
+      s = sys::Fstat(node->orphan.get(), "(unlinked)");
+    else if (!node->orphan_name.empty())
+      s = sys::StatAt(layers_.tmp.get(), node->orphan_name, layers_.tmp_path);
+    else if (!node->orphan_lower.empty())
+      s = layers_.lower.Stat(node->orphan_lower);
     if (!s) return s.error();
     st = *s;
   } else {
@@ -568,7 +577,13 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 Status Overlay::KeepOrphanIfOpen(Node* node) {
   {
     TableLock t(table_mu_);
-    if (node->opens == 0 || !node->aliases.empty() || node->orphan) return Ok();
+    if (!node->aliases.empty() || node->orphan) return Ok();
+    if (node->opens == 0) {
+      if (!opens_unknown_ || node->nlookup == 0 || node->is_dir() ||
+          !node->orphan_name.empty() || !node->orphan_lower.empty())
+        return Ok();
+      return KeepUnlinkedData(node);
+    }
   }
   // The file stays usable through its open handles after losing its last
   // name (fchmod, ftruncate...). Those changes must land in the upper, so an
@@ -579,6 +594,51 @@ Status Overlay::KeepOrphanIfOpen(Node* node) {
   TableLock t(table_mu_);
   node->orphan = std::move(*fd);
   return Ok();
+}
+
+// tree_mu_ exclusive and table_mu_ held.
+Status Overlay::KeepUnlinkedData(Node* node) {
+  std::string path = PathLocked(node);
+  if (!node->upper) {
+    node->orphan_lower = path;
+    return Ok();
+  }
+  auto fd = layers_.upper.Open(path, O_PATH | O_NOFOLLOW);
+  if (!fd) return fd.error();
+  std::string name = sys::TempName(LayerFormat::kTempPrefix);
+  // A hard link through the descriptor's /proc entry: linkat with
+  // AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
+  std::string proc = "/proc/self/fd/" + std::to_string(fd->get());
+  if (::linkat(AT_FDCWD, proc.c_str(), layers_.tmp.get(), name.c_str(),
+               AT_SYMLINK_FOLLOW) != 0)
+    return Error::Errno("link (keep the data of an unlinked file)",
+                        layers_.upper.Shown(path));
+  node->orphan_name = name;
+  return Ok();
+}
+
+Result<UniqueFd> Overlay::OpenUnlinked(Node* node, int oflags, bool write,
+                                       bool* from_lower) {
+  std::string name, lower;
+  {
+    TableLock t(table_mu_);
+    name = node->orphan_name;
+    lower = node->orphan_lower;
+  }
+  if (!name.empty()) {
+    *from_lower = false;
+    int fd = ::openat(layers_.tmp.get(), name.c_str(), oflags | O_CLOEXEC);
+    if (fd < 0) return Error::Errno("open (unlinked)", layers_.tmp_path);
+    return UniqueFd(fd);
+  }
+  if (!lower.empty() && !write) {
+    *from_lower = true;
+    return layers_.lower.OpenForReading(lower);
+  }
+  // A lower file deleted before anything wrote to it was never copied up.
+  if (!lower.empty())
+    return Error::Of(ESTALE, "write to a deleted lower file", lower);
+  return Error::Of(ENOENT, "open", "(unlinked)");
 }
 
 Status Overlay::Unlink(Node* parent, const std::string& name) {
@@ -814,7 +874,11 @@ Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
   int oflags = flags | O_NOFOLLOW;
   if (write) {
     ExclusiveLock l(tree_mu_);
-    if (node->unlinked) return Error::Of(ENOENT, "open", "(unlinked)");
+    if (node->unlinked) {
+      auto fd = OpenUnlinked(node, oflags, true, from_lower);
+      if (fd) AddOpen(node);
+      return fd;
+    }
     ACQFS_TRY(EnsureUpper(node));
     *from_lower = false;
     auto fd = layers_.upper.Open(PathLocked(node), oflags);
@@ -822,7 +886,11 @@ Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
     return fd;
   }
   SharedLock l(tree_mu_);
-  if (node->unlinked) return Error::Of(ENOENT, "open", "(unlinked)");
+  if (node->unlinked) {
+    auto fd = OpenUnlinked(node, oflags, false, from_lower);
+    if (fd) AddOpen(node);
+    return fd;
+  }
   std::string path = PathLocked(node);
   *from_lower = !node->upper;
   Result<UniqueFd> fd = Error::Of(EIO, "open", path);
@@ -853,7 +921,18 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
       TableLock t(table_mu_);
       if (node->orphan) src = node->orphan.get();
     }
-    if (src < 0) return Error::Of(ENOENT, "setattr", "(unlinked)");
+    if (src < 0) {
+      std::string name;
+      {
+        TableLock t(table_mu_);
+        name = node->orphan_name;
+      }
+      if (name.empty()) return Error::Of(ENOENT, "setattr", "(unlinked)");
+      int fd = ::openat(layers_.tmp.get(), name.c_str(),
+                        O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return Error::Errno("setattr (unlinked)", layers_.tmp_path);
+      return UniqueFd(fd);
+    }
     int fd = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return Error::Errno("dup", "(unlinked)");
     return UniqueFd(fd);

@@ -71,6 +71,13 @@ struct Node {
   uint64_t nlookup = 0;
   uint32_t opens = 0;
   UniqueFd orphan;  // O_PATH fd kept when an open node loses its last name
+  // In the handle-less mode (SetOpensUnknown), where the kernel may hold a
+  // file open without the daemon knowing, a file that loses its last name
+  // keeps its data reachable: an upper file by a hard link
+  // <work>/acqfs-tmp/<orphan_name>, removed when the node goes; a lower file
+  // by its lower path, which the lower keeps.
+  std::string orphan_name;
+  std::string orphan_lower;
 };
 
 struct Creds {
@@ -163,6 +170,11 @@ class Overlay {
   // The node's path relative to the layer roots (for logs and tests).
   std::string PathOf(Node* node);
 
+  // Says that files may be open without Open/AddOpen telling (the FUSE
+  // adapter's handle-less mode): every file that loses its last name while
+  // the kernel still knows it keeps its data (see Node::orphan_name).
+  void SetOpensUnknown(bool on) { opens_unknown_ = on; }
+
  private:
   explicit Overlay(Layers layers);
 
@@ -195,6 +207,9 @@ class Overlay {
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
   Status KeepOrphanIfOpen(Node* node);
+  Status KeepUnlinkedData(Node* node);
+  Result<UniqueFd> OpenUnlinked(Node* node, int oflags, bool write,
+                                bool* from_lower);
   struct XattrTarget;
   Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
@@ -218,6 +233,7 @@ class Overlay {
   Layers layers_;
   bool same_dev_ = false;
   Node* root_ = nullptr;
+  std::atomic<bool> opens_unknown_{false};
 
   mutable std::shared_mutex tree_mu_;
   std::mutex table_mu_;  // acquired after tree_mu_

@@ -2,11 +2,13 @@
 // visibility rule), a daemon killed in the middle of a copy-up (crash
 // safety), and a tree with many more files than the daemon may hold
 // descriptors (no descriptor per inode).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,6 +153,81 @@ TEST(FewDescriptors, ThousandsOfFilesWithSixtyFourDescriptors) {
       << sb.DaemonLog();
   EXPECT_TRUE(sb.Unmount());
 }
+
+// Files that lose their last name while open keep their data, in both ways
+// the daemon serves files: with a handle per open (-o handles) and without
+// (the default, where the kernel sends no OPEN and the daemon cannot know a
+// file is open). The page cache is dropped first, so every read reaches the
+// daemon.
+class Unlinked : public MountTest,
+                 public ::testing::WithParamInterface<const char*> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    if (GetParam()[0]) o.extra_mount_args = {"-o", GetParam()};
+    return o;
+  }
+  // Reads all of `fd` from offset 0 after dropping its cached pages.
+  static std::string ReadUncached(int fd) {
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    std::string out;
+    char buf[4096];
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(fd, buf, sizeof buf, off);
+      EXPECT_GE(n, 0) << std::strerror(errno);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      off += n;
+    }
+    return out;
+  }
+};
+
+TEST_P(Unlinked, LowerFileOpenedThenDeletedStillReads) {
+  ASSERT_TRUE(WriteFile(L("lower-doomed.txt"), "lower bytes\n"));
+  int fd = ::open(M("lower-doomed.txt").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("lower-doomed.txt").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd), "lower bytes\n");
+  struct stat st;
+  EXPECT_EQ(::fstat(fd, &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 12);
+  ::close(fd);
+  EXPECT_EQ(ContentOf(L("lower-doomed.txt")), "lower bytes\n");
+  EXPECT_EQ(LstatErrno(M("lower-doomed.txt")), ENOENT);
+}
+
+TEST_P(Unlinked, UpperFileReplacedByRenameStillReadsAndWrites) {
+  ASSERT_TRUE(WriteFile(M("tool.bin"), "old build\n"));
+  int fd = ::open(M("tool.bin").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  // A rebuild: the new file is written aside and renamed over the old one.
+  ASSERT_TRUE(WriteFile(M("tool.bin.tmp"), "new build\n"));
+  ASSERT_EQ(::rename(M("tool.bin.tmp").c_str(), M("tool.bin").c_str()), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd), "old build\n");
+  EXPECT_EQ(::pwrite(fd, "OLD", 3, 0), 3) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd), "OLD build\n");
+  ::close(fd);
+  EXPECT_EQ(ContentOf(M("tool.bin")), "new build\n");
+  EXPECT_EQ(ContentOf(U("tool.bin")), "new build\n");
+}
+
+TEST_P(Unlinked, UpperFileDeletedWhileOpenKeepsItsData) {
+  ASSERT_TRUE(WriteFile(M("scratch.dat"), "scratch\n"));
+  int fd = ::open(M("scratch.dat").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("scratch.dat").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd), "scratch\n");
+  ::close(fd);
+  EXPECT_EQ(LstatErrno(U("scratch.dat")), ENOENT);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param[0] ? "Handles"
+                                                         : "HandleLess");
+                         });
 
 }  // namespace
 }  // namespace acqfs::test

@@ -132,8 +132,7 @@ class StatusDiff : public ::testing::Test {
       ln -sfn docs/b.txt link
       printf 'bin\0ary\1new' > blob.bin
       touch untouched.txt
-      exec 3<>opened.txt
-      exec 3>&-
+      printf 'same\n' 1<>opened.txt
       printf ' more' >> noeol.txt
       : > empty-me.txt
       rm tolink.txt
