@@ -292,7 +292,8 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
-    auto node = Ctx(req)->overlay->Lookup(NodeOf(req, parent), name);
+    struct stat st;
+    auto node = Ctx(req)->overlay->Lookup(NodeOf(req, parent), name, &st);
     if (!node && node.err() == ENOENT) {
       if (spdlog::should_log(spdlog::level::debug))
         spdlog::debug("{}", node.error().Message());
@@ -302,7 +303,10 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       fuse_reply_entry(req, &e);
       return;
     }
-    ReplyNode(req, std::move(node));
+    if (!node) return ReplyError(req, node.error());
+    fuse_entry_param e;
+    FillEntry(req, *node, st, &e);
+    fuse_reply_entry(req, &e);
   });
 }
 
@@ -585,15 +589,11 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
       e.attr.st_mode = S_IFDIR;
       len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
     } else {
-      auto node = ov->Lookup(dir, ent.name);
+      struct stat st;
+      auto node = ov->Lookup(dir, ent.name, &st);
       if (!node) continue;  // vanished since opendir
-      auto st = ov->GetAttr(*node);
-      if (!st) {
-        ov->Forget(*node, 1);
-        continue;
-      }
       fuse_entry_param e;
-      FillEntry(req, *node, *st, &e);
+      FillEntry(req, *node, st, &e);
       len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
       if (len > room) ov->Forget(*node, 1);
     }

@@ -262,27 +262,57 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
 }
 
 Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
-                                    bool count) {
+                                    bool count, struct stat* st) {
   if (!parent->is_dir()) return Error::Of(ENOTDIR, "lookup", name);
   if (parent->unlinked) return Error::Of(ENOENT, "lookup", name);
+  Node* known = nullptr;
   {
     TableLock t(table_mu_);
     auto it = parent->children.find(name);
     if (it != parent->children.end()) {
-      if (count) it->second->nlookup++;
-      return it->second;
+      known = it->second;
+      if (count) known->nlookup++;
     }
+  }
+  if (known) {
+    if (st) {
+      auto s = StatLocked(known);
+      if (!s) {
+        if (count) MaybeFreeAfterLookup(known);
+        return s.error();
+      }
+      *st = *s;
+    }
+    return known;
   }
   DirView v = ViewOf(parent);
   auto c = ResolveChild(layers_, v, name);
   if (!c) return c.error();
   if (!c->exists) return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
-  return NodeForChild(parent, name, *c, count);
+  auto node = NodeForChild(parent, name, *c, count);
+  if (node && st) {
+    *st = c->upper ? c->upper_st : c->lower_st;
+    FixStat(*node, st);
+  }
+  return node;
+}
+
+// Gives back the lookup LookupLocked counted on a node it then failed on.
+void Overlay::MaybeFreeAfterLookup(Node* node) {
+  TableLock t(table_mu_);
+  if (node->nlookup) node->nlookup--;
+  MaybeFreeLocked(node);
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
   SharedLock l(tree_mu_);
   return LookupLocked(parent, name, true);
+}
+
+Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
+                              struct stat* st) {
+  SharedLock l(tree_mu_);
+  return LookupLocked(parent, name, true, st);
 }
 
 // ---------------------------------------------------------------- reading
