@@ -58,6 +58,17 @@ struct DiffArgs {
 };
 int RunDiff(const DiffArgs& a);
 
+// acqfs bench: times COMMAND in fresh acqfs sandboxes over a checkout and
+// in fresh git clones of it (cmd_bench.cc).
+struct BenchArgs {
+  std::string repo;       // "" = the current directory's git top level
+  std::string state_dir;  // "" = a temporary one
+  int runs = 3;
+  bool json = false;
+  std::vector<std::string> command;  // run with execvp, no shell
+};
+int RunBench(const BenchArgs& a);
+
 }  // namespace acqfs::cli
 
 #endif  // ACQFS_CLI_COMMANDS_H_

@@ -98,6 +98,30 @@ void AddDiff(CLI::App& app, DiffArgs& d) {
               "Also diff changes inside the top-level .git");
 }
 
+void AddBench(CLI::App& app, BenchArgs& b) {
+  auto* c = app.add_subcommand(
+      "bench",
+      "Time COMMAND in fresh acqfs sandboxes and in fresh git clones of a "
+      "checkout");
+  c->add_option("--repo", b.repo,
+                "The git checkout (default: the current directory's; its top "
+                "level is used)");
+  c->add_option("--runs", b.runs, "Runs in each kind of workspace (default 3)")
+      ->check(CLI::Range(1, 1000));
+  c->add_option("--state-dir", b.state_dir,
+                "State directory for the temporary sandboxes (default: a "
+                "temporary one)");
+  c->add_flag("--json", b.json, "Print the results as JSON");
+  c->add_option("command", b.command,
+                "After --: the command and its arguments, run without a shell "
+                "(use sh -c '...' for shell syntax)")
+      ->required();
+  c->footer(
+      "Example: acqfs bench --runs 5 -- sh -c 'make -j2'\n"
+      "Runs alternate (sandbox, clone, ...); only COMMAND is timed. Every "
+      "sandbox, clone and remote it makes is removed, also on Ctrl-C.");
+}
+
 // CLI11's parse errors in acqfs's own error format.
 int UsageError(const CLI::App& app, const CLI::ParseError& err) {
   std::string where = "acqfs";
@@ -123,6 +147,7 @@ int main(int argc, char** argv) {
   LsArgs l;
   StatusArgs s;
   DiffArgs d;
+  BenchArgs b;
   AddMount(app, m);
   AddUmount(app, u);
   AddExport(app, e);
@@ -130,6 +155,7 @@ int main(int argc, char** argv) {
   AddLs(app, l);
   AddStatus(app, s);
   AddDiff(app, d);
+  AddBench(app, b);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& err) {
@@ -148,5 +174,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("ls")) return RunLs(l);
   if (app.got_subcommand("status")) return RunStatus(s);
   if (app.got_subcommand("diff")) return RunDiff(d);
+  if (app.got_subcommand("bench")) return RunBench(b);
   return 1;
 }

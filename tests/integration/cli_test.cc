@@ -14,7 +14,7 @@ namespace acqfs::test {
 namespace {
 
 const std::vector<std::string> kSubcommands = {
-    "mount", "umount", "export", "rm", "ls", "status", "diff"};
+    "mount", "umount", "export", "rm", "ls", "status", "diff", "bench"};
 
 CommandResult Acqfs(const std::vector<std::string>& args,
                     const EnvAdditions& env = {}) {
