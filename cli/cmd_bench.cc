@@ -593,12 +593,6 @@ bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
                            ": " + s.error().Message());
     if (Status s = sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir); !s)
       leftovers_.push_back(paths.dir + ": " + s.error().Message());
-    // libgit2 1.5 leaves the remote's section header behind, empty; git
-    // removes it (and fails, harmlessly, when there is none).
-    (void)Spawn(signals_,
-                {"git", "config", "--local", "--remove-section",
-                 "remote." + gitbridge::RemoteName(name)},
-                repo_, "/dev/null", Log(log + "-section.err"), false);
   }
   if (::rmdir(mnt.c_str()) != 0 && errno != ENOENT)
     leftovers_.push_back(mnt + ": " + std::strerror(errno));

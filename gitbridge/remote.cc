@@ -1,6 +1,16 @@
 #include "gitbridge/remote.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <vector>
+
 #include "common/git_ptr.h"
+#include "common/handle.h"
+#include "common/sys.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -129,6 +139,72 @@ Status DeleteRemoteConfig(git_repository* repo, const std::string& name,
   return Ok();
 }
 
+std::string Trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+// libgit2 1.5 deletes a section's keys but leaves its header line, so the
+// host's config would keep an empty `[remote "sandbox-<name>"]`. Removes
+// that header when nothing but blank lines and comments follow it up to the
+// next section, under git's own lock file (config.lock, created
+// exclusively, so a concurrent git waits or fails rather than losing
+// either write), keeping the file's mode.
+Status DropEmptySection(git_repository* repo, const std::string& name) {
+  std::string path = std::string(git_repository_path(repo)) + "config";
+  std::string header = "[remote \"" + name + "\"]";
+  std::ifstream in(path);
+  if (!in) return Error::Errno("read", path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  bool last_has_newline = true;
+  {
+    std::ifstream raw(path, std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(raw)),
+                    std::istreambuf_iterator<char>());
+    last_has_newline = all.empty() || all.back() == '\n';
+  }
+  std::vector<std::string> out;
+  bool changed = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (Trim(lines[i]) == header) {
+      size_t j = i + 1;
+      while (j < lines.size()) {
+        std::string t = Trim(lines[j]);
+        if (!t.empty() && t[0] == '[') break;
+        if (!t.empty() && t[0] != '#' && t[0] != ';') break;
+        ++j;
+      }
+      bool empty = j == lines.size() || Trim(lines[j])[0] == '[';
+      if (empty) {
+        changed = true;
+        continue;  // drop the header; keep any blank lines and comments
+      }
+    }
+    out.push_back(lines[i]);
+  }
+  if (!changed) return Ok();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Error::Errno("stat", path);
+  std::string lock = path + ".lock";
+  UniqueFd fd(::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                     st.st_mode & 07777));
+  if (!fd) return Error::Errno("lock", lock);
+  std::string text;
+  for (size_t i = 0; i < out.size(); ++i) {
+    text += out[i];
+    if (i + 1 < out.size() || last_has_newline) text += "\n";
+  }
+  Status w = sys::PwriteAll(fd.get(), text.data(), text.size(), 0, lock);
+  if (w && ::fsync(fd.get()) != 0) w = Error::Errno("fsync", lock);
+  if (w && ::rename(lock.c_str(), path.c_str()) != 0)
+    w = Error::Errno("rename", path);
+  if (!w) ::unlink(lock.c_str());
+  return w;
+}
+
 }  // namespace
 
 Status UnregisterRemote(const std::string& host_workdir,
@@ -142,7 +218,8 @@ Status UnregisterRemote(const std::string& host_workdir,
   if (url->empty()) return Ok();
   ACQFS_TRY(
       DeleteRefs(repo->get(), "refs/remotes/" + name + "/*", host_workdir));
-  return DeleteRemoteConfig(repo->get(), name, host_workdir);
+  ACQFS_TRY(DeleteRemoteConfig(repo->get(), name, host_workdir));
+  return DropEmptySection(repo->get(), name);
 }
 
 }  // namespace acqfs::gitbridge

@@ -273,6 +273,10 @@ TEST_F(GitBridge, RmRefusesUntilTheHostFetchedAndFetchedWorkSurvives) {
   EXPECT_FALSE(Exists(sandbox_->layer_dir()));
   EXPECT_NE(RunGit(lower_, {"remote", "get-url", remote()}, home()).exit_code,
             0);
+  // Not even an empty section header is left in the host's config.
+  EXPECT_EQ(ContentOf(lower_ + "/.git/config").find(remote()),
+            std::string::npos)
+      << ContentOf(lower_ + "/.git/config");
   std::string kept = Git(lower_, {"show", "refs/sandboxes/" + sandbox_->name() +
                                               "/worktree:keep.txt"});
   EXPECT_EQ(kept, "keep");
