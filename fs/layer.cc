@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,6 +17,60 @@ Result<Layer> Layer::Open(const std::string& path) {
   auto fd = sys::OpenDirPath(path, O_PATH);
   if (!fd) return fd.error();
   return Layer(std::move(*fd), path);
+}
+
+namespace {
+std::atomic<uint64_t> next_layer_id{1};
+
+// The per-thread directory cache behind Layer::DirFd.
+struct CachedDir {
+  uint64_t layer = 0;
+  uint64_t gen = 0;
+  std::chrono::steady_clock::time_point made;
+  std::string rel;
+  UniqueFd fd;
+};
+constexpr size_t kCachedDirs = 4;
+thread_local CachedDir tl_dirs[kCachedDirs];
+thread_local size_t tl_next = 0;
+}  // namespace
+
+Layer::Layer(UniqueFd root, std::string root_path)
+    : root_(std::move(root)),
+      root_path_(std::move(root_path)),
+      id_(next_layer_id.fetch_add(1)) {}
+
+Result<int> Layer::DirFd(const std::string& rel, uint64_t gen,
+                         UniqueFd* owned) const {
+  if (gen == 0) {
+    auto fd = OpenDir(rel);
+    if (!fd) return fd.error();
+    *owned = std::move(*fd);
+    return owned->get();
+  }
+  auto now = std::chrono::steady_clock::now();
+  for (CachedDir& c : tl_dirs) {
+    if (c.fd && c.layer == id_ && c.gen == gen && c.rel == rel &&
+        now - c.made < std::chrono::seconds(1))
+      return c.fd.get();
+  }
+  auto fd = OpenDir(rel);
+  if (!fd) return fd.error();
+  CachedDir& slot = tl_dirs[tl_next++ % kCachedDirs];
+  slot.layer = id_;
+  slot.gen = gen;
+  slot.made = now;
+  slot.rel = rel;
+  slot.fd = std::move(*fd);
+  return slot.fd.get();
+}
+
+Result<struct stat> Layer::StatVia(const std::string& rel, uint64_t gen) const {
+  if (rel.empty() || gen == 0) return Stat(rel);
+  UniqueFd owned;
+  auto dir = DirFd(sys::Dirname(rel), gen, &owned);
+  if (!dir) return dir.error();
+  return sys::StatAt(*dir, sys::Basename(rel), Shown(rel));
 }
 
 std::string Layer::Shown(const std::string& rel) const {
@@ -146,29 +202,30 @@ Result<bool> UpperXattrWhiteout(const Layers& layers, const DirView& dir,
 }  // namespace
 
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
-                               const std::string& name) {
+                               const std::string& name, uint64_t gen) {
   ChildInfo c;
   std::string rel = sys::Join(dir.path, name);
   if (dir.upper) {
-    auto ufd = layers.upper.OpenDir(dir.path);
-    if (!ufd) return ufd.error();
+    UniqueFd owned;
+    auto ufd_num = layers.upper.DirFd(dir.path, gen, &owned);
+    if (!ufd_num) return ufd_num.error();
+    const int ufd = *ufd_num;
     bool found = false;
-    ACQFS_TRY(sys::StatAtIfExists(ufd->get(), name, &c.upper_st, &found,
+    ACQFS_TRY(sys::StatAtIfExists(ufd, name, &c.upper_st, &found,
                                   layers.upper.Shown(rel)));
     if (found) {
-      auto xw = UpperXattrWhiteout(layers, dir, ufd->get(), name, c.upper_st);
+      auto xw = UpperXattrWhiteout(layers, dir, ufd, name, c.upper_st);
       if (!xw) return xw.error();
       if (LayerFormat::IsWhiteout(c.upper_st) || *xw) {
         c.whiteout = true;
       } else {
         c.upper = true;
         auto origin =
-            layers.format.ReadOrigin(ufd->get(), name, layers.upper.Shown(rel));
+            layers.format.ReadOrigin(ufd, name, layers.upper.Shown(rel));
         if (!origin) return origin.error();
         c.origin = *origin;
         if (S_ISDIR(c.upper_st.st_mode)) {
-          auto m = layers.format.ReadOpaque(ufd->get(), name,
-                                            layers.upper.Shown(rel));
+          auto m = layers.format.ReadOpaque(ufd, name, layers.upper.Shown(rel));
           if (!m) return m.error();
           c.opaque = *m;
         }
@@ -177,9 +234,10 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
   }
   if (dir.merged) {
     bool found = false;
-    auto lfd = layers.lower.OpenDir(dir.path);
+    UniqueFd owned;
+    auto lfd = layers.lower.DirFd(dir.path, gen, &owned);
     if (lfd) {
-      ACQFS_TRY(sys::StatAtIfExists(lfd->get(), name, &c.lower_st, &found,
+      ACQFS_TRY(sys::StatAtIfExists(*lfd, name, &c.lower_st, &found,
                                     layers.lower.Shown(rel)));
     } else if (lfd.err() != ENOENT && lfd.err() != ENOTDIR) {
       return lfd.error();

@@ -31,8 +31,7 @@ namespace acqfs {
 class Layer {
  public:
   Layer() = default;
-  Layer(UniqueFd root, std::string root_path)
-      : root_(std::move(root)), root_path_(std::move(root_path)) {}
+  Layer(UniqueFd root, std::string root_path);
   Layer(Layer&&) = default;
   Layer& operator=(Layer&&) = default;
   Layer(const Layer&) = delete;
@@ -54,6 +53,17 @@ class Layer {
   // O_PATH descriptor of a directory.
   Result<UniqueFd> OpenDir(const std::string& rel) const;
   Result<struct stat> Stat(const std::string& rel) const;
+
+  // An O_PATH descriptor of the directory `rel`, borrowed from a small
+  // per-thread cache (do not close it). A cached descriptor is reused while
+  // `gen` is unchanged and for at most a second: the caller passes a number
+  // that changes whenever a directory below the root may have been renamed,
+  // replaced or removed (Overlay's tree generation). gen 0 bypasses the
+  // cache and returns a descriptor owned by `*owned`.
+  Result<int> DirFd(const std::string& rel, uint64_t gen,
+                    UniqueFd* owned) const;
+  // Stat of `rel` through DirFd of its parent.
+  Result<struct stat> StatVia(const std::string& rel, uint64_t gen) const;
   // found=false (and Ok) when the path or a parent does not exist.
   Status StatIfExists(const std::string& rel, struct stat* st,
                       bool* found) const;
@@ -61,6 +71,7 @@ class Layer {
  private:
   UniqueFd root_;
   std::string root_path_;
+  uint64_t id_ = 0;  // tells Layer objects apart in the per-thread cache
 };
 
 struct Layers {
@@ -112,8 +123,9 @@ struct ChildInfo {
 // Resolves `name` in `dir`: upper first (a whiteout hides the name; an upper
 // non-directory hides the lower; an upper directory merges with a lower
 // directory unless opaque), the lower only when `dir` is merged.
+// `gen`: see Layer::DirFd (0: no caching).
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
-                               const std::string& name);
+                               const std::string& name, uint64_t gen = 0);
 
 // The view of the root directory.
 Result<DirView> RootView(const Layers& layers);

@@ -13,7 +13,18 @@
 namespace acqfs {
 
 using SharedLock = std::shared_lock<std::shared_mutex>;
-using ExclusiveLock = std::unique_lock<std::shared_mutex>;
+// The tree lock taken to change something. Taking it moves the tree
+// generation on, which retires every directory descriptor cached under the
+// previous one (Layer::DirFd).
+class ExclusiveLock {
+ public:
+  ExclusiveLock(std::shared_mutex& mu, std::atomic<uint64_t>& gen) : l_(mu) {
+    gen.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::unique_lock<std::shared_mutex> l_;
+};
 using TableLock = std::lock_guard<std::mutex>;
 
 // The open(2) flags that mean something for a layer descriptor. The kernel
@@ -286,7 +297,7 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
     return known;
   }
   DirView v = ViewOf(parent);
-  auto c = ResolveChild(layers_, v, name);
+  auto c = ResolveChild(layers_, v, name, Gen());
   if (!c) return c.error();
   if (!c->exists) return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
   auto node = NodeForChild(parent, name, *c, count);
@@ -332,7 +343,7 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
     st = *s;
   } else {
     const Layer& layer = node->upper ? layers_.upper : layers_.lower;
-    auto s = layer.Stat(PathLocked(node));
+    auto s = layer.StatVia(PathLocked(node), Gen());
     if (!s) return s.error();
     st = *s;
   }
@@ -420,7 +431,7 @@ Status Overlay::EnsureUpper(Node* node) {
 }
 
 Status Overlay::CopyUp(Node* node) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   return EnsureUpper(node);
 }
 
@@ -518,7 +529,7 @@ Status MakeCall(int rc, const char* op, const std::string& shown) {
 
 Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
                              Creds creds) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(
       Publish(parent, name, true, &creds, [&](int d, const std::string& n) {
@@ -529,7 +540,7 @@ Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
                              dev_t rdev, Creds creds) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
     return Error::Of(EPERM, "mknod 0/0 character device", shown);
@@ -542,7 +553,7 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(
       Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
@@ -556,7 +567,7 @@ Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
                                                    const std::string& name,
                                                    mode_t mode, int flags,
                                                    Creds creds) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   UniqueFd fd;
   int oflags = (flags & kPassedOpenFlags & ~O_TRUNC) | O_CREAT | O_EXCL |
@@ -575,7 +586,7 @@ Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
 }
 
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
   if (node->unlinked) return Error::Of(ENOENT, "link", shown);
@@ -672,7 +683,7 @@ Result<UniqueFd> Overlay::OpenUnlinked(Node* node, int oflags, bool write,
 }
 
 Status Overlay::Unlink(Node* parent, const std::string& name) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
   Node* node = *child;
@@ -703,7 +714,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
 }
 
 Status Overlay::Rmdir(Node* parent, const std::string& name) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
   Node* node = *child;
@@ -848,7 +859,7 @@ void Overlay::RecordRenameLocked(const RenameOp& op) {
 
 Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
                        const std::string& new_name, unsigned flags) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   RenameOp op;
   op.parent = parent;
   op.name = name;
@@ -903,7 +914,7 @@ Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
   const bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
   int oflags = flags | O_NOFOLLOW;
   if (write) {
-    ExclusiveLock l(tree_mu_);
+    ExclusiveLock l(tree_mu_, tree_gen_);
     if (node->unlinked) {
       auto fd = OpenUnlinked(node, oflags, true, from_lower);
       if (fd) AddOpen(node);
@@ -973,7 +984,7 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
 
 Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
                                      int fh_fd) {
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown =
       node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
   auto target = OpenAttrTarget(node, fh_fd);
@@ -1070,7 +1081,7 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
                          const std::string& value, int flags) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(EPERM, "setxattr", name);
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   ACQFS_TRY(EnsureUpper(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
@@ -1080,7 +1091,7 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
 Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "removexattr", name);
-  ExclusiveLock l(tree_mu_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
   ACQFS_TRY(EnsureUpper(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();

@@ -240,6 +240,10 @@ class Overlay {
   bool same_dev_ = false;
   Node* root_ = nullptr;
   std::atomic<bool> opens_unknown_{false};
+  // Moves on with every exclusive tree lock; 0 is never used (it means "do
+  // not cache" to Layer::DirFd).
+  std::atomic<uint64_t> tree_gen_{1};
+  uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 
   mutable std::shared_mutex tree_mu_;
   std::mutex table_mu_;  // acquired after tree_mu_
