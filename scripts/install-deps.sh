@@ -16,6 +16,7 @@ packages=(
   attr util-linux kmod                     # getfattr/setfattr, mount, modprobe
   patch bsdutils                           # tests: diff replayed, script(1) pty
   fuse-overlayfs                           # peer overlay for benchmarks
+  fio gnuplot-nox                          # benchmarks
 )
 
 missing=()
