@@ -615,6 +615,13 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 
 // ---------------------------------------------------------------- removal
 
+bool Overlay::ParkInsteadOfUnlink(Node* node) {
+  TableLock t(table_mu_);
+  return opens_unknown_ && node->upper && node->opens == 0 &&
+         node->nlookup > 0 && node->aliases.empty() && !node->orphan &&
+         node->orphan_name.empty() && !node->is_dir();
+}
+
 Status Overlay::KeepOrphanIfOpen(Node* node) {
   {
     TableLock t(table_mu_);
@@ -696,6 +703,17 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     ACQFS_TRY(EnsureUpper(parent));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
+    if (!*has_lower && ParkInsteadOfUnlink(node)) {
+      // An upper-only file the kernel may hold open (handle-less mode):
+      // moving it into acqfs-tmp removes the name as unlink would, in one
+      // step, and keeps the data until FORGET (Node::orphan_name).
+      std::string orphan = sys::TempName(LayerFormat::kTempPrefix);
+      ACQFS_TRY(sys::Renameat2(pfd->get(), name, layers_.tmp.get(), orphan,
+                               RENAME_NOREPLACE, shown));
+      TableLock t(table_mu_);
+      node->orphan_name = orphan;
+      return Ok();
+    }
     ACQFS_TRY(KeepOrphanIfOpen(node));
     if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
     if (!*has_lower)

@@ -213,6 +213,7 @@ class Overlay {
   void RecordRenameLocked(const RenameOp& op);
   Status KeepOrphanIfOpen(Node* node);
   Status KeepUnlinkedData(Node* node);
+  bool ParkInsteadOfUnlink(Node* node);
   Result<UniqueFd> OpenUnlinked(Node* node, int oflags, bool write,
                                 bool* from_lower);
   struct XattrTarget;
