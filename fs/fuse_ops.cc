@@ -92,6 +92,27 @@ FileHandle* FhOf(const fuse_file_info* fi) {
   return reinterpret_cast<FileHandle*>(fi->fh);
 }
 
+// An open directory. The listing is made at the first READDIR from offset 0
+// (and again at each later one: rewinddir sees changes), not at OPENDIR: with
+// the kernel's readdir cache an open served from the cache never reads.
+struct DirHandle {
+  bool listed = false;
+  std::vector<ListedEntry> entries;  // "." and ".." first
+};
+
+// Fills `dh` with the merged listing of `node`.
+Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
+  auto list = ov->ReadDir(node);
+  if (!list) return list.error();
+  dh->entries.clear();
+  dh->entries.reserve(list->size() + 2);
+  dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
+  dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
+  for (auto& e : *list) dh->entries.push_back(std::move(e));
+  dh->listed = true;
+  return Ok();
+}
+
 }  // namespace
 
 // The descriptors of handle-less requests (FuseContext::no_open): one
@@ -143,12 +164,37 @@ class NodeFiles {
 
   void Drop(Node* node) {
     std::shared_ptr<FileHandle> gone;  // closed outside the lock
+    std::shared_ptr<DirHandle> gone_dir;
     std::lock_guard<std::mutex> l(mu_);
+    if (auto d = dirs_.find(node); d != dirs_.end()) {
+      gone_dir = std::move(d->second);
+      dirs_.erase(d);
+    }
     auto it = map_.find(node);
     if (it == map_.end()) return;
     gone = std::move(it->second.fh);
     lru_.erase(it->second.pos);
     map_.erase(it);
+  }
+
+  // The listing handle-less READDIRs of `dir` read from (no OPENDIR; the
+  // kernel fills its readdir cache from offset 0 up). Offset 0 lists the
+  // directory afresh; later offsets read the newest listing. At most
+  // `capacity` directories are kept; an evicted one is listed again.
+  Result<std::shared_ptr<DirHandle>> Listing(Overlay* ov, Node* dir,
+                                             off_t off) {
+    if (off != 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = dirs_.find(dir);
+      if (it != dirs_.end()) return it->second;
+    }
+    auto dh = std::make_shared<DirHandle>();
+    if (Status s = ListInto(ov, dir, dh.get()); !s) return s.error();
+    std::lock_guard<std::mutex> l(mu_);
+    if (dirs_.size() >= capacity_ && !dirs_.count(dir))
+      dirs_.erase(dirs_.begin());
+    dirs_[dir] = dh;
+    return dh;
   }
 
  private:
@@ -161,6 +207,7 @@ class NodeFiles {
   std::mutex mu_;
   std::list<Node*> lru_;  // most recent first
   std::unordered_map<Node*, Entry> map_;
+  std::unordered_map<Node*, std::shared_ptr<DirHandle>> dirs_;
 };
 
 void NodeFilesDeleter::operator()(NodeFiles* f) const { delete f; }
@@ -199,27 +246,6 @@ Result<DataHandle> HandleOf(fuse_req_t req, fuse_ino_t ino,
   d.cached = std::move(*fh);
   d.fh = d.cached.get();
   return d;
-}
-
-// An open directory. The listing is made at the first READDIR from offset 0
-// (and again at each later one: rewinddir sees changes), not at OPENDIR: with
-// the kernel's readdir cache an open served from the cache never reads.
-struct DirHandle {
-  bool listed = false;
-  std::vector<ListedEntry> entries;  // "." and ".." first
-};
-
-// Fills `dh` with the merged listing of `node`.
-Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
-  auto list = ov->ReadDir(node);
-  if (!list) return list.error();
-  dh->entries.clear();
-  dh->entries.reserve(list->size() + 2);
-  dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
-  dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
-  for (auto& e : *list) dh->entries.push_back(std::move(e));
-  dh->listed = true;
-  return Ok();
 }
 
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
@@ -551,6 +577,9 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
+    // Handle-less directories too: ENOSYS makes the kernel stop sending
+    // OPENDIR and RELEASEDIR and cache every listing (FOPEN_CACHE_DIR).
+    if (Ctx(req)->files) return (void)fuse_reply_err(req, ENOSYS);
     auto* dh = new DirHandle;
     fi->fh = reinterpret_cast<uint64_t>(dh);
     // The kernel may keep the listing in its page cache across opens; it
@@ -565,9 +594,17 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                struct fuse_file_info* fi, bool plus) {
   Overlay* ov = Ctx(req)->overlay;
-  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
   Node* dir = NodeOf(req, ino);
-  if (off == 0 || !dh->listed) {
+  std::shared_ptr<DirHandle> shared;  // the handle-less mode's listing
+  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
+  if (dh == nullptr) {
+    if (!Ctx(req)->files)
+      return ReplyError(req, Error::Of(EBADF, "readdir without a handle", ""));
+    auto l = Ctx(req)->files->Listing(ov, dir, off);
+    if (!l) return ReplyError(req, l.error());
+    shared = std::move(*l);
+    dh = shared.get();
+  } else if (off == 0 || !dh->listed) {
     if (Status s = ListInto(ov, dir, dh); !s) return ReplyError(req, s.error());
   }
   std::vector<char> buf(size);
