@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cli/daemon.h"
+#include "cli/liveness.h"
 #include "common/handle.h"
 
 namespace acqfs::cli {
@@ -153,6 +155,23 @@ Result<Layers> OpenSandboxLayers(const SandboxPaths& paths,
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
   return Layers::OpenForReading(meta.lower, paths.upper, ns);
+}
+
+int CleanUpStaleSandbox(const std::string& command, const SandboxPaths& paths,
+                        const SandboxMeta& meta) {
+  const std::string what = command + ": clean up a stale mount";
+  auto live = ProbeSandbox(paths, meta);
+  if (!live) return Fail(kExitFailed, what, live.error());
+  if (live->own_mount) {
+    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+      return Fail(kExitFailed, what, s.error());
+    std::fprintf(stderr,
+                 "acqfs: %s: %s: cleaned up a stale mount of sandbox %s\n",
+                 command.c_str(), meta.mountpoint.c_str(), paths.name.c_str());
+  }
+  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
+    return Fail(kExitFailed, what, paths.pid, std::strerror(errno));
+  return 0;
 }
 
 gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,

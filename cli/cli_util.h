@@ -42,6 +42,13 @@ bool FindSandbox(const std::string& state, const std::string& arg,
 gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,
                                         const SandboxMeta& meta);
 
+// With the sandbox's lock held: detaches the mount its dead daemon left (if
+// the mountpoint still holds that mount), saying so on stderr as
+// "acqfs: <command>: <mountpoint>: cleaned up a stale mount of sandbox
+// <name>", and removes the stale daemon.pid. 0, or Fail()'s exit code.
+int CleanUpStaleSandbox(const std::string& command, const SandboxPaths& paths,
+                        const SandboxMeta& meta);
+
 // A path as git prints it: unchanged, or C-quoted ("a\tb", "\377") when it
 // holds a control character, DEL, '"', '\' or bytes that are not UTF-8.
 std::string QuotePath(const std::string& path);

@@ -202,24 +202,6 @@ int CreateAndLock(const MountTarget& t, const SandboxPaths& paths,
   return Fail(kExitFailed, "mount: lock", paths.lock, std::strerror(e));
 }
 
-// With the lock held: detaches the mount a dead daemon of this sandbox left
-// behind (if it is still there) and removes its pid file.
-int CleanUpStaleMount(const SandboxPaths& paths, const SandboxMeta& meta) {
-  auto live = ProbeSandbox(paths, meta);
-  if (!live) return Fail(kExitFailed, "mount: sandbox state", live.error());
-  if (live->own_mount) {
-    if (Status s = DetachStaleMount(meta.mountpoint); !s)
-      return Fail(kExitFailed, "mount: clean up a stale mount", s.error());
-    std::fprintf(stderr,
-                 "acqfs: mount: %s: cleaned up a stale mount of sandbox %s\n",
-                 meta.mountpoint.c_str(), paths.name.c_str());
-  }
-  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
-    return Fail(kExitFailed, "mount: clean up a stale mount", paths.pid,
-                std::strerror(errno));
-  return 0;
-}
-
 // Creates the layer directories; a new upper root takes the lower root's
 // attributes.
 int PrepareLayers(const MountTarget& t, const SandboxPaths& paths) {
@@ -290,7 +272,7 @@ int RunMount(const MountArgs& a) {
     return rc;
   };
   if (facts.stale) {
-    if (int rc = CleanUpStaleMount(paths, meta)) return fail(rc);
+    if (int rc = CleanUpStaleSandbox("mount", paths, meta)) return fail(rc);
   }
   if (int rc = PrepareLayers(t, paths)) return fail(rc);
   meta.name = t.name;

@@ -46,18 +46,7 @@ int CleanUpStale(const SandboxPaths& paths, const SandboxMeta& meta) {
           "is being mounted right now (its lock " + paths.lock + " is held)");
     return Fail(kExitFailed, what, locked.error());
   }
-  auto live = ProbeSandbox(paths, meta);
-  if (!live) return Fail(kExitFailed, what, live.error());
-  if (live->own_mount) {
-    if (Status s = DetachStaleMount(meta.mountpoint); !s)
-      return Fail(kExitFailed, what, s.error());
-    std::fprintf(stderr,
-                 "acqfs: umount: %s: cleaned up a stale mount of sandbox %s\n",
-                 meta.mountpoint.c_str(), paths.name.c_str());
-  }
-  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
-    return Fail(kExitFailed, what, paths.pid, std::strerror(errno));
-  return 0;
+  return CleanUpStaleSandbox("umount", paths, meta);
 }
 
 // Ends the sandbox's mount, whatever state it is in; 0 when it is over.

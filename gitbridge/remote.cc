@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <vector>
 
 #include "common/git_ptr.h"
@@ -155,17 +156,17 @@ std::string Trim(const std::string& s) {
 Status DropEmptySection(git_repository* repo, const std::string& name) {
   std::string path = std::string(git_repository_path(repo)) + "config";
   std::string header = "[remote \"" + name + "\"]";
-  std::ifstream in(path);
-  if (!in) return Error::Errno("read", path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  bool last_has_newline = true;
+  std::string all;
   {
-    std::ifstream raw(path, std::ios::binary);
-    std::string all((std::istreambuf_iterator<char>(raw)),
-                    std::istreambuf_iterator<char>());
-    last_has_newline = all.empty() || all.back() == '\n';
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Error::Errno("read", path);
+    all.assign(std::istreambuf_iterator<char>(in),
+               std::istreambuf_iterator<char>());
   }
+  const bool last_has_newline = all.empty() || all.back() == '\n';
+  std::vector<std::string> lines;
+  std::istringstream split(all);
+  for (std::string l; std::getline(split, l);) lines.push_back(l);
   std::vector<std::string> out;
   bool changed = false;
   for (size_t i = 0; i < lines.size(); ++i) {

@@ -615,6 +615,23 @@ TEST_F(OverlayRename, CreateInsideMovedDirectoryLandsAtTheNewPath) {
   EXPECT_FALSE(Exists(t_.U("a/n")));
 }
 
+// Lookups reuse directory descriptors cached per thread (Layer::DirFd);
+// a rename must retire them, or a lookup under the new directory of the old
+// name would still search the moved one.
+TEST_F(OverlayRename, LookupAfterRenameAndRecreateSeesTheNewDirectory) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_OK_AND_ASSIGN(Node * d, ov_->Mkdir(root(), "d", 0755, Me()));
+  ASSERT_OK_AND_ASSIGN(auto x, ov_->Create(d, "x", 0644, O_RDWR, Me()));
+  ov_->ReleaseOpen(x.first);
+  ov_->Forget(x.first, 1);  // the next lookup of x resolves it on disk
+  ASSERT_OK_AND_ASSIGN(Node * again, ov_->Lookup(d, "x"));  // caches "d"
+  ov_->Forget(again, 1);
+  ASSERT_OK(ov_->Rename(root(), "d", root(), "e", 0));
+  ASSERT_OK_AND_ASSIGN(Node * fresh, ov_->Mkdir(root(), "d", 0755, Me()));
+  EXPECT_ERRNO(ENOENT, ov_->Lookup(fresh, "x"));
+  EXPECT_TRUE(Exists(t_.U("e/x")));
+}
+
 TEST_F(OverlayRename, BadFlagsAreEINVAL) {
   WriteFile(t_.L("a"), "A");
   ASSERT_NO_FATAL_FAILURE(Start());
