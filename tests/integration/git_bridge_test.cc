@@ -197,9 +197,11 @@ TEST_F(GitBridge, SandboxHooksConfigAndUnsafeTreesNeverReachTheHost) {
   opts.extra_umount_args = {"--no-export"};
   Mount(opts);
   std::string marker = tmp_.Sub("hook-ran");
+  // The hooks, their modes and contents, and the config. `ls -lA` leaves out
+  // `..` (.git itself), which the host's own git below changes.
   CommandResult before =
       RunShell("cd " + ShellQuote(lower_) +
-                   " && cat .git/config && ls -la .git/hooks && cat "
+                   " && cat .git/config && ls -lA .git/hooks && cat "
                    ".git/hooks/* 2>/dev/null",
                30);
   ASSERT_TRUE(before.ok()) << before.Describe();
@@ -245,7 +247,7 @@ TEST_F(GitBridge, SandboxHooksConfigAndUnsafeTreesNeverReachTheHost) {
   Git(lower_, {"status", "-s"});
   EXPECT_FALSE(Exists(marker)) << "a sandbox hook or command ran on the host";
   CommandResult after = RunShell("cd " + ShellQuote(lower_) +
-                                     " && cat .git/config && ls -la .git/hooks "
+                                     " && cat .git/config && ls -lA .git/hooks "
                                      "&& cat .git/hooks/* 2>/dev/null",
                                  30);
   ASSERT_TRUE(after.ok()) << after.Describe();
