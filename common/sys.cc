@@ -190,6 +190,13 @@ Status SetXattr(const std::string& xpath, const std::string& key,
   return Ok();
 }
 
+Status FSetXattr(int fd, const std::string& key, const std::string& value,
+                 int flags, const std::string& shown) {
+  if (::fsetxattr(fd, key.c_str(), value.data(), value.size(), flags) != 0)
+    return Error::Errno("fsetxattr " + key, shown);
+  return Ok();
+}
+
 Status RemoveXattr(const std::string& xpath, const std::string& key,
                    const std::string& shown) {
   if (::lremovexattr(xpath.c_str(), key.c_str()) != 0)

@@ -61,6 +61,10 @@ Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
 // ENODATA is reported as an error with err == ENODATA.
 Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
                              const std::string& shown);
+// Sets an xattr through an open descriptor (a nameless O_TMPFILE inode has
+// no path to name it by).
+Status FSetXattr(int fd, const std::string& key, const std::string& value,
+                 int flags, const std::string& shown);
 Status SetXattr(const std::string& xpath, const std::string& key,
                 const std::string& value, int flags, const std::string& shown);
 Status RemoveXattr(const std::string& xpath, const std::string& key,

@@ -36,7 +36,8 @@ Result<UniqueFd> OpenSourceFile(int dirfd, const std::string& name,
 }
 
 Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
-                   const std::string& dst_name, const std::string& shown) {
+                   const std::string& dst_name, bool sync,
+                   const std::string& shown) {
   auto in = OpenSourceFile(src_dirfd, src_name, shown);
   if (!in) return in.error();
   int ofd =
@@ -45,18 +46,21 @@ Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
   if (ofd < 0) return Error::Errno("create copy-up file", shown);
   UniqueFd out(ofd);
   ACQFS_TRY(CopyData(in->get(), out.get(), shown));
-  if (::fsync(out.get()) != 0) return Error::Errno("fsync copy-up", shown);
+  if (sync && ::fsync(out.get()) != 0)
+    return Error::Errno("fsync copy-up", shown);
   return Ok();
 }
 
 // Creates at dst a copy of the source entry without its attributes (for a
 // directory: an empty directory).
-Status CreateCopy(int src_dirfd, const std::string& src_name,
-                  const struct stat& st, int dst_dirfd,
-                  const std::string& dst_name, const std::string& shown) {
+Status CreateCopy(const Layers& layers, int src_dirfd,
+                  const std::string& src_name, const struct stat& st,
+                  int dst_dirfd, const std::string& dst_name,
+                  const std::string& shown) {
   switch (st.st_mode & S_IFMT) {
     case S_IFREG:
-      return CopyRegular(src_dirfd, src_name, dst_dirfd, dst_name, shown);
+      return CopyRegular(src_dirfd, src_name, dst_dirfd, dst_name,
+                         layers.sync_copy_up, shown);
     case S_IFDIR:
       if (::mkdirat(dst_dirfd, dst_name.c_str(), 0700) != 0)
         return Error::Errno("mkdir copy-up", shown);
@@ -76,11 +80,20 @@ Status CreateCopy(int src_dirfd, const std::string& src_name,
   }
 }
 
+// Where a copy's attributes go: an entry by name, or an open file that has
+// no name yet (a copy-up in an O_TMPFILE inode).
+struct Dest {
+  int dirfd = -1;
+  std::string name;
+  int fd = -1;
+};
+
 Status CopyXattrs(const Layers& layers, int src_dirfd,
-                  const std::string& src_name, int dst_dirfd,
-                  const std::string& dst_name, const std::string& shown) {
+                  const std::string& src_name, const Dest& dst,
+                  const std::string& shown) {
   std::string src = sys::XattrPath(src_dirfd, src_name);
-  std::string dst = sys::XattrPath(dst_dirfd, dst_name);
+  std::string dst_path =
+      dst.fd >= 0 ? std::string() : sys::XattrPath(dst.dirfd, dst.name);
   auto names = sys::ListXattrs(src, shown);
   if (!names) return names.error();
   for (const auto& n : *names) {
@@ -90,7 +103,8 @@ Status CopyXattrs(const Layers& layers, int src_dirfd,
       if (v.err() == ENODATA) continue;
       return v.error();
     }
-    auto s = sys::SetXattr(dst, n, *v, 0, shown);
+    auto s = dst.fd >= 0 ? sys::FSetXattr(dst.fd, n, *v, 0, shown)
+                         : sys::SetXattr(dst_path, n, *v, 0, shown);
     if (!s) {
       bool user_ns = n.rfind("user.", 0) == 0;
       // Only user.* is guaranteed to be ours to copy; security/system/trusted
@@ -140,26 +154,82 @@ Status CopyData(int in, int out, const std::string& shown) {
   }
 }
 
+namespace {
+
+Status CopyAttrsTo(const Layers& layers, int src_dirfd,
+                   const std::string& src_name, const struct stat& src_st,
+                   const Dest& dst, const std::string& shown) {
+  ACQFS_TRY(CopyXattrs(layers, src_dirfd, src_name, dst, shown));
+  const char* dn = dst.name.c_str();
+  bool by_fd = dst.fd >= 0;
+  if (layers.privileged) {
+    int rc = by_fd ? ::fchown(dst.fd, src_st.st_uid, src_st.st_gid)
+                   : ::fchownat(dst.dirfd, dn, src_st.st_uid, src_st.st_gid,
+                                AT_SYMLINK_NOFOLLOW);
+    if (rc != 0) return Error::Errno("chown copy-up", shown);
+  }
+  if (!S_ISLNK(src_st.st_mode)) {
+    mode_t mode = src_st.st_mode & 07777;
+    int rc =
+        by_fd ? ::fchmod(dst.fd, mode) : ::fchmodat(dst.dirfd, dn, mode, 0);
+    if (rc != 0) return Error::Errno("chmod copy-up", shown);
+  }
+  struct timespec ts[2] = {src_st.st_atim, src_st.st_mtim};
+  int rc = by_fd ? ::futimens(dst.fd, ts)
+                 : ::utimensat(dst.dirfd, dn, ts, AT_SYMLINK_NOFOLLOW);
+  if (rc != 0) return Error::Errno("utimensat copy-up", shown);
+  return Ok();
+}
+
+// Copy-up of a regular file into a nameless O_TMPFILE inode in acqfs-tmp,
+// linked into the upper directory only once it is complete (and synced): a
+// crash at any instant leaves nothing behind, not even a temporary name,
+// and ext4 syncs a nameless inode faster than a named one (see
+// docs/benchmarks.md). Returns false, having done nothing, when the file
+// system has no O_TMPFILE; the caller then uses a named temporary.
+Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
+                              const std::string& rel, const struct stat& st,
+                              const std::string& shown) {
+  std::string name = sys::Basename(rel);
+  int fd =
+      ::openat(layers.tmp.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) return false;
+    return Error::Errno("open O_TMPFILE for copy-up", layers.tmp_path);
+  }
+  UniqueFd out(fd);
+  auto in = OpenSourceFile(src_dirfd, name, shown);
+  if (!in) return in.error();
+  ACQFS_TRY(CopyData(in->get(), out.get(), shown));
+  // Synced before its attributes are set, as the kernel overlayfs does: the
+  // attribute changes and the link that publishes the copy are journalled
+  // in order after the data, so a copy that survives a crash is complete.
+  if (layers.sync_copy_up && ::fsync(out.get()) != 0)
+    return Error::Errno("fsync copy-up", shown);
+  Dest dst;
+  dst.fd = out.get();
+  ACQFS_TRY(CopyAttrsTo(layers, src_dirfd, name, st, dst, shown));
+  ACQFS_TRY(layers.format.SetOriginFd(out.get(), st.st_ino, shown));
+  ACQFS_TRY(RunHook(rel));
+  auto dst_dir = layers.upper.OpenDir(sys::Dirname(rel));
+  if (!dst_dir) return dst_dir.error();
+  std::string self = "/proc/self/fd/" + std::to_string(out.get());
+  if (::linkat(AT_FDCWD, self.c_str(), dst_dir->get(), name.c_str(),
+               AT_SYMLINK_FOLLOW) != 0)
+    return Error::Errno("link copy-up into place", layers.upper.Shown(rel));
+  return true;
+}
+
+}  // namespace
+
 Status CopyAttrs(const Layers& layers, int src_dirfd,
                  const std::string& src_name, const struct stat& src_st,
                  int dst_dirfd, const std::string& dst_name,
                  const std::string& shown) {
-  ACQFS_TRY(
-      CopyXattrs(layers, src_dirfd, src_name, dst_dirfd, dst_name, shown));
-  const char* dn = dst_name.c_str();
-  if (layers.privileged) {
-    if (::fchownat(dst_dirfd, dn, src_st.st_uid, src_st.st_gid,
-                   AT_SYMLINK_NOFOLLOW) != 0)
-      return Error::Errno("chown copy-up", shown);
-  }
-  if (!S_ISLNK(src_st.st_mode)) {
-    if (::fchmodat(dst_dirfd, dn, src_st.st_mode & 07777, 0) != 0)
-      return Error::Errno("chmod copy-up", shown);
-  }
-  struct timespec ts[2] = {src_st.st_atim, src_st.st_mtim};
-  if (::utimensat(dst_dirfd, dn, ts, AT_SYMLINK_NOFOLLOW) != 0)
-    return Error::Errno("utimensat copy-up", shown);
-  return Ok();
+  Dest dst;
+  dst.dirfd = dst_dirfd;
+  dst.name = dst_name;
+  return CopyAttrsTo(layers, src_dirfd, src_name, src_st, dst, shown);
 }
 
 Status CopyUp(const Layers& layers, const std::string& rel) {
@@ -169,10 +239,15 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
   if (!src_dir) return src_dir.error();
   auto st = sys::StatAt(src_dir->get(), name, shown);
   if (!st) return st.error();
+  if (S_ISREG(st->st_mode)) {
+    auto done = CopyUpViaTmpfile(layers, src_dir->get(), rel, *st, shown);
+    if (!done) return done.error();
+    if (*done) return Ok();
+  }
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers.tmp.get();
   auto cleanup = [&] { (void)sys::RemoveTree(tfd, tmp, layers.tmp_path); };
-  Status s = CreateCopy(src_dir->get(), name, *st, tfd, tmp, shown);
+  Status s = CreateCopy(layers, src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = CopyAttrs(layers, src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = layers.format.SetOrigin(tfd, tmp, st->st_ino, shown);
   if (s) s = RunHook(rel);
@@ -238,16 +313,16 @@ Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
       if (::linkat(upper_fd.get(), e.name.c_str(), dst.get(), e.name.c_str(),
                    0) == 0)
         continue;
-      ACQFS_TRY(CreateCopy(upper_fd.get(), e.name, c->upper_st, dst.get(),
-                           e.name, layers.upper.Shown(rel)));
+      ACQFS_TRY(CreateCopy(layers, upper_fd.get(), e.name, c->upper_st,
+                           dst.get(), e.name, layers.upper.Shown(rel)));
       ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st,
                           dst.get(), e.name, layers.upper.Shown(rel)));
       if (c->origin)
         ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->origin,
                                           layers.upper.Shown(rel)));
     } else {
-      ACQFS_TRY(CreateCopy(lower_fd.get(), e.name, c->lower_st, dst.get(),
-                           e.name, layers.lower.Shown(rel)));
+      ACQFS_TRY(CreateCopy(layers, lower_fd.get(), e.name, c->lower_st,
+                           dst.get(), e.name, layers.lower.Shown(rel)));
       ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st,
                           dst.get(), e.name, layers.lower.Shown(rel)));
       ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->lower_st.st_ino,

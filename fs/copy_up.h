@@ -1,7 +1,9 @@
 // Copy-up and its relatives: every way acqfs builds a new upper entry from
 // an existing one. Each builds in <workdir>/acqfs-tmp and publishes with a
-// single renameat, so a crash at any instant leaves either no upper entry or
-// a complete one (plus junk in acqfs-tmp, removed at the next mount).
+// single linkat (a regular file, built in a nameless O_TMPFILE inode) or
+// renameat (the rest), so a crash at any instant leaves either no upper
+// entry or a complete one (plus, for the named kind, junk in acqfs-tmp,
+// removed at the next mount).
 // Thread-safety: the functions are reentrant; callers serialise changes to
 // the same upper path (the overlay's tree lock does).
 #ifndef ACQFS_FS_COPY_UP_H_

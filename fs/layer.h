@@ -82,6 +82,9 @@ struct Layers {
   std::string tmp_path;
   LayerFormat format{XattrNamespace::kUser};
   bool privileged = false;  // may chown to others, set trusted xattrs
+  // fsync every copy-up before publishing it, as the kernel overlayfs does
+  // unless mounted "volatile" (acqfs: `-o volatile` clears it).
+  bool sync_copy_up = true;
 
   // Opens the three directories, creates and empties <workdir>/acqfs-tmp.
   static Result<Layers> Open(const std::string& lower, const std::string& upper,

@@ -81,6 +81,11 @@ Status LayerFormat::SetOrigin(int dirfd, const std::string& name, uint64_t ino,
   return s;
 }
 
+Status LayerFormat::SetOriginFd(int fd, uint64_t ino,
+                                const std::string& shown) const {
+  return sys::FSetXattr(fd, OriginKey(), MakeOriginValue(ino), 0, shown);
+}
+
 Status LayerFormat::MakeWhiteout(int dirfd, const std::string& name,
                                  const std::string& shown) {
   if (::mknodat(dirfd, name.c_str(), kWhiteoutMode, makedev(0, 0)) != 0)

@@ -79,6 +79,8 @@ class LayerFormat {
   // files and directories; elsewhere the marker is skipped).
   Status SetOrigin(int dirfd, const std::string& name, uint64_t ino,
                    const std::string& shown) const;
+  // The same for an open regular file (a copy-up not yet given a name).
+  Status SetOriginFd(int fd, uint64_t ino, const std::string& shown) const;
   // For a zero-size regular file: does it carry the whiteout xattr?
   Result<bool> IsXattrWhiteout(int dirfd, const std::string& name,
                                const std::string& shown) const;

@@ -85,6 +85,8 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->no_open = true;
   } else if (o == "handles") {
     c->no_open = false;
+  } else if (o == "nosync_copyup") {
+    c->sync_copy_up = false;
   } else if (o == "debug") {
     c->debug = true;
   } else if (const char* t = value("timeout=")) {
@@ -110,6 +112,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   auto layers = Layers::Open(config.lower, config.upper, config.work, ns);
   if (!layers) return fail(layers.error());
   if (Status s = ProbeFormat(*layers); !s) return fail(s.error());
+  layers->sync_copy_up = config.sync_copy_up;
   auto overlay = Overlay::Create(std::move(*layers));
   if (!overlay) return fail(overlay.error());
 

@@ -21,12 +21,17 @@ struct MountConfig {
   // Handle-less reads and writes: the kernel sends no OPEN/RELEASE for
   // files (see fs/fuse_ops.cc, NodeFiles); `-o handles` turns it off.
   bool no_open = true;
+  // fsync each copy-up before publishing it (the kernel overlayfs default);
+  // `-o nosync_copyup` turns it off: copy-ups still survive the daemon's
+  // death, but not a machine crash.
+  bool sync_copy_up = true;
   unsigned max_threads = 4;
   bool debug = false;  // libfuse request tracing
 };
 
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
-// "debug", "timeout=SECONDS", "threads=N", "no_open", "handles") to `config`.
+// "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
+// "nosync_copyup") to `config`.
 // EINVAL, naming the option, when it is unknown or its value is not a valid
 // number.
 Status ApplyMountOption(const std::string& option, MountConfig* config);

@@ -230,4 +230,26 @@ INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),
                          });
 
 }  // namespace
+// `-o nosync_copyup` skips only the copy-up's fsync: the copy is the same
+// and the host's file is untouched.
+class UnsyncedCopyUp : public MountTest {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"-o", "nosync_copyup"};
+    return o;
+  }
+};
+
+TEST_F(UnsyncedCopyUp, AppendCopiesUpTheWholeFileAndLeavesTheHostAlone) {
+  std::string body(300000, 'h');
+  ASSERT_TRUE(WriteFile(L("big.txt"), body));
+  ASSERT_EQ(::chmod(L("big.txt").c_str(), 0640), 0);
+  ASSERT_TRUE(AppendFile(M("big.txt"), "+sandbox"));
+  EXPECT_EQ(ContentOf(M("big.txt")), body + "+sandbox");
+  EXPECT_EQ(ContentOf(U("big.txt")), body + "+sandbox");
+  EXPECT_EQ(StatU("big.txt").st_mode & 07777, 0640u);
+  EXPECT_EQ(ContentOf(L("big.txt")), body);
+}
+
 }  // namespace acqfs::test

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fs/layer.h"
@@ -203,6 +204,24 @@ TEST_F(CopyUpTest, MissingLowerFails) {
   EXPECT_TRUE(ListDir(t_.tmp()).empty());
 }
 
+// The descriptor numbers of this process's open files that have no name and
+// were created in `dir` (an O_TMPFILE inode reads as "<dir>/#N (deleted)").
+static std::vector<int> NamelessFilesIn(const std::string& dir) {
+  std::vector<int> fds;
+  for (const auto& name : ListDir("/proc/self/fd")) {
+    char target[4096];
+    std::string link = "/proc/self/fd/" + name;
+    ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    std::string t(target, static_cast<size_t>(n));
+    const std::string deleted = " (deleted)";
+    if (t.rfind(dir + "/", 0) == 0 && t.size() > deleted.size() &&
+        t.compare(t.size() - deleted.size(), deleted.size(), deleted) == 0)
+      fds.push_back(std::stoi(name));
+  }
+  return fds;
+}
+
 TEST_F(CopyUpTest, UpperFileAppearsOnlyComplete) {
   std::string data = Pattern(200000);
   WriteFile(t_.L("f"), data, 0604);
@@ -214,23 +233,52 @@ TEST_F(CopyUpTest, UpperFileAppearsOnlyComplete) {
     EXPECT_EQ(rel, "f");
     // Not yet published...
     EXPECT_FALSE(Exists(t_.U("f")));
-    // ...but already complete in the work area.
-    Strings tmp = ListDir(t_.tmp());
-    EXPECT_EQ(tmp.size(), 1u);
-    if (tmp.size() == 1) {
-      std::string p = t_.tmp() + "/" + tmp[0];
-      EXPECT_EQ(tmp[0].rfind(LayerFormat::kTempPrefix, 0), 0u) << tmp[0];
-      EXPECT_TRUE(ReadFile(p) == data);
-      struct stat st = Lstat(p);
+    // ...but already complete, in a nameless (O_TMPFILE) inode of the work
+    // area, which leaves no name behind if the daemon dies here.
+    EXPECT_TRUE(ListDir(t_.tmp()).empty());
+    std::vector<int> fds = NamelessFilesIn(t_.tmp());
+    EXPECT_EQ(fds.size(), 1u);
+    if (fds.size() == 1) {
+      // The copy's own descriptor is write-only: read it through a new one.
+      std::string p = "/proc/self/fd/" + std::to_string(fds[0]);
+      int rfd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      EXPECT_GE(rfd, 0) << p;
+      std::string got(data.size() + 1, '\0');
+      ssize_t n = rfd >= 0 ? ::pread(rfd, got.data(), got.size(), 0) : -1;
+      if (rfd >= 0) ::close(rfd);
+      EXPECT_EQ(n, static_cast<ssize_t>(data.size()));
+      EXPECT_TRUE(n > 0 && got.compare(0, static_cast<size_t>(n), data) == 0);
+      struct stat st;
+      EXPECT_EQ(::fstat(fds[0], &st), 0);
       EXPECT_EQ(st.st_mode & 07777, 0604u);
       EXPECT_EQ(st.st_mtim.tv_sec, kOldTime);
-      EXPECT_EQ(GetXattr(p, "user.a"), "1");
+      EXPECT_EQ(st.st_nlink, 0u);
+      char v[8];
+      EXPECT_EQ(::fgetxattr(fds[0], "user.a", v, sizeof v), 1);
+      EXPECT_EQ(v[0], '1');
     }
     return Ok();
   });
   ASSERT_OK(CopyUp(layers_, "f"));
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(ReadFile(t_.U("f")) == data);
+  EXPECT_EQ(Lstat(t_.U("f")).st_nlink, 1u);
+  EXPECT_TRUE(ListDir(t_.tmp()).empty());
+  EXPECT_TRUE(NamelessFilesIn(t_.tmp()).empty());
+}
+
+TEST_F(CopyUpTest, UnsyncedCopyUpIsTheSameCopy) {
+  std::string data = Pattern(70000);
+  WriteFile(t_.L("f"), data, 0640);
+  SetXattr(t_.L("f"), "user.a", "1");
+  SetTimes(t_.L("f"), kOldTime, kOldNsec);
+  layers_.sync_copy_up = false;
+  ASSERT_OK(CopyUp(layers_, "f"));
+  EXPECT_TRUE(ReadFile(t_.U("f")) == data);
+  struct stat st = Lstat(t_.U("f"));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtim.tv_sec, kOldTime);
+  EXPECT_EQ(GetXattr(t_.U("f"), "user.a"), "1");
   EXPECT_TRUE(ListDir(t_.tmp()).empty());
 }
 
