@@ -154,7 +154,12 @@ Result<Layers> OpenSandboxLayers(const SandboxPaths& paths,
   XattrNamespace ns = meta.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
-  return Layers::OpenForReading(meta.lower, paths.upper, ns);
+  auto layers = Layers::OpenForReading(meta.lower, paths.upper, ns);
+  if (!layers) return layers.error();
+  auto policy = meta.policy.Build();
+  if (!policy) return policy.error();
+  layers->policy = *policy;
+  return layers;
 }
 
 int CleanUpStaleSandbox(const std::string& command, const SandboxPaths& paths,
@@ -184,6 +189,9 @@ gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,
   c.xattr_namespace = meta.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
+  auto policy = meta.policy.Build();
+  // Callers that publish (export) check first that the policy builds.
+  if (policy) c.policy = *policy;
   return c;
 }
 

@@ -68,6 +68,9 @@ int ExportAndReport(const std::string& what, const std::string& name,
   SandboxMeta meta;
   if (!FindSandbox(state, name, &paths, &meta))
     return Fail(kExitBadInput, what, name, "no such sandbox");
+  // A policy that no longer parses is never dropped silently: no export.
+  if (auto p = meta.policy.Build(); !p)
+    return Fail(kExitBadInput, what + ": sandbox policy", p.error());
   gitbridge::ExportConfig config = ExportConfigFor(paths, meta);
   Progress progress(what + " " + paths.name);
   config.progress = [&](const std::string& phase, uint64_t n) {

@@ -22,6 +22,7 @@
 // (text: no output; JSON: []). Exit 0, or 2 when the state directory cannot
 // be read (1 when it is not a directory).
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@
 #include "cli/state.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
+#include "fs/quota.h"
 #include "gitbridge/export.h"
 
 namespace acqfs::cli {
@@ -55,7 +57,19 @@ struct Row {
   int64_t last_export = 0;
   bool git = false;
   std::optional<bool> unfetched;  // when git
+  PolicyRecord policy;
+  std::optional<uint64_t> quota_used;  // when the policy sets a quota
 };
+
+// What the quota counts of the upper layer now (fs/quota.h).
+std::optional<uint64_t> QuotaUse(const SandboxPaths& paths) {
+  UniqueFd fd(::open(paths.upper.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  auto used = Quota::Measure(fd.get(), paths.upper);
+  if (!used) return std::nullopt;
+  return *used;
+}
 
 std::optional<uint64_t> CountChanges(const SandboxPaths& paths,
                                      const SandboxMeta& meta) {
@@ -75,6 +89,8 @@ Row Describe(const SandboxPaths& paths, const SandboxMeta& meta) {
   if (auto live = ProbeSandbox(paths, meta)) r.state = live->state;
   if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
   r.changed_paths = CountChanges(paths, meta);
+  r.policy = meta.policy;
+  if (meta.policy.quota_bytes) r.quota_used = QuotaUse(paths);
   r.git = gitbridge::IsGitCheckout(meta.lower);
   if (r.git) {
     if (auto p = gitbridge::Pending(ExportConfigFor(paths, meta)))
@@ -159,6 +175,15 @@ void PrintJson(const std::vector<Row>& rows) {
     j["last_export_utc"] =
         r.last_export > 0 ? Json(FormatTime(r.last_export, true)) : Json();
     j["unfetched"] = r.unfetched ? Json(*r.unfetched) : Json();
+    if (r.policy.empty()) {
+      j["policy"] = Json();
+    } else {
+      j["policy"] = {{"hide", r.policy.hide},
+                     {"read_only", r.policy.read_only},
+                     {"quota_bytes", r.policy.quota_bytes},
+                     {"hide_secrets", r.policy.hide_secrets}};
+    }
+    j["quota_used_bytes"] = r.quota_used ? Json(*r.quota_used) : Json();
     out.push_back(std::move(j));
   }
   std::printf("%s\n",
@@ -168,19 +193,24 @@ void PrintJson(const std::vector<Row>& rows) {
 void PrintText(const std::vector<Row>& rows) {
   if (rows.empty()) return;
   std::vector<std::vector<std::string>> table = {
-      {"NAME", "STATE", "UPPER", "CHANGES", "EXPORTED", "UNFETCHED", "LOWER",
-       "MOUNTPOINT"}};
+      {"NAME", "STATE", "UPPER", "QUOTA", "CHANGES", "EXPORTED", "UNFETCHED",
+       "LOWER", "MOUNTPOINT", "POLICY"}};
   for (const Row& r : rows) {
     std::string unfetched = !r.git         ? "-"
                             : !r.unfetched ? "?"
                             : *r.unfetched ? "yes"
                                            : "no";
+    std::string quota =
+        !r.policy.quota_bytes
+            ? "-"
+            : (r.quota_used ? HumanBytes(*r.quota_used) : std::string("?")) +
+                  "/" + HumanBytes(r.policy.quota_bytes);
     table.push_back(
         {r.name, r.state ? MountStateName(*r.state) : "?",
-         r.upper_bytes ? HumanBytes(*r.upper_bytes) : "?",
+         r.upper_bytes ? HumanBytes(*r.upper_bytes) : "?", quota,
          r.changed_paths ? std::to_string(*r.changed_paths) : "?",
          r.last_export > 0 ? FormatTime(r.last_export, false) : "never",
-         unfetched, r.lower, r.mountpoint});
+         unfetched, r.lower, r.mountpoint, r.policy.Summary()});
   }
   std::vector<size_t> width(table[0].size(), 0);
   for (const auto& line : table)

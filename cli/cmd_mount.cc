@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/liveness.h"
+#include "cli/policy_args.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -234,6 +235,33 @@ int ChooseNamespace(const MountTarget& t, MountConfig* config,
   return 0;
 }
 
+// The sandbox's policy: the one it was created with (a remount may repeat
+// it but not change it), else the one given now.
+int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
+                 SandboxMeta* meta) {
+  const bool exists = !meta->name.empty();
+  if (a.policy.given() || !exists) {
+    auto rec = ResolvePolicy(a.policy);
+    if (!rec)
+      return Fail(kExitBadInput, "mount: " + rec.error().op, rec.error().path,
+                  std::strerror(rec.err()));
+    if (exists && !(*rec == meta->policy))
+      return Fail(kExitBadInput, "mount: sandbox", t.name,
+                  "was created with the policy \"" + meta->policy.Summary() +
+                      "\"; a remount cannot change it (remount without "
+                      "policy options, or `acqfs rm` it and mount anew)");
+    meta->policy = *rec;
+  }
+  auto policy = meta->policy.Build();
+  if (!policy)
+    return Fail(kExitBadInput, "mount: sandbox policy", policy.error());
+  config->policy = *policy;
+  if (Status s = CheckPolicyEnforceable(*config); !s)
+    return Fail(kExitBadInput, "mount: " + s.error().op, "-o " + s.error().path,
+                std::strerror(s.err()));
+  return 0;
+}
+
 // Every check that can refuse the mount, in order; nothing is written yet.
 int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
              SandboxFacts* f) {
@@ -250,7 +278,8 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
       return Fail(kExitBadInput, "mount: " + s.error().op, t->lower,
                   "remove it or choose another --name");
   }
-  return ChooseNamespace(*t, config, &f->meta);
+  if (int rc = ChooseNamespace(*t, config, &f->meta)) return rc;
+  return ChoosePolicy(a, *t, config, &f->meta);
 }
 
 }  // namespace

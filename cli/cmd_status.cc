@@ -75,6 +75,7 @@ Json ChangeJson(const PathChange& c) {
 }
 
 void PrintJson(const std::string& name, const std::string& lower,
+               const PolicyRecord& policy,
                const std::vector<PathChange>& changes) {
   constexpr PathChange::Kind kKinds[] = {
       PathChange::kAdded, PathChange::kModified, PathChange::kDeleted,
@@ -91,6 +92,14 @@ void PrintJson(const std::string& name, const std::string& lower,
             {"lower", lower},
             {"changes", list},
             {"counts", counts}};
+  if (policy.empty()) {
+    j["policy"] = Json();
+  } else {
+    j["policy"] = {{"hide", policy.hide},
+                   {"read_only", policy.read_only},
+                   {"quota_bytes", policy.quota_bytes},
+                   {"hide_secrets", policy.hide_secrets}};
+  }
   std::string text = j.dump(2, ' ', false, Json::error_handler_t::replace);
   text += '\n';
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -124,10 +133,15 @@ int RunStatus(const StatusArgs& a) {
   auto changes = ScanChanges(*layers, options);
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "status", changes.error());
-  if (a.json)
-    PrintJson(paths.name, meta.lower, *changes);
-  else
+  if (a.json) {
+    PrintJson(paths.name, meta.lower, meta.policy, *changes);
+  } else {
+    // A sandbox with a policy says so first, as a comment line (paths
+    // it hides or makes read-only are never listed as changed).
+    if (!meta.policy.empty() && !a.null_terminated)
+      std::printf("# policy: %s\n", meta.policy.Summary().c_str());
     PrintLines(*changes, a.null_terminated);
+  }
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     return Fail(kExitFailed, "status", Error::Errno("write", "stdout"));
   return 0;

@@ -8,11 +8,24 @@
 
 namespace acqfs::cli {
 
+// The policy options of `mount` and `run` (docs/sandboxes.md, "Policy").
+struct PolicyArgs {
+  std::vector<std::string> hide, read_only;
+  std::string quota;        // a size such as 500M; "" = none
+  std::string policy_file;  // --policy FILE (JSON); "" = none
+  bool hide_secrets = false;
+  bool given() const {
+    return !hide.empty() || !read_only.empty() || !quota.empty() ||
+           !policy_file.empty() || hide_secrets;
+  }
+};
+
 struct MountArgs {
   std::string lower, mountpoint, name, state_dir, log_level = "info";
   std::vector<std::string> options;
   bool foreground = false, allow_other = false;
   bool name_given = false;  // --name was on the command line (even as "")
+  PolicyArgs policy;
 };
 int RunMount(const MountArgs& a);
 

@@ -10,6 +10,25 @@
 namespace acqfs::cli {
 namespace {
 
+// --hide, --hide-secrets, --read-only, --quota, --policy (mount and run).
+void AddPolicyOptions(CLI::App* c, PolicyArgs& p) {
+  c->add_option("--hide", p.hide,
+                "Hide lower paths matching GLOB (gitignore-style; repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_flag("--hide-secrets", p.hide_secrets,
+              "Hide the usual secret files (.env, *.pem, .ssh/, ...; see "
+              "docs/sandboxes.md)");
+  c->add_option("--read-only", p.read_only,
+                "Paths matching GLOB can be read but not changed (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_option("--quota", p.quota,
+                "Cap the upper layer at SIZE (e.g. 500M, 2G)");
+  c->add_option("--policy", p.policy_file,
+                "Read hide/read_only/quota/hide_secrets from a JSON file");
+}
+
 void AddMount(CLI::App& app, MountArgs& m) {
   auto* c = app.add_subcommand(
       "mount",
@@ -30,12 +49,13 @@ void AddMount(CLI::App& app, MountArgs& m) {
               "Let other users (e.g. a container's) use the mount");
   c->add_option("-o", m.options,
                 "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
-                "debug");
+                "handles, nosync_copyup, debug");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(
       "-v,--verbose", [&m] { m.log_level = "debug"; },
       "Log every failed request");
+  AddPolicyOptions(c, m.policy);
 }
 
 void AddUmount(CLI::App& app, UmountArgs& u) {

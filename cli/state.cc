@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -59,7 +61,70 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
   m.mountpoint = j.value("mountpoint", "");
   m.xattr_namespace = j.value("xattr_namespace", "");
   m.last_export = j.value("last_export", int64_t{0});
+  if (j.contains("policy")) {
+    const auto& p = j["policy"];
+    if (!p.is_object())
+      return Error::Of(EINVAL, "parse sandbox metadata (policy)", path);
+    try {
+      m.policy.hide = p.value("hide", std::vector<std::string>{});
+      m.policy.read_only = p.value("read_only", std::vector<std::string>{});
+      m.policy.quota_bytes = p.value("quota_bytes", uint64_t{0});
+      m.policy.hide_secrets = p.value("hide_secrets", false);
+    } catch (const nlohmann::json::exception&) {
+      return Error::Of(EINVAL, "parse sandbox metadata (policy)", path);
+    }
+  }
   return m;
+}
+
+Result<std::shared_ptr<const Policy>> PolicyRecord::Build() const {
+  if (empty()) return std::shared_ptr<const Policy>();
+  auto p = Policy::Make(hide, read_only, quota_bytes);
+  if (!p) return p.error();
+  return std::shared_ptr<const Policy>(std::make_shared<Policy>(std::move(*p)));
+}
+
+std::string FormatBytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B",
+                  static_cast<unsigned long long>(n));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string PolicyRecord::Summary() const {
+  if (empty()) return "none";
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+    return out;
+  };
+  std::vector<std::string> parts;
+  if (!hide.empty()) {
+    std::vector<std::string> own;
+    const auto& secrets = Policy::SecretPatterns();
+    for (const auto& h : hide)
+      if (!hide_secrets ||
+          std::find(secrets.begin(), secrets.end(), h) == secrets.end())
+        own.push_back(h);
+    std::string what = hide_secrets ? "the secrets set" : "";
+    if (!own.empty()) what += (what.empty() ? "" : ", ") + join(own);
+    parts.push_back("hide " + what);
+  }
+  if (!read_only.empty()) parts.push_back("read-only " + join(read_only));
+  if (quota_bytes) parts.push_back("quota " + FormatBytes(quota_bytes));
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
 }
 
 Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
@@ -68,6 +133,11 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
                       {"mountpoint", meta.mountpoint},
                       {"xattr_namespace", meta.xattr_namespace},
                       {"last_export", meta.last_export}};
+  if (!meta.policy.empty())
+    j["policy"] = {{"hide", meta.policy.hide},
+                   {"read_only", meta.policy.read_only},
+                   {"quota_bytes", meta.policy.quota_bytes},
+                   {"hide_secrets", meta.policy.hide_secrets}};
   std::string tmp = path + ".tmp";
   std::string text = j.dump(2) + "\n";
   {

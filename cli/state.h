@@ -10,10 +10,13 @@
 #define ACQFS_CLI_STATE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "fs/policy.h"
 
 namespace acqfs::cli {
 
@@ -29,17 +32,42 @@ struct SandboxPaths {
   std::string name, dir, upper, work, meta, pid, log, lock, bridge;
 };
 
+// A sandbox's policy as recorded in meta.json (docs/sandboxes.md): fixed when
+// the sandbox is created, applied on every remount.
+struct PolicyRecord {
+  std::vector<std::string> hide;  // --hide-secrets' patterns included
+  std::vector<std::string> read_only;
+  uint64_t quota_bytes = 0;   // 0: none
+  bool hide_secrets = false;  // recorded for display
+  bool empty() const {
+    return hide.empty() && read_only.empty() && quota_bytes == 0;
+  }
+  bool operator==(const PolicyRecord& o) const {
+    return hide == o.hide && read_only == o.read_only &&
+           quota_bytes == o.quota_bytes && hide_secrets == o.hide_secrets;
+  }
+  // The Policy the layers enforce; EINVAL naming a pattern that no longer
+  // parses (a hand-edited meta.json).
+  Result<std::shared_ptr<const Policy>> Build() const;
+  // One line for people: "hide .env, *.pem; read-only vendor/; quota 500 MiB".
+  std::string Summary() const;
+};
+
 struct SandboxMeta {
   std::string name;
   std::string lower;            // absolute
   std::string mountpoint;       // absolute, last one used
   std::string xattr_namespace;  // "trusted" or "user"
   int64_t last_export = 0;      // unix seconds of the last export, 0: never
+  PolicyRecord policy;
 };
 
 Result<SandboxMeta> ReadMeta(const std::string& path);
 // Writes atomically and durably (temp file, fsync, rename).
 Status WriteMeta(const std::string& path, const SandboxMeta& meta);
+
+// "512 B", "1.5 KiB", "500.0 MiB".
+std::string FormatBytes(uint64_t n);
 
 // mkdir -p with mode 0700 for the directories it creates.
 Status MakeDirs(const std::string& path);

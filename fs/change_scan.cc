@@ -477,6 +477,13 @@ bool Scanner::Skipped(const std::string& dir_path,
 }
 
 void Scanner::Add(PathChange c) {
+  // Paths the policy hides are outside the scan: the sandbox cannot see
+  // their host content, so neither its status nor its diff may show it
+  // (the git bridge leaves them out too).
+  if (layers_.policy && layers_.policy->hides_anything() &&
+      layers_.policy->HiddenPath(c.path,
+                                 S_ISDIR(c.old_mode) || S_ISDIR(c.new_mode)))
+    return;
   if (Selected(c.path)) out_.push_back(std::move(c));
 }
 

@@ -1,6 +1,7 @@
 #include "fs/fuse_ops.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -529,17 +530,29 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   Guard(req, [&] {
+    Overlay* ov = Ctx(req)->overlay;
     auto h = HandleOf(req, ino, fi, true);
     if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->UpperFd(Ctx(req)->overlay);
+    int fd = h->fh->UpperFd(ov);
     if (fd < 0) return (void)fuse_reply_err(req, EBADF);
-    struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in_buf));
+    size_t len = fuse_buf_size(in_buf);
+    struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
     out.buf[0].flags =
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
     out.buf[0].fd = fd;
     out.buf[0].pos = off;
-    ssize_t n =
-        fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
+    auto copy = [&]() -> int64_t {
+      return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
+    };
+    int64_t n;
+    if (Quota* q = ov->quota()) {
+      auto r = q->Charged(h->fh->node, fd, off + static_cast<off_t>(len), copy,
+                          "/" + ov->PathOf(h->fh->node));
+      if (!r) return ReplyError(req, r.error());
+      n = *r;
+    } else {
+      n = copy();
+    }
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
     fuse_reply_write(req, static_cast<size_t>(n));
   });
@@ -739,8 +752,21 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
     int in = hin->fh->Fd(ov), out = hout->fh->UpperFd(ov);
     if (out < 0) return (void)fuse_reply_err(req, EBADF);
     loff_t oi = off_in, oo = off_out;
-    ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
-    if (n < 0) return (void)fuse_reply_err(req, errno);
+    auto copy = [&]() -> int64_t {
+      ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
+      return n < 0 ? -errno : n;
+    };
+    int64_t n;
+    if (Quota* q = ov->quota()) {
+      auto r =
+          q->Charged(hout->fh->node, out, off_out + static_cast<off_t>(len),
+                     copy, "/" + ov->PathOf(hout->fh->node));
+      if (!r) return ReplyError(req, r.error());
+      n = *r;
+    } else {
+      n = copy();
+    }
+    if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
     fuse_reply_write(req, static_cast<size_t>(n));
   });
 }
@@ -750,10 +776,24 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
   Guard(req, [&] {
     auto h = HandleOf(req, ino, fi, true);
     if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->UpperFd(Ctx(req)->overlay);
+    Overlay* ov = Ctx(req)->overlay;
+    int fd = h->fh->UpperFd(ov);
     if (fd < 0) return (void)fuse_reply_err(req, EBADF);
-    int rc = ::fallocate(fd, mode, offset, length);
-    fuse_reply_err(req, rc == 0 ? 0 : errno);
+    auto alloc = [&]() -> int64_t {
+      return ::fallocate(fd, mode, offset, length) == 0 ? 0 : -errno;
+    };
+    int64_t rc;
+    if (Quota* q = ov->quota()) {
+      // Only a size change counts (the quota counts apparent sizes).
+      off_t end = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : offset + length;
+      auto r = q->Charged(h->fh->node, fd, end, alloc,
+                          "/" + ov->PathOf(h->fh->node));
+      if (!r) return ReplyError(req, r.error());
+      rc = *r;
+    } else {
+      rc = alloc();
+    }
+    fuse_reply_err(req, static_cast<int>(-rc));
   });
 }
 

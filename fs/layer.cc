@@ -242,6 +242,10 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
     } else if (lfd.err() != ENOENT && lfd.err() != ENOTDIR) {
       return lfd.error();
     }
+    if (found && layers.HidesLower(rel, S_ISDIR(c.lower_st.st_mode))) {
+      found = false;
+      c.lower_st = {};
+    }
     c.lower = found;
   }
   c.exists = c.upper || (c.lower && !c.whiteout);
@@ -287,6 +291,19 @@ Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
     auto ents = sys::ReadDir(lfd->get(), layers.lower.Shown(dir.path));
     if (!ents) return ents.error();
     for (auto& e : *ents) {
+      if (layers.policy && layers.policy->hides_anything()) {
+        std::string rel = sys::Join(dir.path, e.name);
+        bool is_dir = e.type == DT_DIR;
+        if (e.type == DT_UNKNOWN) {
+          struct stat st;
+          bool found = false;
+          ACQFS_TRY(sys::StatAtIfExists(lfd->get(), e.name, &st, &found,
+                                        layers.lower.Shown(rel)));
+          if (!found) continue;
+          is_dir = S_ISDIR(st.st_mode);
+        }
+        if (layers.HidesLower(rel, is_dir)) continue;
+      }
       auto it = index.find(e.name);
       if (it != index.end()) {
         out[it->second].in_lower = true;

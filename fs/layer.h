@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "common/handle.h"
 #include "common/sys.h"
 #include "fs/layer_format.h"
+#include "fs/policy.h"
 
 namespace acqfs {
 
@@ -85,6 +87,14 @@ struct Layers {
   // fsync every copy-up before publishing it, as the kernel overlayfs does
   // unless mounted "volatile" (acqfs: `-o volatile` clears it).
   bool sync_copy_up = true;
+  // The sandbox's policy (hidden lower paths and the rest), or null for
+  // none. The lookup rules below treat a hidden lower object as absent.
+  std::shared_ptr<const Policy> policy;
+
+  // Does the policy hide the lower object at `rel`?
+  bool HidesLower(const std::string& rel, bool is_dir) const {
+    return policy && policy->HidesLower(rel, is_dir);
+  }
 
   // Opens the three directories, creates and empties <workdir>/acqfs-tmp.
   static Result<Layers> Open(const std::string& lower, const std::string& upper,
@@ -125,7 +135,8 @@ struct ChildInfo {
 
 // Resolves `name` in `dir`: upper first (a whiteout hides the name; an upper
 // non-directory hides the lower; an upper directory merges with a lower
-// directory unless opaque), the lower only when `dir` is merged.
+// directory unless opaque), the lower only when `dir` is merged and the
+// policy does not hide it.
 // `gen`: see Layer::DirFd (0: no caching).
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
                                const std::string& name, uint64_t gen = 0);
@@ -143,7 +154,8 @@ struct MergedEntry {
 };
 
 // The merged listing: upper entries (whiteouts dropped), then lower entries
-// neither shadowed nor whited out (none when the directory is not merged).
+// neither shadowed, whited out nor hidden by the policy (none when the
+// directory is not merged).
 Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
                                             const DirView& dir);
 

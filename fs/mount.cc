@@ -103,6 +103,17 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
   return Ok();
 }
 
+Status CheckPolicyEnforceable(const MountConfig& c) {
+  if (c.writeback_cache && c.policy &&
+      (c.policy->quota_bytes() > 0 || c.policy->has_read_only()))
+    return Error::Of(EINVAL,
+                     "mount option (the writeback cache would report a "
+                     "quota or read-only error after the write had returned; "
+                     "drop writeback)",
+                     "writeback");
+  return Ok();
+}
+
 Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   auto fail = [&](const Error& e) -> Status {
     ready(e);
@@ -113,6 +124,8 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   if (!layers) return fail(layers.error());
   if (Status s = ProbeFormat(*layers); !s) return fail(s.error());
   layers->sync_copy_up = config.sync_copy_up;
+  layers->policy = config.policy;
+  if (Status s = CheckPolicyEnforceable(config); !s) return fail(s.error());
   auto overlay = Overlay::Create(std::move(*layers));
   if (!overlay) return fail(overlay.error());
 

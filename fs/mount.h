@@ -6,9 +6,11 @@
 #define ACQFS_FS_MOUNT_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/error.h"
+#include "fs/policy.h"
 
 namespace acqfs {
 
@@ -27,7 +29,14 @@ struct MountConfig {
   bool sync_copy_up = true;
   unsigned max_threads = 4;
   bool debug = false;  // libfuse request tracing
+  // The sandbox's policy (hidden paths, read-only paths, quota), or null.
+  std::shared_ptr<const Policy> policy;
 };
+
+// Refuses (EINVAL, naming the option) a combination of options that would
+// let the policy go unenforced: the writeback cache reports a write's
+// EDQUOT or EROFS only after write(2) has returned, when the data is lost.
+Status CheckPolicyEnforceable(const MountConfig& config);
 
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",

@@ -56,6 +56,11 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   node->nlookup = 1;
   ov->root_ = node.get();
   ov->nodes_.emplace(node.get(), std::move(node));
+  if (l.policy && l.policy->quota_bytes() > 0) {
+    auto used = Quota::Measure(l.upper.root(), l.upper.root_path());
+    if (!used) return used.error();
+    ov->quota_ = std::make_unique<Quota>(l.policy->quota_bytes(), *used);
+  }
   return ov;
 }
 
@@ -124,7 +129,13 @@ Result<bool> Overlay::LowerHas(const Node* parent, const std::string& name,
 
 void Overlay::FixStat(const Node* node, struct stat* st) const {
   st->st_ino = node->ino;
-  if (node->is_dir() && node->merged()) st->st_nlink = 1;
+  // A merged directory's link count would count subdirectories of both
+  // layers; 1 means "not counted" (find(1) and the kernel overlayfs agree).
+  // With hidden paths every directory says 1: its lower count could reveal
+  // a hidden subdirectory.
+  if (node->is_dir() &&
+      (node->merged() || (layers_.policy && layers_.policy->hides_anything())))
+    st->st_nlink = 1;
 }
 
 // ---------------------------------------------------------------- table
@@ -420,12 +431,85 @@ Result<struct statvfs> Overlay::StatFs() {
 
 // ---------------------------------------------------------------- copy-up
 
+Status Overlay::CheckWritable(const std::string& rel, bool is_dir,
+                              const char* op) const {
+  if (!layers_.policy || !layers_.policy->ReadOnly(rel, is_dir)) return Ok();
+  return Error::Of(EROFS, std::string(op) + " (read-only by the policy)",
+                   "/" + rel);
+}
+
+Status Overlay::CheckMovable(Node* dir, const char* op) {
+  if (!layers_.policy || !layers_.policy->has_read_only()) return Ok();
+  std::vector<DirView> todo = {ViewOf(dir)};
+  while (!todo.empty()) {
+    DirView view = std::move(todo.back());
+    todo.pop_back();
+    auto entries = ListMerged(layers_, view);
+    if (!entries) return entries.error();
+    for (const auto& e : *entries) {
+      std::string rel = sys::Join(view.path, e.name);
+      ACQFS_TRY(CheckWritable(rel, e.type == DT_DIR, op));
+      if (e.type != DT_DIR) continue;
+      auto c = ResolveChild(layers_, view, e.name);
+      if (!c) return c.error();
+      if (c->exists && c->is_dir()) todo.push_back(c->AsDir(rel));
+    }
+  }
+  return Ok();
+}
+
+Result<uint64_t> Overlay::LowerBytesBelow(Node* dir) {
+  uint64_t total = 0;
+  std::vector<DirView> todo = {ViewOf(dir)};
+  while (!todo.empty()) {
+    DirView view = std::move(todo.back());
+    todo.pop_back();
+    auto entries = ListMerged(layers_, view);
+    if (!entries) return entries.error();
+    for (const auto& e : *entries) {
+      auto c = ResolveChild(layers_, view, e.name);
+      if (!c) return c.error();
+      if (!c->exists) continue;
+      std::string rel = sys::Join(view.path, e.name);
+      if (c->is_dir()) {
+        todo.push_back(c->AsDir(rel));
+      } else if (!c->upper && (S_ISREG(c->lower_st.st_mode) ||
+                               S_ISLNK(c->lower_st.st_mode))) {
+        total += static_cast<uint64_t>(c->lower_st.st_size);
+      }
+    }
+  }
+  return total;
+}
+
+uint64_t Overlay::FreedByRemoving(int dirfd, const std::string& name) const {
+  struct stat st;
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+  if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || st.st_nlink > 1)
+    return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
 Status Overlay::EnsureUpper(Node* node) {
   if (node->upper) return Ok();
   if (node->unlinked || !node->parent)
     return Error::Of(ENOENT, "copy up", "(unlinked)");
+  std::string rel = PathLocked(node);
+  ACQFS_TRY(CheckWritable(rel, node->is_dir(), "copy up"));
   ACQFS_TRY(EnsureUpper(node->parent));
-  ACQFS_TRY(acqfs::CopyUp(layers_, PathLocked(node)));
+  uint64_t charged = 0;
+  if (quota_ && !node->is_dir()) {
+    auto st = layers_.lower.Stat(rel);
+    if (!st) return st.error();
+    if (S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) {
+      charged = static_cast<uint64_t>(st->st_size);
+      ACQFS_TRY(quota_->Reserve(charged, "/" + rel));
+    }
+  }
+  if (Status s = acqfs::CopyUp(layers_, rel); !s) {
+    if (quota_) quota_->Release(charged);
+    return s;
+  }
   node->upper = true;
   return Ok();
 }
@@ -475,7 +559,18 @@ Status Overlay::Materialise(Node* dir) {
 }
 
 Status Overlay::PrepareToMove(Node* node) {
-  if (node->is_dir() && node->merged()) return Materialise(node);
+  if (node->is_dir() && node->merged()) {
+    uint64_t charged = 0;
+    if (quota_) {
+      auto bytes = LowerBytesBelow(node);
+      if (!bytes) return bytes.error();
+      charged = *bytes;
+      ACQFS_TRY(quota_->Reserve(charged, "/" + PathLocked(node)));
+    }
+    Status s = Materialise(node);
+    if (!s && quota_) quota_->Release(charged);
+    return s;
+  }
   return EnsureUpper(node);
 }
 
@@ -499,12 +594,22 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   auto c = ResolveChild(layers_, ViewOf(parent), name);
   if (!c) return c.error();
   if (c->exists) return Error::Of(EEXIST, "create", shown);
+  ACQFS_TRY(CheckWritable(rel, is_dir, "create"));
   ACQFS_TRY(EnsureUpper(parent));
   auto pfd = UpperDir(parent);
   if (!pfd) return pfd.error();
   if (!c->whiteout) {
     ACQFS_TRY(make(pfd->get(), name));
     if (creds) ACQFS_TRY(ChownNew(pfd->get(), name, pfd->get(), *creds, shown));
+    // Over a hidden lower directory the new one is opaque, so that the
+    // kernel overlayfs, mounting these layers, does not merge the two.
+    bool lower_is_dir = false;
+    if (is_dir && layers_.policy && layers_.policy->hides_anything()) {
+      auto has = LowerHas(parent, name, &lower_is_dir);
+      if (!has) return has.error();
+      if (*has && lower_is_dir)
+        ACQFS_TRY(layers_.format.SetOpaque(pfd->get(), name, shown));
+    }
     return Ok();
   }
   // Replace the whiteout atomically with an entry built in the work area.
@@ -555,11 +660,16 @@ Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  ACQFS_TRY(
+  if (quota_) ACQFS_TRY(quota_->Reserve(target.size(), shown));
+  Status s =
       Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
         return MakeCall(::symlinkat(target.c_str(), d, n.c_str()), "symlink",
                         shown);
-      }));
+      });
+  if (!s) {
+    if (quota_) quota_->Release(target.size());
+    return s.error();
+  }
   return LookupLocked(parent, name, true);
 }
 
@@ -590,6 +700,9 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
   if (node->unlinked) return Error::Of(ENOENT, "link", shown);
+  ACQFS_TRY(CheckWritable(PathLocked(node), false, "link from"));
+  ACQFS_TRY(
+      CheckWritable(sys::Join(PathLocked(parent), name), false, "link to"));
   ACQFS_TRY(EnsureUpper(node));
   auto src_dir = UpperDir(node->parent);
   if (!src_dir) return src_dir.error();
@@ -697,19 +810,27 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   Status s = [&]() -> Status {
     if (node->is_dir()) return Error::Of(EISDIR, "unlink", shown);
+    ACQFS_TRY(
+        CheckWritable(sys::Join(PathLocked(parent), name), false, "unlink"));
     bool lower_is_dir;
     auto has_lower = LowerHas(parent, name, &lower_is_dir);
     if (!has_lower) return has_lower.error();
     ACQFS_TRY(EnsureUpper(parent));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
+    uint64_t freed =
+        quota_ && node->upper ? FreedByRemoving(pfd->get(), name) : 0;
+    auto give_back = [&](Status r) {
+      if (r && quota_) quota_->Release(freed);
+      return r;
+    };
     if (!*has_lower && ParkInsteadOfUnlink(node)) {
       // An upper-only file the kernel may hold open (handle-less mode):
       // moving it into acqfs-tmp removes the name as unlink would, in one
       // step, and keeps the data until FORGET (Node::orphan_name).
       std::string orphan = sys::TempName(LayerFormat::kTempPrefix);
-      ACQFS_TRY(sys::Renameat2(pfd->get(), name, layers_.tmp.get(), orphan,
-                               RENAME_NOREPLACE, shown));
+      ACQFS_TRY(give_back(sys::Renameat2(pfd->get(), name, layers_.tmp.get(),
+                                         orphan, RENAME_NOREPLACE, shown)));
       TableLock t(table_mu_);
       node->orphan_name = orphan;
       return Ok();
@@ -717,13 +838,14 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     ACQFS_TRY(KeepOrphanIfOpen(node));
     if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
     if (!*has_lower)
-      return MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown);
+      return give_back(
+          MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown));
     int tfd = layers_.tmp.get();
     std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
     ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
     Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
     if (!r) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
-    return r;
+    return give_back(r);
   }();
   TableLock t(table_mu_);
   if (s) DetachNameLocked(node, parent, name);
@@ -739,6 +861,8 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   Status s = [&]() -> Status {
     if (!node->is_dir()) return Error::Of(ENOTDIR, "rmdir", shown);
+    ACQFS_TRY(
+        CheckWritable(sys::Join(PathLocked(parent), name), true, "rmdir"));
     auto entries = ListMerged(layers_, ViewOf(node));
     if (!entries) return entries.error();
     if (!entries->empty()) return Error::Of(ENOTEMPTY, "rmdir", shown);
@@ -901,6 +1025,16 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   Status s = [&]() -> Status {
     ACQFS_TRY(CheckRename(op));
     if (op.a == op.b) return Ok();  // two names of one file: nothing to do
+    ACQFS_TRY(CheckWritable(sys::Join(PathLocked(parent), name), op.a->is_dir(),
+                            "rename from"));
+    ACQFS_TRY(CheckWritable(sys::Join(PathLocked(new_parent), new_name),
+                            op.a->is_dir(), "rename to"));
+    if (op.b && op.exchange)
+      ACQFS_TRY(CheckWritable(sys::Join(PathLocked(new_parent), new_name),
+                              op.b->is_dir(), "rename from"));
+    if (op.a->is_dir()) ACQFS_TRY(CheckMovable(op.a, "rename from"));
+    if (op.b && op.b->is_dir() && op.exchange)
+      ACQFS_TRY(CheckMovable(op.b, "rename from"));
     auto src_lower = LowerHas(parent, name, &op.src_lower_dir);
     if (!src_lower) return src_lower.error();
     auto dst_lower = LowerHas(new_parent, new_name, &op.dst_lower_dir);
@@ -916,7 +1050,12 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
     auto npfd = UpperDir(new_parent);
     if (!npfd) return npfd.error();
     ACQFS_TRY(PrepareRename(op, pfd->get(), npfd->get()));
-    return MoveInUpper(op, pfd->get(), npfd->get());
+    uint64_t freed = 0;
+    if (quota_ && op.b && !op.exchange && !op.b->is_dir() && op.b->upper)
+      freed = FreedByRemoving(npfd->get(), new_name);
+    Status moved = MoveInUpper(op, pfd->get(), npfd->get());
+    if (moved && quota_) quota_->Release(freed);
+    return moved;
   }();
   TableLock t(table_mu_);
   if (s && op.a != op.b) RecordRenameLocked(op);
@@ -938,8 +1077,25 @@ Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
       if (fd) AddOpen(node);
       return fd;
     }
+    ACQFS_TRY(CheckWritable(PathLocked(node), false, "open for writing"));
     ACQFS_TRY(EnsureUpper(node));
     *from_lower = false;
+    if (quota_ && (oflags & O_TRUNC)) {
+      // Truncate through Charged so the freed bytes come back.
+      auto fd = layers_.upper.Open(PathLocked(node), oflags & ~O_TRUNC);
+      if (!fd) return fd;
+      int f = fd->get();
+      auto r = quota_->Charged(
+          node, f, 0,
+          [&]() -> int64_t { return ::ftruncate(f, 0) == 0 ? 0 : -errno; },
+          layers_.upper.Shown(PathLocked(node)));
+      if (!r) return r.error();
+      if (*r != 0)
+        return Error::Of(static_cast<int>(-*r), "truncate",
+                         layers_.upper.Shown(PathLocked(node)));
+      AddOpen(node);
+      return fd;
+    }
     auto fd = layers_.upper.Open(PathLocked(node), oflags);
     if (fd) AddOpen(node);
     return fd;
@@ -1005,6 +1161,8 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown =
       node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setattr"));
   auto target = OpenAttrTarget(node, fh_fd);
   if (!target) return target.error();
   int fd = target->get();
@@ -1018,13 +1176,27 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
       return Error::Errno("chown", shown);
   }
   if (req.set_size) {
-    int wfd = fh_fd;
-    UniqueFd owned;
-    if (wfd < 0 || ::ftruncate(wfd, req.size) != 0) {
+    // Through the request's handle when it can write, else a new one.
+    auto truncate = [&](int wfd) -> Result<int64_t> {
+      auto op = [&]() -> int64_t {
+        return ::ftruncate(wfd, req.size) == 0 ? 0 : -errno;
+      };
+      if (!quota_) return op();
+      return quota_->Charged(node, wfd, req.size, op, shown);
+    };
+    int64_t rc = -EBADF;
+    if (fh_fd >= 0) {
+      auto r = truncate(fh_fd);
+      if (!r) return r.error();
+      rc = *r;
+    }
+    if (rc != 0) {
       int f = ::open(proc.c_str(), O_WRONLY | O_CLOEXEC);
       if (f < 0) return Error::Errno("open for truncate", shown);
-      owned.reset(f);
-      if (::ftruncate(f, req.size) != 0) return Error::Errno("truncate", shown);
+      UniqueFd owned(f);
+      auto r = truncate(f);
+      if (!r) return r.error();
+      if (*r != 0) return Error::Of(static_cast<int>(-*r), "truncate", shown);
     }
   }
   if (req.set_atime || req.set_mtime) {
@@ -1100,6 +1272,8 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(EPERM, "setxattr", name);
   ExclusiveLock l(tree_mu_, tree_gen_);
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setxattr"));
   ACQFS_TRY(EnsureUpper(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
@@ -1110,6 +1284,8 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "removexattr", name);
   ExclusiveLock l(tree_mu_, tree_gen_);
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "removexattr"));
   ACQFS_TRY(EnsureUpper(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();

@@ -39,6 +39,7 @@
 #include "common/error.h"
 #include "common/handle.h"
 #include "fs/layer.h"
+#include "fs/quota.h"
 
 namespace acqfs {
 
@@ -112,6 +113,9 @@ class Overlay {
 
   Node* root() { return root_; }
   const Layers& layers() const { return layers_; }
+  // The upper layer's quota, when the policy sets one (else null). Writes
+  // made through descriptors the adapter holds go through Quota::Charged.
+  Quota* quota() { return quota_.get(); }
 
   // Every method returning a Node* counts one lookup on it (the FUSE
   // contract); Forget gives them back.
@@ -200,6 +204,13 @@ class Overlay {
   Result<bool> LowerHas(const Node* parent, const std::string& name,
                         bool* is_dir);
 
+  // EROFS naming `rel` when the policy makes it read-only (itself, or a
+  // directory above it).
+  Status CheckWritable(const std::string& rel, bool is_dir,
+                       const char* op) const;
+  // The same for a directory about to move: refused when anything below it
+  // is read-only (a move would change those paths).
+  Status CheckMovable(Node* dir, const char* op);
   Status EnsureUpper(Node* node);
   Status Materialise(Node* dir);
   void MarkMaterialised(Node* dir);
@@ -237,7 +248,15 @@ class Overlay {
   void MaybeFreeAfterLookup(Node* node);
   void MaybeFree(Node* node);
 
+  // Bytes the lower regular files and symlinks below `dir` that are not yet
+  // in the upper would add to it if the directory were materialised.
+  Result<uint64_t> LowerBytesBelow(Node* dir);
+  // The upper size of `name` in `dirfd` that removing that name would free
+  // (0 unless it is its inode's last name).
+  uint64_t FreedByRemoving(int dirfd, const std::string& name) const;
+
   Layers layers_;
+  std::unique_ptr<Quota> quota_;
   bool same_dev_ = false;
   Node* root_ = nullptr;
   std::atomic<bool> opens_unknown_{false};

@@ -221,6 +221,20 @@ Result<std::vector<Change>> ScanUpper(const Layers& layers, ScanStats* stats,
   std::stable_sort(
       s.out.begin(), s.out.end(),
       [](const Change& a, const Change& b) { return a.path < b.path; });
+  if (layers.policy) {
+    // The bridge never publishes a change at a hidden path (the sandbox
+    // never saw the host's object there) or under a read-only one.
+    const Policy& p = *layers.policy;
+    auto outside = [&](const Change& c) {
+      bool dir = S_ISDIR(c.mode);
+      bool maybe_dir = c.kind == Change::kDelete || dir;
+      return p.HiddenPath(c.path, dir) || p.ReadOnly(c.path, dir) ||
+             (maybe_dir &&
+              (p.HiddenPath(c.path, true) || p.ReadOnly(c.path, true)));
+    };
+    s.out.erase(std::remove_if(s.out.begin(), s.out.end(), outside),
+                s.out.end());
+  }
   if (stats) *stats = s.stats;
   return std::move(s.out);
 }

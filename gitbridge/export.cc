@@ -40,6 +40,7 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
   s->host.emplace(std::move(*host));
   auto layers = Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace);
   if (!layers) return layers.error();
+  layers->policy = c.policy;
   s->layers = std::make_unique<Layers>(std::move(*layers));
   auto bridge = BridgeRepo::OpenOrCreate(c.bridge, s->host->objects_dir());
   if (!bridge) return bridge.error();

@@ -13,12 +13,14 @@
 #ifndef ACQFS_GITBRIDGE_EXPORT_H_
 #define ACQFS_GITBRIDGE_EXPORT_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/progress_fn.h"
 #include "fs/layer_format.h"
+#include "fs/policy.h"
 
 namespace acqfs::gitbridge {
 
@@ -29,6 +31,9 @@ struct ExportConfig {
   std::string bridge;   // <state>/<name>/bridge.git
   XattrNamespace xattr_namespace = XattrNamespace::kUser;
   ProgressFn progress;  // hears each step of Export (may be empty)
+  // The sandbox's policy: changes at hidden or read-only paths are never
+  // published (null: none).
+  std::shared_ptr<const Policy> policy;
 };
 
 struct RefUpdate {

@@ -200,6 +200,8 @@ void MountTest::SetUp() {
   tmp_->MakeDir("home", 0755);
   lower_ = tmp_->Sub("lower");
   ASSERT_TRUE(MakeLowerRepo(lower_));
+  PrepareLower(lower_);
+  if (HasFatalFailure()) return;
   sandbox_ = std::make_unique<Sandbox>(lower_, Options());
   ASSERT_TRUE(sandbox_->mounted()) << sandbox_->mount_failure();
 }

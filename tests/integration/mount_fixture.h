@@ -29,6 +29,9 @@ class MountTest : public ::testing::Test {
  protected:
   // The sandbox's mount options; a fixture may override them.
   virtual SandboxOptions Options() const { return {}; }
+  // Called with the lower (already a MakeLowerRepo tree) before mounting;
+  // a fixture may add files there.
+  virtual void PrepareLower(const std::string& lower) { (void)lower; }
   void SetUp() override;
   void TearDown() override;
 

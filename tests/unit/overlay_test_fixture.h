@@ -30,8 +30,10 @@ class OverlayTest : public ::testing::Test {
 
   // Opens the layers and creates the engine. Use as
   // ASSERT_NO_FATAL_FAILURE(Start()).
-  void Start(acqfs::XattrNamespace ns = acqfs::XattrNamespace::kUser) {
+  void Start(acqfs::XattrNamespace ns = acqfs::XattrNamespace::kUser,
+             std::shared_ptr<const acqfs::Policy> policy = nullptr) {
     ASSERT_OK_AND_ASSIGN(acqfs::Layers l, OpenLayers(t_, ns));
+    l.policy = std::move(policy);
     ASSERT_OK_AND_ASSIGN(ov_, acqfs::Overlay::Create(std::move(l)));
     ASSERT_NE(ov_->root(), nullptr);
   }

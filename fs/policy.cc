@@ -1,0 +1,217 @@
+#include "fs/policy.h"
+
+#include <fnmatch.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace acqfs {
+namespace {
+
+Error BadPattern(const std::string& text, const std::string& why) {
+  return Error::Of(EINVAL, "policy pattern (" + why + ")", "'" + text + "'");
+}
+
+// The end of the character class opening at text[i] == '[', or npos.
+size_t ClassEnd(const std::string& text, size_t i) {
+  size_t j = i + 1;
+  if (j < text.size() && (text[j] == '!' || text[j] == '^')) ++j;
+  if (j < text.size() && text[j] == ']') ++j;  // a leading ']' is literal
+  for (; j < text.size(); ++j) {
+    if (text[j] == '\\') {
+      ++j;
+      continue;
+    }
+    if (text[j] == '/') return std::string::npos;
+    if (text[j] == ']') return j;
+  }
+  return std::string::npos;
+}
+
+std::vector<std::string_view> SplitPath(std::string_view rel) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start <= rel.size()) {
+    size_t slash = rel.find('/', start);
+    if (slash == std::string_view::npos) slash = rel.size();
+    if (slash > start) out.push_back(rel.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return out;
+}
+
+bool MatchComponent(const std::string& pattern, std::string_view name) {
+  std::string n(name);
+  return ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0;
+}
+
+}  // namespace
+
+Result<PathGlob> PathGlob::Parse(const std::string& text) {
+  if (text.empty()) return BadPattern(text, "empty");
+  for (char ch : text)
+    if (ch == '\0' || ch == '\n')
+      return BadPattern(text, "holds a NUL or newline");
+  if (text[0] == '!')
+    return BadPattern(text,
+                      "'!' negation is not supported; write '\\!' "
+                      "for a name that starts with '!'");
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      if (i + 1 == text.size()) return BadPattern(text, "trailing backslash");
+      ++i;
+    } else if (text[i] == '[') {
+      size_t end = ClassEnd(text, i);
+      if (end == std::string::npos)
+        return BadPattern(text, "'[' without its closing ']'");
+      i = end;
+    }
+  }
+  PathGlob g;
+  g.text_ = text;
+  std::string body = text;
+  if (body.back() == '/') {
+    g.dir_only_ = true;
+    body.pop_back();
+  }
+  if (!body.empty() && body[0] == '/') {
+    g.anchored_ = true;
+    body.erase(0, 1);
+  }
+  if (body.empty()) return BadPattern(text, "matches no name");
+  if (body.find('/') != std::string::npos) g.anchored_ = true;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = body.find('/', start);
+    std::string part = body.substr(
+        start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty()) return BadPattern(text, "empty path component");
+    if (part == "." || part == "..")
+      return BadPattern(text, "'.' and '..' components are not allowed");
+    g.parts_.push_back(part);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return g;
+}
+
+bool PathGlob::MatchFrom(size_t part,
+                         const std::vector<std::string_view>& comps,
+                         size_t comp) const {
+  if (part == parts_.size()) return comp == comps.size();
+  if (parts_[part] == "**") {
+    for (size_t c = comp; c <= comps.size(); ++c)
+      if (MatchFrom(part + 1, comps, c)) return true;
+    return false;
+  }
+  if (comp == comps.size()) return false;
+  return MatchComponent(parts_[part], comps[comp]) &&
+         MatchFrom(part + 1, comps, comp + 1);
+}
+
+bool PathGlob::Matches(std::string_view rel, bool is_dir) const {
+  if (dir_only_ && !is_dir) return false;
+  std::vector<std::string_view> comps = SplitPath(rel);
+  if (comps.empty()) return false;
+  if (!anchored_) return MatchComponent(parts_[0], comps.back());
+  return MatchFrom(0, comps, 0);
+}
+
+Result<Policy> Policy::Make(const std::vector<std::string>& hide,
+                            const std::vector<std::string>& read_only,
+                            uint64_t quota_bytes) {
+  Policy p;
+  for (const auto& h : hide) {
+    auto g = PathGlob::Parse(h);
+    if (!g) return g.error();
+    p.hide_.push_back(std::move(*g));
+  }
+  for (const auto& r : read_only) {
+    auto g = PathGlob::Parse(r);
+    if (!g) return g.error();
+    p.read_only_.push_back(std::move(*g));
+  }
+  p.quota_bytes_ = quota_bytes;
+  return p;
+}
+
+const std::vector<std::string>& Policy::SecretPatterns() {
+  static const std::vector<std::string> kSecrets = {
+      ".env",    ".env.*",         "*.pem",   "*.key",     "*.p12",
+      "*.pfx",   "id_rsa*",        "id_dsa*", "id_ecdsa*", "id_ed25519*",
+      ".npmrc",  ".pypirc",        ".netrc",  ".pgpass",   ".git-credentials",
+      ".aws/",   ".ssh/",          ".gnupg/", ".docker/",  ".kube/",
+      ".azure/", ".config/gcloud/"};
+  return kSecrets;
+}
+
+bool Policy::AnyMatches(const std::vector<PathGlob>& globs,
+                        std::string_view rel, bool is_dir) {
+  for (const auto& g : globs)
+    if (g.Matches(rel, is_dir)) return true;
+  return false;
+}
+
+bool Policy::MatchesWithAncestors(const std::vector<PathGlob>& globs,
+                                  std::string_view rel, bool is_dir) {
+  if (globs.empty()) return false;
+  for (size_t slash = rel.find('/'); slash != std::string_view::npos;
+       slash = rel.find('/', slash + 1)) {
+    if (AnyMatches(globs, rel.substr(0, slash), true)) return true;
+  }
+  return AnyMatches(globs, rel, is_dir);
+}
+
+bool Policy::HidesLower(std::string_view rel, bool is_dir) const {
+  return AnyMatches(hide_, rel, is_dir);
+}
+
+bool Policy::HiddenPath(std::string_view rel, bool is_dir) const {
+  return MatchesWithAncestors(hide_, rel, is_dir);
+}
+
+bool Policy::ReadOnly(std::string_view rel, bool is_dir) const {
+  return MatchesWithAncestors(read_only_, rel, is_dir);
+}
+
+Result<uint64_t> ParseSize(const std::string& text) {
+  auto bad = [&](const std::string& why) -> Error {
+    return Error::Of(EINVAL, "size (" + why + ")", "'" + text + "'");
+  };
+  size_t i = 0;
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) return bad("expected a number such as 500M or 2G");
+  std::string number = text.substr(0, i);
+  std::string unit = text.substr(i);
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(number.c_str(), &end);
+  if (errno != 0 || end != number.c_str() + number.size())
+    return bad("not a number");
+  double mult = 1;
+  if (!unit.empty()) {
+    char u =
+        static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+    std::string rest = unit.substr(1);
+    const std::string kUnits = "KMGT";
+    size_t k = kUnits.find(u);
+    if (u == 'B' && rest.empty()) {
+      mult = 1;
+    } else if (k != std::string::npos &&
+               (rest.empty() || rest == "B" || rest == "iB" || rest == "ib")) {
+      mult = std::pow(1024.0, static_cast<double>(k + 1));
+    } else {
+      return bad("unknown unit; use K, M, G or T");
+    }
+  }
+  double bytes = std::floor(v * mult);
+  if (!(bytes >= 1)) return bad("must be at least one byte");
+  if (bytes >= 1.8e19) return bad("too large");
+  return static_cast<uint64_t>(bytes);
+}
+
+}  // namespace acqfs

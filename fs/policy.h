@@ -1,0 +1,96 @@
+// A sandbox's boundaries (docs/sandboxes.md, "Policy"): lower paths the
+// sandbox cannot see, paths it may read but not change, and a cap on the
+// size of its upper layer. The patterns are gitignore-style globs over paths
+// relative to the layer roots. No FUSE here: the lookup rules (fs/layer),
+// the overlay, the change scan and the git bridge all consult one Policy.
+// Thread-safety: immutable after construction; share freely.
+#ifndef ACQFS_FS_POLICY_H_
+#define ACQFS_FS_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+// One gitignore-style pattern:
+//   - without a slash (a trailing one aside) it matches a name at any depth:
+//     "*.pem", ".env.*";
+//   - with a slash elsewhere it matches the whole relative path, anchored at
+//     the root ("config/prod.json"; a leading slash only anchors: "/build");
+//   - a trailing slash matches directories only: ".ssh/";
+//   - "*" and "?" never match '/', "[...]" is a character class, "\" quotes
+//     the next character, and "**" as a whole component matches any number
+//     of components (none included): "**/id_rsa", "secrets/**", "a/**/b".
+// A match on a directory covers everything below it (see Policy).
+// Refused (EINVAL naming the pattern): an empty pattern, "!" negation, "."
+// or ".." components, an unclosed "[", a trailing backslash, a NUL or
+// newline.
+class PathGlob {
+ public:
+  static Result<PathGlob> Parse(const std::string& text);
+
+  // `rel`: a path relative to the root without a leading slash.
+  bool Matches(std::string_view rel, bool is_dir) const;
+  const std::string& text() const { return text_; }
+
+ private:
+  bool MatchFrom(size_t part, const std::vector<std::string_view>& comps,
+                 size_t comp) const;
+
+  std::string text_;
+  std::vector<std::string> parts_;  // components; "**" matches any number
+  bool anchored_ = false;
+  bool dir_only_ = false;
+};
+
+class Policy {
+ public:
+  // Builds a policy; EINVAL naming the first pattern that does not parse.
+  static Result<Policy> Make(const std::vector<std::string>& hide,
+                             const std::vector<std::string>& read_only,
+                             uint64_t quota_bytes);
+
+  // The patterns `--hide-secrets` adds (docs/sandboxes.md lists them).
+  static const std::vector<std::string>& SecretPatterns();
+
+  // Does a hide pattern match the lower object at `rel`? Only the object
+  // itself is tested: the lookup rules never reach below a hidden
+  // directory. See HiddenPath for a whole path.
+  bool HidesLower(std::string_view rel, bool is_dir) const;
+  // Is `rel` hidden, itself or through a hidden ancestor directory?
+  bool HiddenPath(std::string_view rel, bool is_dir) const;
+  // Is `rel`, or a directory above it, read-only?
+  bool ReadOnly(std::string_view rel, bool is_dir) const;
+
+  bool hides_anything() const { return !hide_.empty(); }
+  bool has_read_only() const { return !read_only_.empty(); }
+  uint64_t quota_bytes() const { return quota_bytes_; }
+  bool empty() const {
+    return hide_.empty() && read_only_.empty() && quota_bytes_ == 0;
+  }
+
+  const std::vector<PathGlob>& hide() const { return hide_; }
+  const std::vector<PathGlob>& read_only() const { return read_only_; }
+
+ private:
+  static bool AnyMatches(const std::vector<PathGlob>& globs,
+                         std::string_view rel, bool is_dir);
+  static bool MatchesWithAncestors(const std::vector<PathGlob>& globs,
+                                   std::string_view rel, bool is_dir);
+
+  std::vector<PathGlob> hide_, read_only_;
+  uint64_t quota_bytes_ = 0;
+};
+
+// Parses a size such as "500M", "2G", "1.5GiB", "4096" (bytes; K/M/G/T
+// suffixes are powers of 1024, an optional "B" or "iB" after them).
+// EINVAL naming the text when it is not a positive size.
+Result<uint64_t> ParseSize(const std::string& text);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_POLICY_H_

@@ -1,0 +1,418 @@
+// A sandbox's policy (docs/sandboxes.md): hidden lower paths, read-only
+// paths and the quota, tried every way a process in the sandbox can, and
+// what status, diff, export and the kernel overlayfs make of the layers.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/binaries.h"
+#include "harness/mounts.h"
+#include "mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  EXPECT_TRUE(ListDir(dir, &names)) << dir;
+  return names;
+}
+
+bool Has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+CommandResult Acqfs(const Sandbox& sb, std::vector<std::string> args) {
+  std::vector<std::string> argv = {AcqfsBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--state-dir");
+  argv.push_back(sb.state_dir());
+  return RunCommand(argv, 60);
+}
+
+// ---------------------------------------------------------------- hide
+
+class Hidden : public MountTest {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"--hide", ".env",   "--hide",
+                          "*.pem",  "--hide", "secrets/"};
+    return o;
+  }
+  void PrepareLower(const std::string& lower) override {
+    ASSERT_TRUE(WriteFile(lower + "/.env", "TOKEN=host-secret-1\n"));
+    ASSERT_SYS_OK(::mkdir((lower + "/app").c_str(), 0755));
+    ASSERT_TRUE(WriteFile(lower + "/app/.env", "TOKEN=host-secret-2\n"));
+    ASSERT_TRUE(WriteFile(lower + "/app/config.txt", "ok\n"));
+    ASSERT_SYS_OK(::mkdir((lower + "/tls").c_str(), 0755));
+    ASSERT_TRUE(WriteFile(lower + "/tls/server.pem", "host-secret-3\n"));
+    ASSERT_SYS_OK(::mkdir((lower + "/secrets").c_str(), 0700));
+    ASSERT_SYS_OK(::mkdir((lower + "/secrets/db").c_str(), 0700));
+    ASSERT_TRUE(
+        WriteFile(lower + "/secrets/db/password.txt", "host-secret-4\n"));
+    // .env is tracked, as careless repositories have it.
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"add", "-f", ".env", "app/config.txt"},
+          std::vector<std::string>{"commit", "-q", "-m", "env"}}) {
+      CommandResult r = RunGit(lower, args, home());
+      ASSERT_TRUE(r.ok()) << r.Describe();
+    }
+  }
+  const std::vector<std::string> kHidden = {
+      ".env",    "app/.env",   "tls/server.pem",
+      "secrets", "secrets/db", "secrets/db/password.txt"};
+};
+
+TEST_F(Hidden, HiddenPathsDoNotExistForAnyCall) {
+  for (const auto& rel : kHidden) {
+    SCOPED_TRACE(rel);
+    EXPECT_EQ(LstatErrno(M(rel)), ENOENT);
+    EXPECT_SYS_ERRNO(::open(M(rel).c_str(), O_RDONLY), ENOENT);
+    char buf[64];
+    EXPECT_SYS_ERRNO(::lgetxattr(M(rel).c_str(), "user.x", buf, sizeof buf),
+                     ENOENT);
+    EXPECT_SYS_ERRNO(::llistxattr(M(rel).c_str(), buf, sizeof buf), ENOENT);
+    EXPECT_SYS_ERRNO(::access(M(rel).c_str(), F_OK), ENOENT);
+  }
+  EXPECT_FALSE(Has(Names(M("")), ".env"));
+  EXPECT_FALSE(Has(Names(M("")), "secrets"));
+  EXPECT_EQ(Names(M("app")), std::vector<std::string>{"config.txt"});
+  EXPECT_TRUE(Names(M("tls")).empty());
+  // Relative to an open directory, as a racing process would try.
+  int dfd = ::open(M("app").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0);
+  EXPECT_SYS_ERRNO(::openat(dfd, ".env", O_RDONLY), ENOENT);
+  std::string self = "/proc/self/fd/" + std::to_string(dfd) + "/.env";
+  EXPECT_SYS_ERRNO(::open(self.c_str(), O_RDONLY), ENOENT);
+  ::close(dfd);
+  // A link, a rename, a symlink through it.
+  EXPECT_SYS_ERRNO(::link(M(".env").c_str(), M("stolen").c_str()), ENOENT);
+  EXPECT_SYS_ERRNO(::rename(M(".env").c_str(), M("stolen").c_str()), ENOENT);
+  ASSERT_SYS_OK(::symlink(".env", M("peek").c_str()));
+  EXPECT_SYS_ERRNO(::open(M("peek").c_str(), O_RDONLY), ENOENT);
+  ASSERT_SYS_OK(::symlink("../secrets/db/password.txt", M("app/peek").c_str()));
+  EXPECT_SYS_ERRNO(::open(M("app/peek").c_str(), O_RDONLY), ENOENT);
+  // Directory link counts do not count a hidden subdirectory.
+  struct stat st;
+  ASSERT_TRUE(Lstat(M(""), &st));
+  EXPECT_EQ(st.st_nlink, 1u);
+}
+
+TEST_F(Hidden, FindAndGrepSeeNothingOfIt) {
+  CommandResult grep = RunCommand({"grep", "-r", "host-secret", M("")}, 60);
+  EXPECT_EQ(grep.exit_code, 1) << grep.Describe();  // 1: nothing found
+  EXPECT_EQ(grep.out, "");
+  CommandResult find = RunCommand({"find", M("")}, 60);
+  ASSERT_TRUE(find.ok()) << find.Describe();
+  for (const char* leak : {"/.env\n", "server.pem", "secrets", "password"})
+    EXPECT_EQ(find.out.find(leak), std::string::npos) << leak;
+}
+
+TEST_F(Hidden, RenamingTheParentCarriesNoHiddenContent) {
+  ASSERT_SYS_OK(::rename(M("app").c_str(), M("app2").c_str()));
+  ASSERT_SYS_OK(::rename(M("tls").c_str(), M("tls2").c_str()));
+  EXPECT_EQ(ContentOf(M("app2/config.txt")), "ok\n");
+  EXPECT_EQ(LstatErrno(M("app2/.env")), ENOENT);
+  EXPECT_TRUE(Names(M("tls2")).empty());
+  CommandResult grep =
+      RunCommand({"grep", "-r", "host-secret", sandbox().upper()}, 60);
+  EXPECT_EQ(grep.exit_code, 1) << grep.Describe();
+  EXPECT_EQ(ContentOf(L("app/.env")), "TOKEN=host-secret-2\n");
+}
+
+TEST_F(Hidden, ASandboxFileOfAHiddenNameIsItsOwn) {
+  ASSERT_TRUE(WriteFile(M(".env"), "mine\n"));
+  EXPECT_EQ(ContentOf(M(".env")), "mine\n");
+  EXPECT_EQ(ContentOf(U(".env")), "mine\n");
+  EXPECT_EQ(ContentOf(L(".env")), "TOKEN=host-secret-1\n");
+  ASSERT_SYS_OK(::unlink(M(".env").c_str()));
+  EXPECT_EQ(LstatErrno(M(".env")), ENOENT);
+  // A directory of a hidden directory's name starts empty.
+  ASSERT_SYS_OK(::mkdir(M("secrets").c_str(), 0755));
+  EXPECT_TRUE(Names(M("secrets")).empty());
+  ASSERT_TRUE(WriteFile(M("secrets/mine.txt"), "x"));
+  EXPECT_EQ(Names(M("secrets")), std::vector<std::string>{"mine.txt"});
+}
+
+TEST_F(Hidden, KernelOverlayfsDoesNotMergeTheSandboxsOwnDirectory) {
+  ASSERT_SYS_OK(::mkdir(M("secrets").c_str(), 0755));
+  ASSERT_TRUE(sandbox().Unmount());
+  const std::string target = tmp().MakeDir("kernel-view");
+  MountGuard guard(target);
+  CommandResult r = MountKernelOverlay(sandbox().lower(), sandbox().upper(),
+                                       sandbox().work(), target);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  // Made opaque over the hidden lower directory: nothing shows through.
+  EXPECT_TRUE(Names(target + "/secrets").empty());
+}
+
+TEST_F(Hidden, StatusDiffAndExportLeaveHiddenPathsOut) {
+  ASSERT_TRUE(WriteFile(M(".env"), "TOKEN=sandbox-made\n"));
+  ASSERT_TRUE(WriteFile(M("new.txt"), "n\n"));
+  CommandResult status = Acqfs(sandbox(), {"status", sandbox().name()});
+  ASSERT_TRUE(status.ok()) << status.Describe();
+  EXPECT_NE(status.out.find("A new.txt\n"), std::string::npos) << status.out;
+  EXPECT_EQ(status.out.find(" .env\n"), std::string::npos) << status.out;
+  EXPECT_EQ(status.out.rfind("# policy: hide .env, *.pem, secrets/", 0), 0u)
+      << status.out;
+  CommandResult diff = Acqfs(sandbox(), {"diff", sandbox().name()});
+  ASSERT_TRUE(diff.ok()) << diff.Describe();
+  EXPECT_EQ(diff.out.find("host-secret"), std::string::npos) << diff.out;
+  EXPECT_EQ(diff.out.find("sandbox-made"), std::string::npos) << diff.out;
+  EXPECT_NE(diff.out.find("new.txt"), std::string::npos) << diff.out;
+
+  ASSERT_TRUE(sandbox().Unmount());  // exports
+  std::string remote = "sandbox-" + sandbox().name();
+  CommandResult fetch = RunGit(lower(), {"fetch", "-q", remote}, home());
+  ASSERT_TRUE(fetch.ok()) << fetch.Describe();
+  std::string wt = remote + "/acqfs-worktree";
+  CommandResult added = RunGit(lower(), {"show", wt + ":new.txt"}, home());
+  ASSERT_TRUE(added.ok()) << added.Describe();
+  EXPECT_EQ(added.out, "n\n");
+  // The tracked .env is the host's own, untouched by the sandbox's file.
+  CommandResult env = RunGit(lower(), {"show", wt + ":.env"}, home());
+  ASSERT_TRUE(env.ok()) << env.Describe();
+  EXPECT_EQ(env.out, "TOKEN=host-secret-1\n");
+}
+
+TEST_F(Hidden, GitStatusInTheSandboxShowsATrackedHiddenFileAsDeleted) {
+  // Documented in docs/sandboxes.md: git sees what the sandbox sees.
+  CommandResult r =
+      RunGit(sandbox().mountpoint(), {"status", "--porcelain"}, home());
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find(" D .env\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("app/config.txt"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------- read-only
+
+// Both file modes: handle-less (the default) and `-o handles`.
+std::vector<std::string> ModeArgs(const std::string& mode) {
+  if (mode.empty()) return {};
+  return {"-o", mode};
+}
+
+std::string ModeName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param.empty() ? "HandleLess" : "Handles";
+}
+
+class ReadOnly : public MountTest,
+                 public ::testing::WithParamInterface<std::string> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"--read-only", "vendor/",     "--read-only",
+                          "/Makefile",   "--read-only", "tree/locked/"};
+    for (const auto& a : ModeArgs(GetParam())) o.extra_mount_args.push_back(a);
+    return o;
+  }
+  void PrepareLower(const std::string& lower) override {
+    ASSERT_TRUE(WriteFile(lower + "/Makefile", "all:\n"));
+    ASSERT_SYS_OK(::mkdir((lower + "/vendor").c_str(), 0755));
+    ASSERT_SYS_OK(::mkdir((lower + "/vendor/sub").c_str(), 0755));
+    ASSERT_TRUE(WriteFile(lower + "/vendor/lib.c", "int x;\n"));
+    ASSERT_SYS_OK(::mkdir((lower + "/tree").c_str(), 0755));
+    ASSERT_SYS_OK(::mkdir((lower + "/tree/locked").c_str(), 0755));
+    ASSERT_TRUE(WriteFile(lower + "/tree/locked/a", "a"));
+    ASSERT_TRUE(WriteFile(lower + "/tree/free.txt", "f"));
+  }
+};
+
+TEST_P(ReadOnly, EveryChangeFailsWithErofsAndTheUpperStaysAsItWas) {
+  ASSERT_TRUE(WriteFile(M("other.txt"), "o"));
+  const SnapshotOptions options = SnapshotOptions::Everything();
+  TreeSnapshot before = Snapshot(sandbox().upper(), options);
+  EXPECT_EQ(ContentOf(M("Makefile")), "all:\n");  // reading is fine
+  EXPECT_EQ(ContentOf(M("vendor/lib.c")), "int x;\n");
+  for (const char* rel : {"Makefile", "vendor/lib.c"}) {
+    SCOPED_TRACE(rel);
+    std::string p = M(rel);
+    // The handle-less mode may let open(O_WRONLY) through; the write fails.
+    int fd = ::open(p.c_str(), O_WRONLY | O_APPEND);
+    if (fd >= 0) {
+      EXPECT_SYS_ERRNO(::write(fd, "x", 1), EROFS);
+      ::close(fd);
+    } else {
+      EXPECT_EQ(errno, EROFS);
+    }
+    EXPECT_SYS_ERRNO(::open(p.c_str(), O_WRONLY | O_TRUNC), EROFS);
+    EXPECT_SYS_ERRNO(::truncate(p.c_str(), 0), EROFS);
+    EXPECT_SYS_ERRNO(::chmod(p.c_str(), 0600), EROFS);
+    EXPECT_SYS_ERRNO(::lchown(p.c_str(), 1, 1), EROFS);
+    struct timeval tv[2] = {{1, 0}, {1, 0}};
+    EXPECT_SYS_ERRNO(::utimes(p.c_str(), tv), EROFS);
+    EXPECT_SYS_ERRNO(::lsetxattr(p.c_str(), "user.k", "v", 1, 0), EROFS);
+    EXPECT_SYS_ERRNO(::lremovexattr(p.c_str(), "user.k"), EROFS);
+    EXPECT_SYS_ERRNO(::unlink(p.c_str()), EROFS);
+    EXPECT_SYS_ERRNO(::rename(p.c_str(), M("moved").c_str()), EROFS);
+    EXPECT_SYS_ERRNO(::link(p.c_str(), M("linked").c_str()), EROFS);
+  }
+  EXPECT_SYS_ERRNO(::rename(M("other.txt").c_str(), M("Makefile").c_str()),
+                   EROFS);
+  EXPECT_SYS_ERRNO(::link(M("other.txt").c_str(), M("vendor/o").c_str()),
+                   EROFS);
+  // Below a read-only directory nothing is created or removed.
+  EXPECT_SYS_ERRNO(::open(M("vendor/new.c").c_str(), O_CREAT | O_WRONLY, 0644),
+                   EROFS);
+  EXPECT_SYS_ERRNO(::mkdir(M("vendor/d").c_str(), 0755), EROFS);
+  EXPECT_SYS_ERRNO(::symlink("x", M("vendor/l").c_str()), EROFS);
+  EXPECT_SYS_ERRNO(::rmdir(M("vendor/sub").c_str()), EROFS);
+  EXPECT_SYS_ERRNO(::chmod(M("vendor").c_str(), 0700), EROFS);
+  EXPECT_SYS_ERRNO(::rename(M("vendor").c_str(), M("v2").c_str()), EROFS);
+  // Moving a directory would move the read-only paths inside it.
+  EXPECT_SYS_ERRNO(::rename(M("tree").c_str(), M("tree2").c_str()), EROFS);
+  EXPECT_TRUE(SnapshotsEqual(before, Snapshot(sandbox().upper(), options)));
+  // Elsewhere the sandbox writes as usual.
+  ASSERT_TRUE(AppendFile(M("tree/free.txt"), "+"));
+  EXPECT_EQ(ContentOf(M("tree/free.txt")), "f+");
+  EXPECT_EQ(ContentOf(M("tree/locked/a")), "a");
+}
+
+// ---------------------------------------------------------------- quota
+
+class QuotaTest : public MountTest,
+                  public ::testing::WithParamInterface<std::string> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"--quota", "1M"};
+    for (const auto& a : ModeArgs(GetParam())) o.extra_mount_args.push_back(a);
+    return o;
+  }
+  void PrepareLower(const std::string& lower) override {
+    ASSERT_TRUE(WriteFile(lower + "/big-lower.bin", std::string(700000, 'L')));
+  }
+};
+
+TEST_P(QuotaTest, FillingPastTheQuotaFailsCleanlyAndDeletingFreesIt) {
+  const std::string chunk(4096, 'q');
+  ASSERT_SYS_OK(::mkdir(M("many").c_str(), 0755));
+  int written = 0, err = 0;
+  for (int i = 0; i < 400 && err == 0; ++i) {
+    std::string p = M("many/f" + std::to_string(i));
+    int fd = ::open(p.c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << p;
+    if (::write(fd, chunk.data(), chunk.size()) ==
+        static_cast<ssize_t>(chunk.size()))
+      ++written;
+    else
+      err = errno;
+    ::close(fd);
+  }
+  EXPECT_EQ(err, EDQUOT);
+  EXPECT_EQ(written, 256);  // 1 MiB / 4 KiB
+  // One large write fails as a whole; a copy-up of a big lower file too.
+  int fd = ::open(M("large.out").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  std::string large(2 << 20, 'B');
+  EXPECT_SYS_ERRNO(::write(fd, large.data(), large.size()), EDQUOT);
+  ::close(fd);
+  EXPECT_SYS_ERRNO(::truncate(M("big-lower.bin").c_str(), 100), EDQUOT);
+  EXPECT_FALSE(Exists(U("big-lower.bin")));
+  // ls shows the use.
+  CommandResult ls = Acqfs(sandbox(), {"ls", "--json"});
+  ASSERT_TRUE(ls.ok()) << ls.Describe();
+  auto j = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["policy"]["quota_bytes"], 1u << 20);
+  EXPECT_LE(j[0]["quota_used_bytes"].get<uint64_t>(), 1u << 20);
+  EXPECT_GE(j[0]["quota_used_bytes"].get<uint64_t>(), 256u * 4096);
+  // Deleting frees quota: the copy-up fits now.
+  for (int i = 0; i < 200; ++i)
+    ASSERT_SYS_OK(::unlink(M("many/f" + std::to_string(i)).c_str()));
+  ASSERT_SYS_OK(::truncate(M("big-lower.bin").c_str(), 100));
+  EXPECT_EQ(ContentOf(M("big-lower.bin")), std::string(100, 'L'));
+  ASSERT_TRUE(WriteFile(M("after.txt"), "still room\n"));
+  // The kernel overlayfs mounts the layers and sees the same tree.
+  const SnapshotOptions options = SnapshotOptions::MergedView();
+  TreeSnapshot fuse_view = Snapshot(sandbox().mountpoint(), options);
+  ASSERT_TRUE(sandbox().Unmount());
+  const std::string target = tmp().MakeDir("kernel-view");
+  MountGuard guard(target);
+  CommandResult k = MountKernelOverlay(sandbox().lower(), sandbox().upper(),
+                                       sandbox().work(), target);
+  ASSERT_TRUE(k.ok()) << k.Describe();
+  TreeSnapshot kernel_view = Snapshot(target, options);
+  fuse_view.root = "acqfs";
+  kernel_view.root = "kernel overlayfs";
+  EXPECT_TRUE(SnapshotsEqual(fuse_view, kernel_view, 40));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReadOnly,
+                         ::testing::Values(std::string(), "handles"), ModeName);
+INSTANTIATE_TEST_SUITE_P(Modes, QuotaTest,
+                         ::testing::Values(std::string(), "handles"), ModeName);
+
+// ---------------------------------------------------------------- refusals
+
+class PolicyRefusal : public MountTest {};
+
+TEST_F(PolicyRefusal, ABadPatternOrSizeMountsNothing) {
+  const std::string mnt = tmp().MakeDir("refused-mnt");
+  const std::string state = tmp().Sub("refused-state");
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--hide", "keys[0-9"}, "'keys[0-9'"},
+      {{"--read-only", "!x"}, "'!x'"},
+      {{"--quota", "lots"}, "'lots'"},
+      {{"--quota", "1M", "-o", "writeback"}, "writeback"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {AcqfsBinary(), "mount",  lower(),
+                                     mnt,           "--name", "refused",
+                                     "--state-dir", state};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    CommandResult r = RunCommand(argv, 30);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.Describe();
+    EXPECT_FALSE(FindMount(mnt).has_value());
+    EXPECT_FALSE(Exists(state + "/refused"));
+  }
+}
+
+TEST_F(PolicyRefusal, ARemountCannotChangeThePolicy) {
+  const std::string mnt = tmp().MakeDir("pol-mnt");
+  const std::string state = tmp().Sub("pol-state");
+  auto mount = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {AcqfsBinary(), "mount",  lower(),
+                                     mnt,           "--name", "pol",
+                                     "--state-dir", state};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv, 30);
+  };
+  auto umount = [&] {
+    return RunCommand(
+        {AcqfsBinary(), "umount", "pol", "--no-export", "--state-dir", state},
+        60);
+  };
+  MountGuard guard(mnt);
+  CommandResult first = mount({"--hide", ".env"});
+  ASSERT_TRUE(first.ok()) << first.Describe();
+  ASSERT_TRUE(umount().ok());
+  CommandResult changed = mount({"--hide", "*.key"});
+  EXPECT_EQ(changed.exit_code, 1) << changed.Describe();
+  EXPECT_NE(changed.err.find("cannot change"), std::string::npos)
+      << changed.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  CommandResult again = mount({});  // the recorded policy applies
+  ASSERT_TRUE(again.ok()) << again.Describe();
+  ASSERT_TRUE(WriteFile(lower() + "/.env", "s"));
+  EXPECT_EQ(LstatErrno(mnt + "/.env"), ENOENT);
+  ASSERT_TRUE(umount().ok());
+  RunCommand({AcqfsBinary(), "rm", "--force", "pol", "--state-dir", state}, 60);
+}
+
+}  // namespace
+}  // namespace acqfs::test
