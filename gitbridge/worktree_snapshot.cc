@@ -151,6 +151,64 @@ Status AddChange(Snapshot* s, const Change& c) {
   return Ok();
 }
 
+struct HiddenWalk {
+  const Policy* policy;
+  std::string root;  // the removed directory's path
+  std::vector<TreeEdit>* keep;
+};
+
+int CollectHidden(const char* dir, const git_tree_entry* entry, void* data) {
+  auto* w = static_cast<HiddenWalk*>(data);
+  git_filemode_t mode = git_tree_entry_filemode(entry);
+  std::string path = w->root + "/" + dir + git_tree_entry_name(entry);
+  if (mode == GIT_FILEMODE_TREE) return 0;  // its entries come next
+  // HiddenPath also answers for entries below a hidden directory.
+  if (w->policy->HiddenPath(path, false))
+    w->keep->push_back(
+        TreeEdit{TreeEdit::kPut, path, mode, *git_tree_entry_id(entry)});
+  return 0;
+}
+
+// A directory the sandbox removed may hold tracked entries the policy hid
+// from it: the sandbox never saw them, so the snapshot keeps them as the
+// base has them. Only the base subtrees of removed directories are walked.
+// An entry is not kept where the sandbox put a file on the way to it (git
+// cannot hold both).
+Status KeepHiddenBaseEntries(const git_tree* base, const Policy& policy,
+                             std::vector<TreeEdit>* edits) {
+  if (!base || !policy.hides_anything()) return Ok();
+  std::vector<TreeEdit> keep;
+  for (const TreeEdit& e : *edits) {
+    if (e.kind != TreeEdit::kRemove) continue;
+    git_tree_entry* raw = nullptr;
+    int rc = git_tree_entry_bypath(&raw, base, e.path.c_str());
+    GitTreeEntry entry(raw);
+    if (rc == GIT_ENOTFOUND) continue;
+    if (rc < 0) return GitError(rc, "git_tree_entry_bypath", e.path);
+    if (git_tree_entry_filemode(entry.get()) != GIT_FILEMODE_TREE) continue;
+    git_tree* sub_raw = nullptr;
+    rc = git_tree_lookup(&sub_raw, git_tree_owner(base),
+                         git_tree_entry_id(entry.get()));
+    GitTree sub(sub_raw);
+    if (rc < 0) return GitError(rc, "git_tree_lookup", e.path);
+    HiddenWalk w{&policy, e.path, &keep};
+    rc = git_tree_walk(sub.get(), GIT_TREEWALK_PRE, CollectHidden, &w);
+    if (rc < 0) return GitError(rc, "git_tree_walk", e.path);
+  }
+  std::vector<std::string> put_files;
+  for (const TreeEdit& e : *edits)
+    if (e.kind == TreeEdit::kPut) put_files.push_back(e.path);
+  for (TreeEdit& k : keep) {
+    bool blocked = false;
+    for (const std::string& f : put_files)
+      if (k.path.size() > f.size() && k.path.compare(0, f.size(), f) == 0 &&
+          k.path[f.size()] == '/')
+        blocked = true;
+    if (!blocked) edits->push_back(std::move(k));
+  }
+  return Ok();
+}
+
 }  // namespace
 
 Result<git_oid> BuildWorktreeTree(git_repository* repo,
@@ -175,6 +233,8 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
     ACQFS_TRY(AddChange(&s, c));
     if (++added % 100 == 0) Report(progress, "hashing changed files", added);
   }
+  if (layers.policy)
+    ACQFS_TRY(KeepHiddenBaseEntries(base.get(), *layers.policy, &s.edits));
   Report(progress, "writing trees");
   auto id = ApplyTreeEdits(repo, base_tree, s.edits);
   if (!id) return id.error();

@@ -184,6 +184,28 @@ TEST_F(Hidden, StatusDiffAndExportLeaveHiddenPathsOut) {
   EXPECT_EQ(env.out, "TOKEN=host-secret-1\n");
 }
 
+TEST_F(Hidden, RemovingADirectoryKeepsItsHiddenTrackedFilesInTheExport) {
+  // app/ holds the tracked config.txt and, hidden, app/.env (tracked too).
+  CommandResult add = RunGit(lower(), {"add", "-f", "app/.env"}, home());
+  ASSERT_TRUE(add.ok()) << add.Describe();
+  CommandResult commit =
+      RunGit(lower(), {"commit", "-q", "-m", "app env"}, home());
+  ASSERT_TRUE(commit.ok()) << commit.Describe();
+  CommandResult rm = RunCommand({"rm", "-rf", M("app")}, 60);
+  ASSERT_TRUE(rm.ok()) << rm.Describe();
+  ASSERT_TRUE(sandbox().Unmount());  // exports
+  std::string remote = "sandbox-" + sandbox().name();
+  ASSERT_TRUE(RunGit(lower(), {"fetch", "-q", remote}, home()).ok());
+  std::string wt = remote + "/acqfs-worktree";
+  CommandResult tree =
+      RunGit(lower(), {"ls-tree", "-r", "--name-only", wt}, home());
+  ASSERT_TRUE(tree.ok()) << tree.Describe();
+  EXPECT_EQ(tree.out.find("app/config.txt"), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("app/.env\n"), std::string::npos) << tree.out;
+  CommandResult env = RunGit(lower(), {"show", wt + ":app/.env"}, home());
+  EXPECT_EQ(env.out, "TOKEN=host-secret-2\n");
+}
+
 TEST_F(Hidden, GitStatusInTheSandboxShowsATrackedHiddenFileAsDeleted) {
   // Documented in docs/sandboxes.md: git sees what the sandbox sees.
   CommandResult r =
