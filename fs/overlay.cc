@@ -438,28 +438,7 @@ Status Overlay::CheckWritable(const std::string& rel, bool is_dir,
                    "/" + rel);
 }
 
-Status Overlay::CheckMovable(Node* dir, const char* op) {
-  if (!layers_.policy || !layers_.policy->has_read_only()) return Ok();
-  std::vector<DirView> todo = {ViewOf(dir)};
-  while (!todo.empty()) {
-    DirView view = std::move(todo.back());
-    todo.pop_back();
-    auto entries = ListMerged(layers_, view);
-    if (!entries) return entries.error();
-    for (const auto& e : *entries) {
-      std::string rel = sys::Join(view.path, e.name);
-      ACQFS_TRY(CheckWritable(rel, e.type == DT_DIR, op));
-      if (e.type != DT_DIR) continue;
-      auto c = ResolveChild(layers_, view, e.name);
-      if (!c) return c.error();
-      if (c->exists && c->is_dir()) todo.push_back(c->AsDir(rel));
-    }
-  }
-  return Ok();
-}
-
-Result<uint64_t> Overlay::LowerBytesBelow(Node* dir) {
-  uint64_t total = 0;
+Status Overlay::ForEachBelow(Node* dir, const BelowVisitor& visit) {
   std::vector<DirView> todo = {ViewOf(dir)};
   while (!todo.empty()) {
     DirView view = std::move(todo.back());
@@ -471,14 +450,28 @@ Result<uint64_t> Overlay::LowerBytesBelow(Node* dir) {
       if (!c) return c.error();
       if (!c->exists) continue;
       std::string rel = sys::Join(view.path, e.name);
-      if (c->is_dir()) {
-        todo.push_back(c->AsDir(rel));
-      } else if (!c->upper && (S_ISREG(c->lower_st.st_mode) ||
-                               S_ISLNK(c->lower_st.st_mode))) {
-        total += static_cast<uint64_t>(c->lower_st.st_size);
-      }
+      ACQFS_TRY(visit(rel, *c));
+      if (c->is_dir()) todo.push_back(c->AsDir(rel));
     }
   }
+  return Ok();
+}
+
+Status Overlay::CheckMovable(Node* dir, const char* op) {
+  if (!layers_.policy || !layers_.policy->has_read_only()) return Ok();
+  return ForEachBelow(dir, [&](const std::string& rel, const ChildInfo& c) {
+    return CheckWritable(rel, c.is_dir(), op);
+  });
+}
+
+Result<uint64_t> Overlay::LowerBytesBelow(Node* dir) {
+  uint64_t total = 0;
+  ACQFS_TRY(ForEachBelow(dir, [&](const std::string&, const ChildInfo& c) {
+    if (!c.is_dir() && !c.upper &&
+        (S_ISREG(c.lower_st.st_mode) || S_ISLNK(c.lower_st.st_mode)))
+      total += static_cast<uint64_t>(c.lower_st.st_size);
+    return Ok();
+  }));
   return total;
 }
 

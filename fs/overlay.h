@@ -248,6 +248,12 @@ class Overlay {
   void MaybeFreeAfterLookup(Node* node);
   void MaybeFree(Node* node);
 
+  // Calls `visit` for every object of the merged tree below `dir` (not
+  // `dir` itself), each directory before what it holds; stops at the first
+  // failure.
+  using BelowVisitor =
+      std::function<Status(const std::string& rel, const ChildInfo& c)>;
+  Status ForEachBelow(Node* dir, const BelowVisitor& visit);
   // Bytes the lower regular files and symlinks below `dir` that are not yet
   // in the upper would add to it if the directory were materialised.
   Result<uint64_t> LowerBytesBelow(Node* dir);
