@@ -82,6 +82,22 @@ struct BenchArgs {
 };
 int RunBench(const BenchArgs& a);
 
+// acqfs run: runs COMMAND inside bubblewrap with the sandbox NAME's mount as
+// /workspace (mounting it first, or reusing its running mount), then exports
+// the sandbox and unmounts what it mounted (cmd_run.cc, docs/sandboxes.md).
+struct RunArgs {
+  std::string name;
+  std::string repo;        // "" = the current directory's git top level
+  std::string state_dir;   // "" = the default (see ResolveStateDir)
+  std::string mountpoint;  // "" = ${XDG_RUNTIME_DIR:-/tmp}/acqfs-<uid>/<name>
+  std::string network = "none";      // none or host
+  std::vector<std::string> options;  // -o, passed to the mount
+  bool allow_other = false, no_export = false;
+  PolicyArgs policy;
+  std::vector<std::string> command;  // run with execvp in the sandbox
+};
+int RunRun(const RunArgs& a);
+
 }  // namespace acqfs::cli
 
 #endif  // ACQFS_CLI_COMMANDS_H_

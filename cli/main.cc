@@ -2,8 +2,12 @@
 // and calls the subcommand. Exit codes and the error format are in
 // cli_util.h and docs/cli.md.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -142,6 +146,55 @@ void AddBench(CLI::App& app, BenchArgs& b) {
       "sandbox, clone and remote it makes is removed, also on Ctrl-C.");
 }
 
+void AddRun(CLI::App& app, RunArgs& r) {
+  auto* c = app.add_subcommand(
+      "run",
+      "Run COMMAND in bubblewrap with a sandbox's mount as /workspace, then "
+      "export the sandbox");
+  auto* name = c->add_option("name", r.name,
+                             "The sandbox (created when it does not exist)")
+                   ->required();
+  // NAME must come before `--`: CLI11 would otherwise take the command's
+  // first word for it (`acqfs run -- make test` would run `test` in a
+  // sandbox "make"). A positional that fails its check goes to the next
+  // positional, the command; the answer given while parsing is kept, as the
+  // check runs again once parsing is over.
+  auto after_mark = std::make_shared<std::optional<bool>>();
+  name->check(CLI::Validator(
+      [c, after_mark](std::string&) -> std::string {
+        if (!after_mark->has_value()) {
+          std::vector<std::string> seen = c->remaining();
+          *after_mark = std::find(seen.begin(), seen.end(), "--") != seen.end();
+        }
+        return **after_mark ? "NAME must come before --" : "";
+      },
+      "", "name before --"));
+  c->validate_positionals();
+  c->add_option("--repo", r.repo,
+                "The directory a new sandbox shows (default: the current "
+                "directory's git checkout; its top level is used)");
+  c->add_option("--state-dir", r.state_dir, "State directory");
+  c->add_option("--mountpoint", r.mountpoint,
+                "Where to mount the sandbox when run mounts it (default: "
+                "${XDG_RUNTIME_DIR:-/tmp}/acqfs-UID/NAME)");
+  c->add_option("--network", r.network,
+                "none (default: only a loopback interface) or host");
+  c->add_flag("--no-export", r.no_export,
+              "Do not export the sandbox when the command ends");
+  c->add_option("-o", r.options, "Mount options when run mounts the sandbox");
+  c->add_flag("--allow-other", r.allow_other,
+              "Mount so that other users (a container's) can use the mount");
+  AddPolicyOptions(c, r.policy);
+  c->add_option("command", r.command,
+                "After --: the command and its arguments, run without a shell "
+                "(use sh -c '...' for shell syntax)");
+  c->footer(
+      "Example: acqfs run fix-1 -- sh -c 'make && make test'\n"
+      "The command sees the sandbox at /workspace (its working directory), "
+      "/usr and /etc read-only, a private /tmp, and no network unless "
+      "--network=host. Exit status: the command's (128+N after signal N).");
+}
+
 // CLI11's parse errors in acqfs's own error format.
 int UsageError(const CLI::App& app, const CLI::ParseError& err) {
   std::string where = "acqfs";
@@ -168,6 +221,7 @@ int main(int argc, char** argv) {
   StatusArgs s;
   DiffArgs d;
   BenchArgs b;
+  RunArgs run;
   AddMount(app, m);
   AddUmount(app, u);
   AddExport(app, e);
@@ -176,6 +230,7 @@ int main(int argc, char** argv) {
   AddStatus(app, s);
   AddDiff(app, d);
   AddBench(app, b);
+  AddRun(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& err) {
@@ -195,5 +250,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("status")) return RunStatus(s);
   if (app.got_subcommand("diff")) return RunDiff(d);
   if (app.got_subcommand("bench")) return RunBench(b);
+  if (app.got_subcommand("run")) return RunRun(run);
   return 1;
 }
