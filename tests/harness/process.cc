@@ -88,4 +88,15 @@ std::vector<pid_t> PidsWithArgument(const std::string& arg) {
   return pids;
 }
 
+bool ProcessRunning(const std::vector<std::string>& argv) {
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(::opendir("/proc"), &::closedir);
+  if (!proc) return false;
+  while (dirent* e = ::readdir(proc.get())) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(e->d_name));
+    if (ProcessArgs(pid) == argv && IsProcessAlive(pid)) return true;
+  }
+  return false;
+}
+
 }  // namespace acqfs::test

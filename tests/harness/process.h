@@ -32,6 +32,9 @@ bool KillIfAlive(pid_t pid, const std::string& expected);
 // mount point given to a daemon on its command line).
 std::vector<pid_t> PidsWithArgument(const std::string& arg);
 
+// Is a live process running with exactly this argv?
+bool ProcessRunning(const std::vector<std::string>& argv);
+
 }  // namespace acqfs::test
 
 #endif  // ACQFS_TESTS_HARNESS_PROCESS_H_

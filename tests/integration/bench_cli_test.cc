@@ -14,7 +14,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -297,16 +296,6 @@ TEST_F(BenchCli, StateDirIsLeftAsFound) {
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_FALSE(Exists(tmp_.Sub("new-parent")));
   EXPECT_TRUE(NothingLeft());
-}
-
-// Is a process running with exactly this argv?
-bool ProcessRunning(const std::vector<std::string>& argv) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ProcessArgs(std::stoi(name)) == argv) return true;
-  }
-  return false;
 }
 
 // Ctrl-C (SIGINT to bench's process group, as a terminal sends it) while the

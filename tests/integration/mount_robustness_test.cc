@@ -229,7 +229,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),
                                                          : "HandleLess");
                          });
 
-}  // namespace
 // `-o nosync_copyup` skips only the copy-up's fsync: the copy is the same
 // and the host's file is untouched.
 class UnsyncedCopyUp : public MountTest {
@@ -252,4 +251,5 @@ TEST_F(UnsyncedCopyUp, AppendCopiesUpTheWholeFileAndLeavesTheHostAlone) {
   EXPECT_EQ(ContentOf(L("big.txt")), body);
 }
 
+}  // namespace
 }  // namespace acqfs::test

@@ -436,16 +436,6 @@ TEST_F(RunTest, RefusalsMountNothingAndCreateNothing) {
   EXPECT_TRUE(NothingCreated());
 }
 
-// Is a process running with exactly this argv?
-bool ProcessRunning(const std::vector<std::string>& argv) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ProcessArgs(std::stoi(name)) == argv) return true;
-  }
-  return false;
-}
-
 TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
   names_.insert("stop");
   const std::string script =
