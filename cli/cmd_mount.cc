@@ -121,6 +121,13 @@ int CheckOperands(const MountArgs& a, MountTarget* t) {
   if (Within(state_canon, mnt))
     return Fail(kExitBadInput, "mount: mountpoint", mnt,
                 "contains the state directory " + state_canon);
+  // The merged view would show every sandbox's layers, bridge and logs
+  // (this sandbox's own upper layer included) to the sandbox.
+  if (Within(state_canon, *lower))
+    return Fail(kExitBadInput, "mount: state directory", state_canon,
+                "is inside the lower directory " + *lower +
+                    " (the sandbox would see every sandbox's layers); choose "
+                    "another --state-dir");
   *t = MountTarget{*lower, mnt, name, state, state_canon};
   return 0;
 }

@@ -267,6 +267,20 @@ TEST_F(LifecycleRefusal, MountpointContainingTheLower) {
                 tmp_.path());
 }
 
+TEST_F(LifecycleRefusal, StateDirectoryInsideTheLower) {
+  // Existing or not: the sandbox would see the layers through its lower.
+  for (const std::string& rel : {std::string("sb-state"), std::string("x/y")}) {
+    const std::string inside = lower_ + "/" + rel;
+    if (rel == "sb-state") ASSERT_SYS_OK(::mkdir(inside.c_str(), 0755));
+    ExpectRefused({lower_, mnt_, "--name", "x", "--state-dir", inside},
+                  "acqfs: mount: state directory: " + inside +
+                      ": is inside the lower directory " + lower_,
+                  mnt_);
+    if (rel == "sb-state") ASSERT_SYS_OK(::rmdir(inside.c_str()));
+    EXPECT_FALSE(Exists(lower_ + "/x"));
+  }
+}
+
 TEST_F(LifecycleRefusal, MountpointInsideTheStateDirectory) {
   const std::string inside = tmp_.MakeDir("state/unrelated/sub");
   ExpectRefused({lower_, inside, "--name", "x", "--state-dir", state_},
