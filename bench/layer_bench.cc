@@ -10,6 +10,9 @@
 //   BM_ResolveMergedPath/N    the same where every directory on the path
 //                             also exists in the upper (as after a write
 //                             below it), so each step checks both layers;
+//   BM_ResolveLowerChildHidingSecrets
+//                             BM_ResolveLowerChild with the --hide-secrets
+//                             policy: the cost of the hide rule per lookup;
 //   BM_ListMergedSplit10k     ListMerged of a directory of exactly 10,000
 //                             entries: 5,000 only in the lower, 2,500 in
 //                             both (upper shadows lower), 2,500 only upper.
@@ -172,6 +175,23 @@ void BM_ResolveLowerChild(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ResolveLowerChild);
+
+void BM_ResolveLowerChildHidingSecrets(benchmark::State& state) {
+  Tree& t = MakeTree(10000);
+  auto policy = Policy::Make(Policy::SecretPatterns(), {}, 0);
+  if (!policy) {
+    state.SkipWithError("secret patterns do not parse");
+    return;
+  }
+  t.layers.policy = std::make_shared<Policy>(std::move(*policy));
+  auto root = RootView(t.layers);
+  for (auto _ : state) {
+    auto c = ResolveChild(t.layers, *root, "f1234");
+    benchmark::DoNotOptimize(c);
+  }
+  t.layers.policy.reset();
+}
+BENCHMARK(BM_ResolveLowerChildHidingSecrets);
 
 void BM_ListMerged10k(benchmark::State& state) {
   Tree& t = MakeTree(10000);

@@ -30,21 +30,20 @@ size_t ClassEnd(const std::string& text, size_t i) {
   return std::string::npos;
 }
 
-std::vector<std::string_view> SplitPath(std::string_view rel) {
-  std::vector<std::string_view> out;
+std::vector<std::string> SplitPath(std::string_view rel) {
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= rel.size()) {
     size_t slash = rel.find('/', start);
     if (slash == std::string_view::npos) slash = rel.size();
-    if (slash > start) out.push_back(rel.substr(start, slash - start));
+    if (slash > start) out.emplace_back(rel.substr(start, slash - start));
     start = slash + 1;
   }
   return out;
 }
 
-bool MatchComponent(const std::string& pattern, std::string_view name) {
-  std::string n(name);
-  return ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0;
+bool MatchComponent(const std::string& pattern, const std::string& name) {
+  return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
 }  // namespace
@@ -97,26 +96,31 @@ Result<PathGlob> PathGlob::Parse(const std::string& text) {
   return g;
 }
 
-bool PathGlob::MatchFrom(size_t part,
-                         const std::vector<std::string_view>& comps,
-                         size_t comp) const {
-  if (part == parts_.size()) return comp == comps.size();
+bool PathGlob::MatchFrom(size_t part, const std::vector<std::string>& comps,
+                         size_t n, size_t comp) const {
+  if (part == parts_.size()) return comp == n;
   if (parts_[part] == "**") {
-    for (size_t c = comp; c <= comps.size(); ++c)
-      if (MatchFrom(part + 1, comps, c)) return true;
+    for (size_t c = comp; c <= n; ++c)
+      if (MatchFrom(part + 1, comps, n, c)) return true;
     return false;
   }
-  if (comp == comps.size()) return false;
+  if (comp == n) return false;
   return MatchComponent(parts_[part], comps[comp]) &&
-         MatchFrom(part + 1, comps, comp + 1);
+         MatchFrom(part + 1, comps, n, comp + 1);
 }
 
 bool PathGlob::Matches(std::string_view rel, bool is_dir) const {
   if (dir_only_ && !is_dir) return false;
-  std::vector<std::string_view> comps = SplitPath(rel);
+  std::vector<std::string> comps = SplitPath(rel);
   if (comps.empty()) return false;
-  if (!anchored_) return MatchComponent(parts_[0], comps.back());
-  return MatchFrom(0, comps, 0);
+  return MatchesComponents(comps, comps.size(), is_dir);
+}
+
+bool PathGlob::MatchesComponents(const std::vector<std::string>& comps,
+                                 size_t n, bool is_dir) const {
+  if (dir_only_ && !is_dir) return false;
+  if (!anchored_) return MatchComponent(parts_[0], comps[n - 1]);
+  return MatchFrom(0, comps, n, 0);
 }
 
 Result<Policy> Policy::Make(const std::vector<std::string>& hide,
@@ -149,19 +153,25 @@ const std::vector<std::string>& Policy::SecretPatterns() {
 
 bool Policy::AnyMatches(const std::vector<PathGlob>& globs,
                         std::string_view rel, bool is_dir) {
+  if (globs.empty()) return false;
+  std::vector<std::string> comps = SplitPath(rel);  // once for every glob
+  if (comps.empty()) return false;
   for (const auto& g : globs)
-    if (g.Matches(rel, is_dir)) return true;
+    if (g.MatchesComponents(comps, comps.size(), is_dir)) return true;
   return false;
 }
 
 bool Policy::MatchesWithAncestors(const std::vector<PathGlob>& globs,
                                   std::string_view rel, bool is_dir) {
   if (globs.empty()) return false;
-  for (size_t slash = rel.find('/'); slash != std::string_view::npos;
-       slash = rel.find('/', slash + 1)) {
-    if (AnyMatches(globs, rel.substr(0, slash), true)) return true;
+  std::vector<std::string> comps = SplitPath(rel);
+  // Each ancestor (a directory), then the path itself.
+  for (size_t n = 1; n <= comps.size(); ++n) {
+    bool dir = n < comps.size() || is_dir;
+    for (const auto& g : globs)
+      if (g.MatchesComponents(comps, n, dir)) return true;
   }
-  return AnyMatches(globs, rel, is_dir);
+  return false;
 }
 
 bool Policy::HidesLower(std::string_view rel, bool is_dir) const {

@@ -35,10 +35,14 @@ class PathGlob {
 
   // `rel`: a path relative to the root without a leading slash.
   bool Matches(std::string_view rel, bool is_dir) const;
+  // The same for the path made of the first `n` (>= 1) of `comps`, a path
+  // already split into its components.
+  bool MatchesComponents(const std::vector<std::string>& comps, size_t n,
+                         bool is_dir) const;
   const std::string& text() const { return text_; }
 
  private:
-  bool MatchFrom(size_t part, const std::vector<std::string_view>& comps,
+  bool MatchFrom(size_t part, const std::vector<std::string>& comps, size_t n,
                  size_t comp) const;
 
   std::string text_;
