@@ -93,6 +93,23 @@ int main(int argc, char** argv) {
     if (!r) return Fail("mount", *p, r.error().Message());
     *p = *r;
   }
+  // The upper layer of an acqfs sandbox (<state>/<name>/upper) comes with
+  // the sandbox's policy in <state>/<name>/meta.json: it applies here too,
+  // and layers whose policy cannot be read are not mounted without it.
+  const std::string meta = c.upper.substr(0, c.upper.rfind('/')) + "/meta.json";
+  if (::access(meta.c_str(), F_OK) == 0) {
+    auto m = cli::ReadMeta(meta);
+    if (!m)
+      return Fail("mount: sandbox metadata (its policy must apply)", meta,
+                  m.error().Message());
+    auto policy = m->policy.Build();
+    if (!policy)
+      return Fail("mount: sandbox policy", meta, policy.error().Message());
+    c.policy = *policy;
+    if (Status e = CheckPolicyEnforceable(c); !e)
+      return Fail("mount: " + e.error().op, "-o " + e.error().path,
+                  std::strerror(e.err()));
+  }
   auto mnt = cli::RealPath(pos[1]);
   if (!mnt) return Fail("mount: mountpoint", pos[1], mnt.error().Message());
   c.mountpoint = *mnt;

@@ -436,5 +436,46 @@ TEST_F(PolicyRefusal, ARemountCannotChangeThePolicy) {
   RunCommand({AcqfsBinary(), "rm", "--force", "pol", "--state-dir", state}, 60);
 }
 
+TEST_F(PolicyRefusal, MountThroughTheMountHelperAppliesTheRecordedPolicy) {
+  const std::string mnt = tmp().MakeDir("helper-mnt");
+  const std::string state = tmp().Sub("helper-state");
+  ASSERT_TRUE(WriteFile(lower() + "/.env", "TOKEN=host-secret\n"));
+  MountGuard guard(mnt);
+  CommandResult made =
+      RunCommand({AcqfsBinary(), "mount", lower(), mnt, "--name", "hp",
+                  "--state-dir", state, "--hide", ".env"},
+                 30);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  ASSERT_TRUE(RunCommand({AcqfsBinary(), "umount", "hp", "--no-export",
+                          "--state-dir", state},
+                         60)
+                  .ok());
+  // The same layers through mount(8)'s helper, as an fstab line would.
+  const std::string dir = state + "/hp";
+  CommandResult helper =
+      RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
+                  "lowerdir=" + lower() + ",upperdir=" + dir +
+                      "/upper,workdir=" + dir + "/work"},
+                 30);
+  ASSERT_TRUE(helper.ok()) << helper.Describe();
+  EXPECT_TRUE(FindMount(mnt).has_value());
+  EXPECT_EQ(LstatErrno(mnt + "/.env"), ENOENT);
+  EXPECT_EQ(ContentOf(mnt + "/" + lower::kFileA), lower::kFileAContent);
+  CommandResult un = RunCommand({"fusermount3", "-u", mnt}, 30);
+  EXPECT_TRUE(un.ok()) << un.Describe();
+  // Metadata it cannot read: nothing is mounted.
+  ASSERT_TRUE(WriteFile(dir + "/meta.json", "{not json"));
+  CommandResult refused =
+      RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
+                  "lowerdir=" + lower() + ",upperdir=" + dir +
+                      "/upper,workdir=" + dir + "/work"},
+                 30);
+  EXPECT_EQ(refused.exit_code, 1) << refused.Describe();
+  EXPECT_NE(refused.err.find("policy must apply"), std::string::npos)
+      << refused.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  RunGit(lower(), {"remote", "remove", "sandbox-hp"}, home());
+}
+
 }  // namespace
 }  // namespace acqfs::test
