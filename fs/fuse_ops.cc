@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <new>
@@ -527,6 +528,20 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   });
 }
 
+// Runs `op`, which may grow the file open as `fd` up to `end`, through the
+// sandbox's quota when it has one (Quota::Charged). A refusal names the
+// node's path, built only then.
+Result<int64_t> Charged(Overlay* ov, Node* node, int fd, off_t end,
+                        const std::function<int64_t()>& op) {
+  Quota* q = ov->quota();
+  if (!q) return op();
+  auto r = q->Charged(node, fd, end, op, "");
+  if (r) return r;
+  Error e = r.error();
+  e.path = "/" + ov->PathOf(node);
+  return e;
+}
+
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   Guard(req, [&] {
@@ -544,15 +559,9 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     auto copy = [&]() -> int64_t {
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
-    int64_t n;
-    if (Quota* q = ov->quota()) {
-      auto r = q->Charged(h->fh->node, fd, off + static_cast<off_t>(len), copy,
-                          "/" + ov->PathOf(h->fh->node));
-      if (!r) return ReplyError(req, r.error());
-      n = *r;
-    } else {
-      n = copy();
-    }
+    auto r = Charged(ov, h->fh->node, fd, off + static_cast<off_t>(len), copy);
+    if (!r) return ReplyError(req, r.error());
+    int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
     fuse_reply_write(req, static_cast<size_t>(n));
   });
@@ -756,16 +765,10 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
       ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
       return n < 0 ? -errno : n;
     };
-    int64_t n;
-    if (Quota* q = ov->quota()) {
-      auto r =
-          q->Charged(hout->fh->node, out, off_out + static_cast<off_t>(len),
-                     copy, "/" + ov->PathOf(hout->fh->node));
-      if (!r) return ReplyError(req, r.error());
-      n = *r;
-    } else {
-      n = copy();
-    }
+    auto r = Charged(ov, hout->fh->node, out, off_out + static_cast<off_t>(len),
+                     copy);
+    if (!r) return ReplyError(req, r.error());
+    int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
     fuse_reply_write(req, static_cast<size_t>(n));
   });
@@ -782,17 +785,11 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
     auto alloc = [&]() -> int64_t {
       return ::fallocate(fd, mode, offset, length) == 0 ? 0 : -errno;
     };
-    int64_t rc;
-    if (Quota* q = ov->quota()) {
-      // Only a size change counts (the quota counts apparent sizes).
-      off_t end = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : offset + length;
-      auto r = q->Charged(h->fh->node, fd, end, alloc,
-                          "/" + ov->PathOf(h->fh->node));
-      if (!r) return ReplyError(req, r.error());
-      rc = *r;
-    } else {
-      rc = alloc();
-    }
+    // Only a size change counts (the quota counts apparent sizes).
+    off_t end = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : offset + length;
+    auto r = Charged(ov, h->fh->node, fd, end, alloc);
+    if (!r) return ReplyError(req, r.error());
+    int64_t rc = *r;
     fuse_reply_err(req, static_cast<int>(-rc));
   });
 }
