@@ -308,7 +308,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
     ctx->files.reset(new NodeFiles(NodeFilesCapacity()));
-    ctx->overlay->SetOpensUnknown(true);
+    ctx->overlay->SetOpensUnknown(true, NodeFilesCapacity() * 2);
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
     conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   } else if (ctx->no_open)

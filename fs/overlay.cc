@@ -36,7 +36,7 @@ constexpr int kPassedOpenFlags =
 // ---------------------------------------------------------------- set-up
 
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
-Overlay::~Overlay() = default;
+Overlay::~Overlay() { ReapDoomed(); }
 
 Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   std::unique_ptr<Overlay> ov(new Overlay(std::move(layers)));
@@ -213,21 +213,38 @@ void Overlay::MaybeFreeLocked(Node* node) {
       if (it != upper_links_.end() && it->second == node)
         upper_links_.erase(it);
     }
-    // The kept data of an unlinked file. Should this fail, the next mount
-    // empties acqfs-tmp anyway.
+    // The kept data of an unlinked file goes after the locks (ReapDoomed).
     if (!node->orphan_name.empty())
-      (void)::unlinkat(layers_.tmp.get(), node->orphan_name.c_str(), 0);
+      doomed_names_.push_back(std::move(node->orphan_name));
+    if (node->orphan) doomed_fds_.push_back(std::move(node->orphan));
+    if (node->orphan_counted) --orphan_fds_;
     nodes_.erase(node);
     node = parent;
   }
 }
 
+void Overlay::ReapDoomed() {
+  std::vector<UniqueFd> fds;
+  std::vector<std::string> names;
+  {
+    TableLock t(table_mu_);
+    if (doomed_fds_.empty() && doomed_names_.empty()) return;
+    fds.swap(doomed_fds_);
+    names.swap(doomed_names_);
+  }
+  fds.clear();  // closes them
+  // Should an unlink fail, the next mount empties acqfs-tmp anyway.
+  for (const auto& n : names) (void)::unlinkat(layers_.tmp.get(), n.c_str(), 0);
+}
+
 void Overlay::MaybeFree(Node* node) {
+  Reaper reap(this);
   TableLock t(table_mu_);
   MaybeFreeLocked(node);
 }
 
 void Overlay::Forget(Node* node, uint64_t count) {
+  Reaper reap(this);
   SharedLock l(tree_mu_);
   TableLock t(table_mu_);
   node->nlookup = count >= node->nlookup ? 0 : node->nlookup - count;
@@ -240,10 +257,15 @@ void Overlay::AddOpen(Node* node) {
 }
 
 void Overlay::ReleaseOpen(Node* node) {
+  Reaper reap(this);
   SharedLock l(tree_mu_);
   TableLock t(table_mu_);
   if (node->opens) node->opens--;
-  if (node->opens == 0) node->orphan.reset();
+  // The descriptor kept for open handles goes with the last of them; one
+  // kept for the handle-less mode (orphan_counted) stays until FORGET, as
+  // the kernel may still read through the node.
+  if (node->opens == 0 && node->orphan && !node->orphan_counted)
+    doomed_fds_.push_back(std::move(node->orphan));
   MaybeFreeLocked(node);
 }
 
@@ -773,11 +795,21 @@ Status Overlay::KeepUnlinkedData(Node* node) {
 
 Result<UniqueFd> Overlay::OpenUnlinked(Node* node, int oflags, bool write,
                                        bool* from_lower) {
-  std::string name, lower;
+  std::string name, lower, kept;
   {
     TableLock t(table_mu_);
     name = node->orphan_name;
     lower = node->orphan_lower;
+    if (node->orphan_counted)
+      kept = "/proc/self/fd/" + std::to_string(node->orphan.get());
+  }
+  if (!kept.empty()) {
+    // Reopened through the kept descriptor's /proc entry, a magic link that
+    // O_NOFOLLOW would refuse.
+    *from_lower = false;
+    int fd = ::open(kept.c_str(), (oflags & ~O_NOFOLLOW) | O_CLOEXEC);
+    if (fd < 0) return Error::Errno("open (unlinked)", layers_.tmp_path);
+    return UniqueFd(fd);
   }
   if (!name.empty()) {
     *from_lower = false;
@@ -796,6 +828,7 @@ Result<UniqueFd> Overlay::OpenUnlinked(Node* node, int oflags, bool write,
 }
 
 Status Overlay::Unlink(Node* parent, const std::string& name) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
@@ -818,9 +851,34 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
       return r;
     };
     if (!*has_lower && ParkInsteadOfUnlink(node)) {
-      // An upper-only file the kernel may hold open (handle-less mode):
-      // moving it into acqfs-tmp removes the name as unlink would, in one
-      // step, and keeps the data until FORGET (Node::orphan_name).
+      // An upper-only file the kernel may hold open (handle-less mode).
+      // While the budget lasts, a descriptor keeps its data until FORGET
+      // and the name goes with one unlink (Node::orphan_counted).
+      bool budget;
+      {
+        TableLock t(table_mu_);
+        budget = orphan_fds_ < orphan_fd_budget_;
+        if (budget) ++orphan_fds_;
+      }
+      if (budget) {
+        int fd =
+            ::openat(pfd->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        Status r = fd >= 0
+                       ? MakeCall(::unlinkat(pfd->get(), name.c_str(), 0),
+                                  "unlink", shown)
+                       : Error::Errno("open (keep an unlinked file)", shown);
+        TableLock t(table_mu_);
+        if (!r) {
+          if (fd >= 0) ::close(fd);
+          --orphan_fds_;
+          return r;
+        }
+        node->orphan.reset(fd);
+        node->orphan_counted = true;
+        return give_back(Ok());
+      }
+      // Else moving it into acqfs-tmp removes the name as unlink would, in
+      // one step, and keeps the data until FORGET (Node::orphan_name).
       std::string orphan = sys::TempName(LayerFormat::kTempPrefix);
       ACQFS_TRY(give_back(sys::Renameat2(pfd->get(), name, layers_.tmp.get(),
                                          orphan, RENAME_NOREPLACE, shown)));
@@ -847,6 +905,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
 }
 
 Status Overlay::Rmdir(Node* parent, const std::string& name) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
@@ -994,6 +1053,7 @@ void Overlay::RecordRenameLocked(const RenameOp& op) {
 
 Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
                        const std::string& new_name, unsigned flags) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   RenameOp op;
   op.parent = parent;

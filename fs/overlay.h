@@ -74,9 +74,11 @@ struct Node {
   UniqueFd orphan;  // O_PATH fd kept when an open node loses its last name
   // In the handle-less mode (SetOpensUnknown), where the kernel may hold a
   // file open without the daemon knowing, a file that loses its last name
-  // keeps its data reachable: an upper file by a hard link
-  // <work>/acqfs-tmp/<orphan_name>, removed when the node goes; a lower file
-  // by its lower path, which the lower keeps.
+  // keeps its data reachable: an upper file by an O_PATH descriptor in
+  // `orphan` while the overlay's budget of those lasts (`orphan_counted`),
+  // else by a hard link <work>/acqfs-tmp/<orphan_name>, removed when the
+  // node goes; a lower file by its lower path, which the lower keeps.
+  bool orphan_counted = false;
   std::string orphan_name;
   std::string orphan_lower;
 };
@@ -181,7 +183,12 @@ class Overlay {
   // Says that files may be open without Open/AddOpen telling (the FUSE
   // adapter's handle-less mode): every file that loses its last name while
   // the kernel still knows it keeps its data (see Node::orphan_name).
-  void SetOpensUnknown(bool on) { opens_unknown_ = on; }
+  // `orphan_fds`: how many descriptors it may hold for unlinked files
+  // (Node::orphan_counted); beyond them it keeps their data in acqfs-tmp.
+  void SetOpensUnknown(bool on, size_t orphan_fds = 0) {
+    opens_unknown_ = on;
+    orphan_fd_budget_ = orphan_fds;
+  }
 
  private:
   explicit Overlay(Layers layers);
@@ -239,6 +246,23 @@ class Overlay {
   Status ChownNew(int dirfd, const std::string& name, int pfd,
                   const Creds& creds, const std::string& shown);
 
+  // What freeing nodes leaves to do on the disk (closing an unlinked file's
+  // descriptor, removing its kept data from acqfs-tmp): the last reference
+  // to an unlinked inode makes the file system free it, which is slow, so
+  // it is done after the locks are released. A Reaper declared before the
+  // lock guards of a method does it when the method returns.
+  class Reaper {
+   public:
+    explicit Reaper(Overlay* ov) : ov_(ov) {}
+    ~Reaper() { ov_->ReapDoomed(); }
+    Reaper(const Reaper&) = delete;
+    Reaper& operator=(const Reaper&) = delete;
+
+   private:
+    Overlay* ov_;
+  };
+  void ReapDoomed();
+
   // table_mu_ held.
   void AttachLocked(Node* node, Node* parent, const std::string& name);
   void DetachNameLocked(Node* node, Node* parent, const std::string& name);
@@ -266,6 +290,8 @@ class Overlay {
   bool same_dev_ = false;
   Node* root_ = nullptr;
   std::atomic<bool> opens_unknown_{false};
+  size_t orphan_fd_budget_ = 0;
+  size_t orphan_fds_ = 0;  // table_mu_
   // Moves on with every exclusive tree lock; 0 is never used (it means "do
   // not cache" to Layer::DirFd).
   std::atomic<uint64_t> tree_gen_{1};
@@ -275,6 +301,8 @@ class Overlay {
   std::mutex table_mu_;  // acquired after tree_mu_
   std::unordered_map<Node*, std::unique_ptr<Node>> nodes_;  // table_mu_
   std::unordered_map<uint64_t, Node*> upper_links_;         // table_mu_
+  std::vector<UniqueFd> doomed_fds_;                        // table_mu_
+  std::vector<std::string> doomed_names_;                   // table_mu_
 };
 
 }  // namespace acqfs
