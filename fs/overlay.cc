@@ -214,9 +214,14 @@ void Overlay::MaybeFreeLocked(Node* node) {
         upper_links_.erase(it);
     }
     // The kept data of an unlinked file goes after the locks (ReapDoomed).
-    if (!node->orphan_name.empty())
+    if (!node->orphan_name.empty()) {
       doomed_names_.push_back(std::move(node->orphan_name));
-    if (node->orphan) doomed_fds_.push_back(std::move(node->orphan));
+      doomed_pending_ = true;
+    }
+    if (node->orphan) {
+      doomed_fds_.push_back(std::move(node->orphan));
+      doomed_pending_ = true;
+    }
     if (node->orphan_counted) --orphan_fds_;
     nodes_.erase(node);
     node = parent;
@@ -224,13 +229,14 @@ void Overlay::MaybeFreeLocked(Node* node) {
 }
 
 void Overlay::ReapDoomed() {
+  if (!doomed_pending_.load(std::memory_order_acquire)) return;
   std::vector<UniqueFd> fds;
   std::vector<std::string> names;
   {
     TableLock t(table_mu_);
-    if (doomed_fds_.empty() && doomed_names_.empty()) return;
     fds.swap(doomed_fds_);
     names.swap(doomed_names_);
+    doomed_pending_ = false;
   }
   fds.clear();  // closes them
   // Should an unlink fail, the next mount empties acqfs-tmp anyway.
@@ -264,8 +270,10 @@ void Overlay::ReleaseOpen(Node* node) {
   // The descriptor kept for open handles goes with the last of them; one
   // kept for the handle-less mode (orphan_counted) stays until FORGET, as
   // the kernel may still read through the node.
-  if (node->opens == 0 && node->orphan && !node->orphan_counted)
+  if (node->opens == 0 && node->orphan && !node->orphan_counted) {
     doomed_fds_.push_back(std::move(node->orphan));
+    doomed_pending_ = true;
+  }
   MaybeFreeLocked(node);
 }
 

@@ -303,6 +303,7 @@ class Overlay {
   std::unordered_map<uint64_t, Node*> upper_links_;         // table_mu_
   std::vector<UniqueFd> doomed_fds_;                        // table_mu_
   std::vector<std::string> doomed_names_;                   // table_mu_
+  std::atomic<bool> doomed_pending_{false};  // either list is not empty
 };
 
 }  // namespace acqfs
