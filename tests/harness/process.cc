@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cctype>
 #include <cerrno>
@@ -86,6 +87,18 @@ std::vector<pid_t> PidsWithArgument(const std::string& arg) {
     }
   }
   return pids;
+}
+
+bool WaitForChild(pid_t pid, int* status, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid, status, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, status, 0);
+  return false;
 }
 
 bool ProcessRunning(const std::vector<std::string>& argv) {

@@ -32,6 +32,11 @@ bool KillIfAlive(pid_t pid, const std::string& expected);
 // mount point given to a daemon on its command line).
 std::vector<pid_t> PidsWithArgument(const std::string& arg);
 
+// Waits up to `seconds` for the child `pid` to end and stores its wait
+// status; when it does not end in time, kills it (SIGKILL), reaps it and
+// returns false.
+bool WaitForChild(pid_t pid, int* status, double seconds);
+
 // Is a live process running with exactly this argv?
 bool ProcessRunning(const std::vector<std::string>& argv);
 

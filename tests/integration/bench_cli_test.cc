@@ -339,15 +339,7 @@ TEST_F(BenchCli, SigintDuringTheCommandUnmountsAndRemovesEverything) {
   EXPECT_TRUE(running) << "the command never ran in a mounted sandbox";
   ASSERT_SYS_OK(::kill(-pid, SIGINT));
   int status = 0;
-  bool ended = false;
-  for (int i = 0; i < 1200 && !ended; i++) {
-    ended = ::waitpid(pid, &status, WNOHANG) == pid;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!ended) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  bool ended = WaitForChild(pid, &status, 60);
   ASSERT_TRUE(ended) << "bench did not end within 60 s of SIGINT";
   std::string text;
   ASSERT_TRUE(ReadFile(err, &text));

@@ -484,15 +484,7 @@ TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
   EXPECT_TRUE(FindMount(DefaultMountpoint("stop")).has_value());
   ASSERT_SYS_OK(::kill(pid, SIGTERM));
   int status = 0;
-  bool ended = false;
-  for (int i = 0; i < 1200 && !ended; i++) {
-    ended = ::waitpid(pid, &status, WNOHANG) == pid;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!ended) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  bool ended = WaitForChild(pid, &status, 60);
   ASSERT_TRUE(ended) << "run did not end within 60 s of SIGTERM";
   std::string text;
   ASSERT_TRUE(ReadFile(err, &text));
