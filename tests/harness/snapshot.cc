@@ -427,6 +427,22 @@ SnapshotOptions SnapshotOptions::MergedView() {
   return o;
 }
 
+SnapshotOptions SnapshotOptions::CheckoutOutsideGit() {
+  SnapshotOptions o = Everything();
+  o.skip = {".git"};
+  return o;
+}
+
+SnapshotOptions SnapshotOptions::GitDirContent() {
+  SnapshotOptions o = Everything();
+  o.ino = false;
+  o.link_groups = false;
+  o.mtime = false;
+  o.ctime = false;
+  o.dir_times = false;
+  return o;
+}
+
 TreeSnapshot Snapshot(const std::string& root, const SnapshotOptions& options) {
   TreeSnapshot snap;
   snap.root = root;

@@ -44,6 +44,13 @@ struct SnapshotOptions {
   // What two views of one merged tree must agree on: names, types, modes,
   // sizes, content, symlink targets, owners and user.* xattrs.
   static SnapshotOptions MergedView();
+  // A checkout's files outside .git, everything but atime: for "a command
+  // left the host checkout as it was".
+  static SnapshotOptions CheckoutOutsideGit();
+  // The content, modes and owners inside a .git, without times and inode
+  // numbers: `acqfs mount` registers the sandbox-<name> remote in
+  // .git/config and `rm` removes it, which replaces the file (same bytes).
+  static SnapshotOptions GitDirContent();
 };
 
 struct EntryInfo {

@@ -46,23 +46,11 @@ class BenchCli : public ::testing::Test {
     git_before_ = Snapshot(lower_ + "/.git", InsideGit());
   }
 
-  // Everything but atime, outside .git.
   static SnapshotOptions OutsideGit() {
-    SnapshotOptions o = SnapshotOptions::Everything();
-    o.skip = {".git"};
-    return o;
+    return SnapshotOptions::CheckoutOutsideGit();
   }
-  // In .git, everything but times and inode numbers: mount registers the
-  // sandbox-<name> remote in .git/config and rm removes it, so the file is
-  // replaced (new inode and mtime, same bytes).
   static SnapshotOptions InsideGit() {
-    SnapshotOptions o = SnapshotOptions::Everything();
-    o.ino = false;
-    o.link_groups = false;
-    o.mtime = false;
-    o.ctime = false;
-    o.dir_times = false;
-    return o;
+    return SnapshotOptions::GitDirContent();
   }
 
   EnvAdditions Env() const {

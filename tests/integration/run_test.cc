@@ -160,22 +160,12 @@ class RunTest : public ::testing::Test {
   std::set<std::string> names_;
 };
 
-// Everything but atime, outside .git.
-SnapshotOptions OutsideGit() {
-  SnapshotOptions o = SnapshotOptions::Everything();
-  o.skip = {".git"};
-  return o;
-}
+SnapshotOptions OutsideGit() { return SnapshotOptions::CheckoutOutsideGit(); }
 
 // In .git: content, modes and owners, but not .git/config, which the
-// sandbox's remote is added to (and rewritten in place, so no times).
+// sandbox's remote is added to.
 SnapshotOptions InsideGitButConfig() {
-  SnapshotOptions o = SnapshotOptions::Everything();
-  o.ino = false;
-  o.link_groups = false;
-  o.mtime = false;
-  o.ctime = false;
-  o.dir_times = false;
+  SnapshotOptions o = SnapshotOptions::GitDirContent();
   o.skip = {"config"};
   return o;
 }
