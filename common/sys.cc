@@ -12,6 +12,8 @@
 #include <cstring>
 #include <random>
 
+#include "common/dir_walk.h"
+
 namespace acqfs::sys {
 
 std::string Join(const std::string& dir, const std::string& name) {
@@ -30,6 +32,28 @@ std::string Basename(const std::string& rel) {
   return p == std::string::npos ? rel : rel.substr(p + 1);
 }
 
+namespace {
+// Set before the daemon serves requests, cleared after (see the header).
+std::atomic<FdPressureHandler> g_fd_pressure{nullptr};
+std::atomic<void*> g_fd_pressure_arg{nullptr};
+}  // namespace
+
+void SetFdPressureHandler(FdPressureHandler handler, void* arg) {
+  g_fd_pressure_arg = arg;
+  g_fd_pressure = handler;
+}
+
+int OpenRelievingPressure(const std::function<int()>& open) {
+  int fd = open();
+  if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) return fd;
+  FdPressureHandler h = g_fd_pressure.load();
+  if (!h || !h(g_fd_pressure_arg.load())) {
+    errno = EMFILE;
+    return -1;
+  }
+  return open();
+}
+
 Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
                              mode_t mode, const std::string& shown) {
   struct open_how how;
@@ -38,12 +62,16 @@ Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
   if (flags & (O_CREAT | O_TMPFILE)) how.mode = mode;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   const char* p = rel.empty() ? "." : rel.c_str();
-  for (;;) {
-    long fd = ::syscall(SYS_openat2, root, p, &how, sizeof how);
-    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
-    if (errno == EINTR || errno == EAGAIN) continue;
-    return Error::Errno("openat2", shown);
-  }
+  auto open = [&]() -> int {
+    for (;;) {
+      long fd = ::syscall(SYS_openat2, root, p, &how, sizeof how);
+      if (fd >= 0 || (errno != EINTR && errno != EAGAIN))
+        return static_cast<int>(fd);
+    }
+  };
+  int fd = OpenRelievingPressure(open);
+  if (fd < 0) return Error::Errno("openat2", shown);
+  return UniqueFd(fd);
 }
 
 Result<UniqueFd> OpenDirPath(const std::string& path, int flags) {
@@ -90,9 +118,13 @@ struct LinuxDirent64 {
 
 Result<std::vector<DirEntry>> ReadDir(int dirfd, const std::string& shown) {
   // getdents64 on a private descriptor: the caller's offset is not disturbed.
-  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOATIME);
-  if (fd < 0 && errno == EPERM)
-    fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = OpenRelievingPressure([&] {
+    int f =
+        ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOATIME);
+    if (f < 0 && errno == EPERM)
+      f = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return f;
+  });
   if (fd < 0) return Error::Errno("open directory", shown);
   UniqueFd owned(fd);
   std::vector<DirEntry> out;
@@ -137,18 +169,20 @@ std::string XattrPath(int dirfd, const std::string& name) {
 }
 
 Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
-                                            const std::string& shown) {
+                                            const std::string& shown,
+                                            bool follow) {
+  auto list = follow ? ::listxattr : ::llistxattr;
   std::vector<std::string> names;
   std::string buf;
   for (;;) {
-    ssize_t n = ::llistxattr(xpath.c_str(), nullptr, 0);
+    ssize_t n = list(xpath.c_str(), nullptr, 0);
     if (n < 0) {
       if (errno == ENOTSUP) return names;
       return Error::Errno("llistxattr", shown);
     }
     if (n == 0) return names;
     buf.resize(n);
-    n = ::llistxattr(xpath.c_str(), buf.data(), buf.size());
+    n = list(xpath.c_str(), buf.data(), buf.size());
     if (n < 0) {
       if (errno == ERANGE) continue;
       return Error::Errno("llistxattr", shown);
@@ -165,14 +199,15 @@ Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
 }
 
 Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
-                             const std::string& shown) {
+                             const std::string& shown, bool follow) {
+  auto get = follow ? ::getxattr : ::lgetxattr;
   std::string buf;
   for (;;) {
-    ssize_t n = ::lgetxattr(xpath.c_str(), key.c_str(), nullptr, 0);
+    ssize_t n = get(xpath.c_str(), key.c_str(), nullptr, 0);
     if (n < 0) return Error::Errno("lgetxattr " + key, shown);
     buf.resize(n);
     if (n == 0) return buf;
-    n = ::lgetxattr(xpath.c_str(), key.c_str(), buf.data(), buf.size());
+    n = get(xpath.c_str(), key.c_str(), buf.data(), buf.size());
     if (n < 0) {
       if (errno == ERANGE) continue;
       return Error::Errno("lgetxattr " + key, shown);
@@ -183,9 +218,10 @@ Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
 }
 
 Status SetXattr(const std::string& xpath, const std::string& key,
-                const std::string& value, int flags, const std::string& shown) {
-  if (::lsetxattr(xpath.c_str(), key.c_str(), value.data(), value.size(),
-                  flags) != 0)
+                const std::string& value, int flags, const std::string& shown,
+                bool follow) {
+  auto set = follow ? ::setxattr : ::lsetxattr;
+  if (set(xpath.c_str(), key.c_str(), value.data(), value.size(), flags) != 0)
     return Error::Errno("lsetxattr " + key, shown);
   return Ok();
 }
@@ -198,8 +234,9 @@ Status FSetXattr(int fd, const std::string& key, const std::string& value,
 }
 
 Status RemoveXattr(const std::string& xpath, const std::string& key,
-                   const std::string& shown) {
-  if (::lremovexattr(xpath.c_str(), key.c_str()) != 0)
+                   const std::string& shown, bool follow) {
+  auto remove = follow ? ::removexattr : ::lremovexattr;
+  if (remove(xpath.c_str(), key.c_str()) != 0)
     return Error::Errno("lremovexattr " + key, shown);
   return Ok();
 }
@@ -263,43 +300,42 @@ struct RemoveState {
   }
 };
 
-Status RemoveTreeAt(RemoveState* s, int dirfd, const std::string& name,
-                    const std::string& shown) {
-  if (::unlinkat(dirfd, name.c_str(), 0) == 0) {
-    s->Count();
-    return Ok();
-  }
-  if (errno == ENOENT) return Ok();
-  if (errno != EISDIR && errno != EPERM)
-    return Error::Errno("unlink", shown + "/" + name);
-  int fd = ::openat(dirfd, name.c_str(),
-                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == EACCES) {
-    ::fchmodat(dirfd, name.c_str(), 0700, 0);
-    fd = ::openat(dirfd, name.c_str(),
-                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  }
-  if (fd < 0) return Error::Errno("open for removal", shown + "/" + name);
-  UniqueFd d(fd);
-  struct stat st;
-  if (::fstat(d.get(), &st) == 0 && (st.st_mode & 0700) != 0700)
-    ::fchmod(d.get(), 0700);
-  auto ents = ReadDir(d.get(), shown + "/" + name);
-  if (!ents) return ents.error();
-  for (const auto& e : *ents)
-    ACQFS_TRY(RemoveTreeAt(s, d.get(), e.name, shown + "/" + name));
-  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0)
-    return Error::Errno("rmdir", shown + "/" + name);
-  s->Count();
-  return Ok();
-}
-
 }  // namespace
 
 Status RemoveTree(int dirfd, const std::string& name, const std::string& shown,
                   const ProgressFn& progress) {
   RemoveState s{progress};
-  return RemoveTreeAt(&s, dirfd, name, shown);
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0) {
+    s.Count();
+    return Ok();
+  }
+  if (errno == ENOENT) return Ok();
+  if (errno != EISDIR && errno != EPERM)
+    return Error::Errno("unlink", shown + "/" + name);
+  // Depth first with a bounded number of descriptors (WalkTree): each
+  // non-directory is unlinked as it is listed, each directory once empty.
+  TreeVisitor visit;
+  visit.make_enterable = true;
+  visit.entry = [&](int dir, const DirEntry& e,
+                    const std::string& where) -> Result<bool> {
+    if (::unlinkat(dir, e.name.c_str(), 0) == 0) {
+      s.Count();
+      return false;
+    }
+    if (errno == ENOENT) return false;
+    if (errno == EISDIR ||
+        (errno == EPERM && (e.type == DT_DIR || e.type == DT_UNKNOWN)))
+      return true;
+    return Error::Errno("unlink", where);
+  };
+  visit.leave = [&](int parent, const std::string& n,
+                    const std::string& where) -> Status {
+    if (::unlinkat(parent, n.c_str(), AT_REMOVEDIR) != 0)
+      return Error::Errno("rmdir", where);
+    s.Count();
+    return Ok();
+  };
+  return WalkTree(dirfd, name, shown, visit);
 }
 
 }  // namespace acqfs::sys

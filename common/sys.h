@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,19 @@ std::string Join(const std::string& dir, const std::string& name);
 // The parent part and the last component of a relative path.
 std::string Dirname(const std::string& rel);
 std::string Basename(const std::string& rel);
+
+// Descriptor pressure. When an open fails with EMFILE or ENFILE, the
+// process calls its pressure handler, which gives descriptors back (the
+// daemon evicts its file cache) and returns true if it freed any; the open
+// is then tried once more. The daemon sets the handler before it serves
+// requests and clears it (nullptr) after; it must take no lock a caller of
+// an open may hold. Every open in fs/ of a descriptor the daemon may need
+// under load goes through OpenRelievingPressure.
+using FdPressureHandler = bool (*)(void* arg);
+void SetFdPressureHandler(FdPressureHandler handler, void* arg);
+// Runs `open` (a descriptor, or -1 with errno); on EMFILE/ENFILE relieves
+// the pressure and runs it once more.
+int OpenRelievingPressure(const std::function<int()>& open);
 
 // Opens `rel` below the directory `root` with openat2(RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS): no component, the last one
@@ -55,20 +69,24 @@ Result<std::string> ReadLinkAt(int dirfd, const std::string& name,
 
 // Extended attributes of `name` inside `dirfd` (never following a symlink at
 // `name`), through /proc/self/fd so that symlinks and special files work too.
+// `follow`: the path is a descriptor's own /proc/self/fd entry (a file that
+// has no name), whose magic link the call follows to the file itself.
 std::string XattrPath(int dirfd, const std::string& name);
 Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
-                                            const std::string& shown);
+                                            const std::string& shown,
+                                            bool follow = false);
 // ENODATA is reported as an error with err == ENODATA.
 Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
-                             const std::string& shown);
+                             const std::string& shown, bool follow = false);
 // Sets an xattr through an open descriptor (a nameless O_TMPFILE inode has
 // no path to name it by).
 Status FSetXattr(int fd, const std::string& key, const std::string& value,
                  int flags, const std::string& shown);
 Status SetXattr(const std::string& xpath, const std::string& key,
-                const std::string& value, int flags, const std::string& shown);
+                const std::string& value, int flags, const std::string& shown,
+                bool follow = false);
 Status RemoveXattr(const std::string& xpath, const std::string& key,
-                   const std::string& shown);
+                   const std::string& shown, bool follow = false);
 
 Status Renameat2(int olddir, const std::string& oldname, int newdir,
                  const std::string& newname, unsigned flags,

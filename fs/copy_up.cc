@@ -27,10 +27,13 @@ Status RunHook(const std::string& rel) {
 
 Result<UniqueFd> OpenSourceFile(int dirfd, const std::string& name,
                                 const std::string& shown) {
-  int fd = ::openat(dirfd, name.c_str(),
-                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
-  if (fd < 0 && errno == EPERM)
-    fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = sys::OpenRelievingPressure([&] {
+    int f = ::openat(dirfd, name.c_str(),
+                     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+    if (f < 0 && errno == EPERM)
+      f = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    return f;
+  });
   if (fd < 0) return Error::Errno("open for copy-up", shown);
   return UniqueFd(fd);
 }
@@ -40,9 +43,10 @@ Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
                    const std::string& shown) {
   auto in = OpenSourceFile(src_dirfd, src_name, shown);
   if (!in) return in.error();
-  int ofd =
-      ::openat(dst_dirfd, dst_name.c_str(),
-               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int ofd = sys::OpenRelievingPressure([&] {
+    return ::openat(dst_dirfd, dst_name.c_str(),
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  });
   if (ofd < 0) return Error::Errno("create copy-up file", shown);
   UniqueFd out(ofd);
   ACQFS_TRY(CopyData(in->get(), out.get(), shown));
@@ -191,8 +195,10 @@ Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
                               const std::string& rel, const struct stat& st,
                               const std::string& shown) {
   std::string name = sys::Basename(rel);
-  int fd =
-      ::openat(layers.tmp.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  int fd = sys::OpenRelievingPressure([&] {
+    return ::openat(layers.tmp.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC,
+                    0600);
+  });
   if (fd < 0) {
     if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) return false;
     return Error::Errno("open O_TMPFILE for copy-up", layers.tmp_path);
@@ -232,6 +238,36 @@ Status CopyAttrs(const Layers& layers, int src_dirfd,
   return CopyAttrsTo(layers, src_dirfd, src_name, src_st, dst, shown);
 }
 
+namespace {
+
+// The named copy of the lower object `name` in `src_dirfd` (stat `st`) at
+// `dst_dirfd`/`dst_name`, with its attributes and origin marker. On failure
+// whatever it made is removed.
+Status CopyNamed(const Layers& layers, int src_dirfd, const std::string& name,
+                 const struct stat& st, int dst_dirfd,
+                 const std::string& dst_name, const std::string& shown) {
+  Status s =
+      CreateCopy(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
+  if (s) s = CopyAttrs(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
+  if (s) s = layers.format.SetOrigin(dst_dirfd, dst_name, st.st_ino, shown);
+  if (!s) (void)sys::RemoveTree(dst_dirfd, dst_name, shown);
+  return s;
+}
+
+}  // namespace
+
+Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
+                   const std::string& dst_name) {
+  std::string shown = layers.lower.Shown(rel);
+  auto src_dir = layers.lower.OpenDir(sys::Dirname(rel));
+  if (!src_dir) return src_dir.error();
+  std::string name = sys::Basename(rel);
+  auto st = sys::StatAt(src_dir->get(), name, shown);
+  if (!st) return st.error();
+  return CopyNamed(layers, src_dir->get(), name, *st, dst_dirfd, dst_name,
+                   shown);
+}
+
 Status CopyUp(const Layers& layers, const std::string& rel) {
   std::string dir = sys::Dirname(rel), name = sys::Basename(rel);
   std::string shown = layers.lower.Shown(rel);
@@ -247,9 +283,7 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers.tmp.get();
   auto cleanup = [&] { (void)sys::RemoveTree(tfd, tmp, layers.tmp_path); };
-  Status s = CreateCopy(layers, src_dir->get(), name, *st, tfd, tmp, shown);
-  if (s) s = CopyAttrs(layers, src_dir->get(), name, *st, tfd, tmp, shown);
-  if (s) s = layers.format.SetOrigin(tfd, tmp, st->st_ino, shown);
+  Status s = CopyNamed(layers, src_dir->get(), name, *st, tfd, tmp, shown);
   if (s) s = RunHook(rel);
   if (!s) {
     cleanup();
@@ -266,73 +300,103 @@ Status CopyUp(const Layers& layers, const std::string& rel) {
   return s;
 }
 
-Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
-                       const std::string& dst_name, uint64_t origin) {
+namespace {
+
+// One directory of a merged copy whose top is `dst_root`/`top` (see
+// BuildMergedCopy): `dst_rel` is where it goes, relative to `dst_root`.
+// The directory's own entries are copied with its descriptors open; they
+// are closed before its subdirectories are built, so the descriptors in
+// use do not grow with the depth of the tree.
+Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
+                        const std::string& dst_rel, uint64_t origin) {
   std::string shown = layers.upper.Shown(dir.path);
-  // The directory's own attributes come from the upper when it has one.
+  struct Subdir {
+    std::string name;
+    DirView view;
+    uint64_t origin;
+  };
+  std::vector<Subdir> subdirs;
+  {
+    auto dst_parent = sys::OpenBeneath(dst_root, sys::Dirname(dst_rel),
+                                       O_PATH | O_DIRECTORY, 0, shown);
+    if (!dst_parent) return dst_parent.error();
+    if (::mkdirat(dst_parent->get(), sys::Basename(dst_rel).c_str(), 0700) != 0)
+      return Error::Errno("mkdir materialise", shown);
+    auto dst =
+        sys::OpenBeneath(dst_root, dst_rel, O_PATH | O_DIRECTORY, 0, shown);
+    if (!dst) return dst.error();
+    auto entries = ListMerged(layers, dir);
+    if (!entries) return entries.error();
+    UniqueFd upper_fd, lower_fd;
+    if (dir.upper) {
+      auto u = layers.upper.OpenDir(dir.path);
+      if (!u) return u.error();
+      upper_fd = std::move(*u);
+    }
+    if (dir.merged) {
+      auto l = layers.lower.OpenDir(dir.path);
+      if (!l) return l.error();
+      lower_fd = std::move(*l);
+    }
+    for (const auto& e : *entries) {
+      std::string rel = sys::Join(dir.path, e.name);
+      auto c = ResolveChild(layers, dir, e.name);
+      if (!c) return c.error();
+      if (!c->exists) continue;
+      if (c->is_dir()) {
+        uint64_t child_origin = c->origin;
+        if (!child_origin && c->lower && S_ISDIR(c->lower_st.st_mode))
+          child_origin = c->lower_st.st_ino;
+        subdirs.push_back(Subdir{e.name, c->AsDir(rel), child_origin});
+        continue;
+      }
+      int d = dst->get();
+      if (c->upper) {
+        if (::linkat(upper_fd.get(), e.name.c_str(), d, e.name.c_str(), 0) == 0)
+          continue;
+        ACQFS_TRY(CreateCopy(layers, upper_fd.get(), e.name, c->upper_st, d,
+                             e.name, layers.upper.Shown(rel)));
+        ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st, d,
+                            e.name, layers.upper.Shown(rel)));
+        if (c->origin)
+          ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->origin,
+                                            layers.upper.Shown(rel)));
+      } else {
+        ACQFS_TRY(CreateCopy(layers, lower_fd.get(), e.name, c->lower_st, d,
+                             e.name, layers.lower.Shown(rel)));
+        ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st, d,
+                            e.name, layers.lower.Shown(rel)));
+        ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->lower_st.st_ino,
+                                          layers.lower.Shown(rel)));
+      }
+    }
+  }
+  for (const Subdir& sub : subdirs)
+    ACQFS_TRY(BuildMergedLevel(layers, sub.view, dst_root,
+                               dst_rel + "/" + sub.name, sub.origin));
+  // The directory's own attributes last (adding entries moved its times),
+  // from the upper when it has one.
   const Layer& meta_layer = dir.upper ? layers.upper : layers.lower;
-  std::string parent = sys::Dirname(dir.path), base = sys::Basename(dir.path);
-  auto meta_dir = meta_layer.OpenDir(parent);
+  std::string base = sys::Basename(dir.path);
+  auto meta_dir = meta_layer.OpenDir(sys::Dirname(dir.path));
   if (!meta_dir) return meta_dir.error();
   auto meta_st = sys::StatAt(meta_dir->get(), base, shown);
   if (!meta_st) return meta_st.error();
-  if (::mkdirat(dst_dirfd, dst_name.c_str(), 0700) != 0)
-    return Error::Errno("mkdir materialise", shown);
-  int dfd = ::openat(dst_dirfd, dst_name.c_str(),
-                     O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0) return Error::Errno("open materialise", shown);
-  UniqueFd dst(dfd);
-
-  auto entries = ListMerged(layers, dir);
-  if (!entries) return entries.error();
-  UniqueFd upper_fd, lower_fd;
-  if (dir.upper) {
-    auto u = layers.upper.OpenDir(dir.path);
-    if (!u) return u.error();
-    upper_fd = std::move(*u);
-  }
-  if (dir.merged) {
-    auto l = layers.lower.OpenDir(dir.path);
-    if (!l) return l.error();
-    lower_fd = std::move(*l);
-  }
-  for (const auto& e : *entries) {
-    std::string rel = sys::Join(dir.path, e.name);
-    auto c = ResolveChild(layers, dir, e.name);
-    if (!c) return c.error();
-    if (!c->exists) continue;
-    if (c->is_dir()) {
-      uint64_t child_origin = c->origin;
-      if (!child_origin && c->lower && S_ISDIR(c->lower_st.st_mode))
-        child_origin = c->lower_st.st_ino;
-      ACQFS_TRY(BuildMergedCopy(layers, c->AsDir(rel), dst.get(), e.name,
-                                child_origin));
-      continue;
-    }
-    if (c->upper) {
-      if (::linkat(upper_fd.get(), e.name.c_str(), dst.get(), e.name.c_str(),
-                   0) == 0)
-        continue;
-      ACQFS_TRY(CreateCopy(layers, upper_fd.get(), e.name, c->upper_st,
-                           dst.get(), e.name, layers.upper.Shown(rel)));
-      ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st,
-                          dst.get(), e.name, layers.upper.Shown(rel)));
-      if (c->origin)
-        ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->origin,
-                                          layers.upper.Shown(rel)));
-    } else {
-      ACQFS_TRY(CreateCopy(layers, lower_fd.get(), e.name, c->lower_st,
-                           dst.get(), e.name, layers.lower.Shown(rel)));
-      ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st,
-                          dst.get(), e.name, layers.lower.Shown(rel)));
-      ACQFS_TRY(layers.format.SetOrigin(dst.get(), e.name, c->lower_st.st_ino,
-                                        layers.lower.Shown(rel)));
-    }
-  }
-  ACQFS_TRY(CopyAttrs(layers, meta_dir->get(), base, *meta_st, dst_dirfd,
-                      dst_name, shown));
+  auto dst_parent = sys::OpenBeneath(dst_root, sys::Dirname(dst_rel),
+                                     O_PATH | O_DIRECTORY, 0, shown);
+  if (!dst_parent) return dst_parent.error();
+  std::string dst_base = sys::Basename(dst_rel);
+  ACQFS_TRY(CopyAttrs(layers, meta_dir->get(), base, *meta_st,
+                      dst_parent->get(), dst_base, shown));
   if (!origin) return Ok();
-  return layers.format.SetOrigin(dst_dirfd, dst_name, origin, shown);
+  return layers.format.SetOrigin(dst_parent->get(), dst_base, origin, shown);
+}
+
+}  // namespace
+
+Status BuildMergedCopy(const Layers& layers, const DirView& dir, int dst_dirfd,
+                       const std::string& dst_name, uint64_t origin) {
+  return BuildMergedLevel(layers, dir, dst_dirfd, dst_name, origin);
 }
 
 }  // namespace acqfs

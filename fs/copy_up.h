@@ -31,6 +31,12 @@ void SetCopyUpHookForTesting(CopyUpHook hook);
 // exist and `rel` must not exist in the upper.
 Status CopyUp(const Layers& layers, const std::string& rel);
 
+// Copies the lower object at `rel` (any type; a directory without its
+// children), with its attributes and origin marker, to `dst_dirfd`/`dst_name`
+// (which must not exist). Nothing is published: the caller owns the copy.
+Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
+                   const std::string& dst_name);
+
 // Builds in `dst_dirfd`/`dst_name` a full, independent copy of the merged
 // directory `dir`: upper non-directories are hard-linked (keeping their
 // inodes), lower ones copied, directories rebuilt recursively, whiteouts

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fs/fd_budget.h"
+
 namespace acqfs {
 namespace {
 
@@ -39,6 +41,13 @@ Creds CredsOf(fuse_req_t req) {
 }
 
 void ReplyError(fuse_req_t req, const Error& e) {
+  if (e.err == EMFILE || e.err == ENFILE) {
+    // The daemon's own descriptors ran out despite its budget: the sandbox
+    // must not read that as its own limit.
+    spdlog::error("{} (descriptor budget exhausted; replied EIO)", e.Message());
+    fuse_reply_err(req, EIO);
+    return;
+  }
   if (e.err == ENOENT || e.err == EEXIST || e.err == ENODATA ||
       e.err == ENOTEMPTY || e.err == ENOTSUP)
     spdlog::debug("{}", e.Message());
@@ -60,43 +69,15 @@ void Guard(fuse_req_t req, F&& f) noexcept {
   }
 }
 
-struct FileHandle {
-  FileHandle(Node* n, UniqueFd f, bool lower)
-      : node(n), fd(std::move(f)), from_lower(lower) {}
-  Node* node;
-  std::mutex mu;
-  UniqueFd fd;
-  bool from_lower;
+// The fh of a file handle the kernel will RELEASE (-o handles): a handle
+// owns no descriptor (the Overlay's file cache serves every request by
+// node), so it only marks the open as counted.
+constexpr uint64_t kCountedOpen = 1;
 
-  // The descriptor only if it is an upper one (for changes), else -1.
-  int UpperFd(Overlay* ov) {
-    int fd = Fd(ov);
-    std::lock_guard<std::mutex> l(mu);
-    return from_lower ? -1 : fd;
-  }
-
-  // The descriptor to use now: a read-only handle opened on the lower copy
-  // switches to the upper copy once the file has been copied up.
-  int Fd(Overlay* ov) {
-    std::lock_guard<std::mutex> l(mu);
-    if (from_lower && node->upper.load()) {
-      auto up = ov->ReopenUpper(node);
-      if (up) {
-        fd = std::move(*up);
-        from_lower = false;
-      }
-    }
-    return fd.get();
-  }
-};
-
-FileHandle* FhOf(const fuse_file_info* fi) {
-  return reinterpret_cast<FileHandle*>(fi->fh);
-}
-
-// An open directory. The listing is made at the first READDIR from offset 0
-// (and again at each later one: rewinddir sees changes), not at OPENDIR: with
-// the kernel's readdir cache an open served from the cache never reads.
+// An open directory (-o handles). The listing is made at the first READDIR
+// from offset 0 (and again at each later one: rewinddir sees changes), not
+// at OPENDIR: with the kernel's readdir cache an open served from the cache
+// never reads.
 struct DirHandle {
   bool listed = false;
   std::vector<ListedEntry> entries;  // "." and ".." first
@@ -117,74 +98,16 @@ Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
 
 }  // namespace
 
-// The descriptors of handle-less requests (FuseContext::no_open): one
-// FileHandle per node, opened at the node's first READ (read-only, on the
-// layer that holds the file) or WRITE (read-write on the upper copy, after a
-// copy-up), kept in a least-recently-used list of at most `capacity` so the
-// daemon never holds a descriptor per inode. An evicted handle closes once
-// the last request using it ends. Cached handles are not counted as opens
-// by the Overlay: a cached read of a lower file never makes a later unlink
-// copy it up. FORGET drops the node's entry before the node can go away.
-class NodeFiles {
+// The listings handle-less READDIRs read from (FuseContext::no_open: no
+// OPENDIR; the kernel fills its readdir cache from offset 0 up). Offset 0
+// lists the directory afresh; later offsets read the newest listing. At
+// most `capacity` directories are kept (memory only, no descriptors); an
+// evicted one is listed again. FORGET drops a node's listing.
+class Listings {
  public:
-  explicit NodeFiles(size_t capacity) : capacity_(capacity) {}
+  explicit Listings(size_t capacity) : capacity_(capacity) {}
 
-  Result<std::shared_ptr<FileHandle>> Get(Overlay* ov, Node* node, bool write) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = map_.find(node);
-      if (it != map_.end() && (!write || it->second.writable)) {
-        lru_.splice(lru_.begin(), lru_, it->second.pos);
-        return it->second.fh;
-      }
-    }
-    bool from_lower = false;
-    auto fd = ov->Open(node, write ? O_RDWR : O_RDONLY, &from_lower);
-    if (!fd) return fd.error();
-    ov->ReleaseOpen(node);
-    auto fh = std::make_shared<FileHandle>(node, std::move(*fd), from_lower);
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = map_.find(node);
-    if (it != map_.end()) {
-      if (!write || it->second.writable) {  // another thread was first
-        lru_.splice(lru_.begin(), lru_, it->second.pos);
-        return it->second.fh;
-      }
-      it->second.fh = fh;
-      it->second.writable = true;
-      lru_.splice(lru_.begin(), lru_, it->second.pos);
-      return fh;
-    }
-    lru_.push_front(node);
-    map_.emplace(node, Entry{fh, write, lru_.begin()});
-    while (map_.size() > capacity_) {
-      map_.erase(lru_.back());
-      lru_.pop_back();
-    }
-    return fh;
-  }
-
-  void Drop(Node* node) {
-    std::shared_ptr<FileHandle> gone;  // closed outside the lock
-    std::shared_ptr<DirHandle> gone_dir;
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto d = dirs_.find(node); d != dirs_.end()) {
-      gone_dir = std::move(d->second);
-      dirs_.erase(d);
-    }
-    auto it = map_.find(node);
-    if (it == map_.end()) return;
-    gone = std::move(it->second.fh);
-    lru_.erase(it->second.pos);
-    map_.erase(it);
-  }
-
-  // The listing handle-less READDIRs of `dir` read from (no OPENDIR; the
-  // kernel fills its readdir cache from offset 0 up). Offset 0 lists the
-  // directory afresh; later offsets read the newest listing. At most
-  // `capacity` directories are kept; an evicted one is listed again.
-  Result<std::shared_ptr<DirHandle>> Listing(Overlay* ov, Node* dir,
-                                             off_t off) {
+  Result<std::shared_ptr<DirHandle>> Get(Overlay* ov, Node* dir, off_t off) {
     if (off != 0) {
       std::lock_guard<std::mutex> l(mu_);
       auto it = dirs_.find(dir);
@@ -192,62 +115,39 @@ class NodeFiles {
     }
     auto dh = std::make_shared<DirHandle>();
     if (Status s = ListInto(ov, dir, dh.get()); !s) return s.error();
+    std::shared_ptr<DirHandle> evicted;  // freed outside the lock
     std::lock_guard<std::mutex> l(mu_);
-    if (dirs_.size() >= capacity_ && !dirs_.count(dir))
+    if (dirs_.size() >= capacity_ && !dirs_.count(dir)) {
+      evicted = std::move(dirs_.begin()->second);
       dirs_.erase(dirs_.begin());
+    }
     dirs_[dir] = dh;
     return dh;
   }
 
+  void Drop(Node* node) {
+    std::shared_ptr<DirHandle> gone;  // freed outside the lock
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto d = dirs_.find(node); d != dirs_.end()) {
+      gone = std::move(d->second);
+      dirs_.erase(d);
+    }
+  }
+
  private:
-  struct Entry {
-    std::shared_ptr<FileHandle> fh;
-    bool writable;
-    std::list<Node*>::iterator pos;
-  };
   const size_t capacity_;
   std::mutex mu_;
-  std::list<Node*> lru_;  // most recent first
-  std::unordered_map<Node*, Entry> map_;
-  std::unordered_map<Node*, std::shared_ptr<DirHandle>> dirs_;
+  std::unordered_map<Node*, std::shared_ptr<DirHandle>> dirs_;  // mu_
 };
 
-void NodeFilesDeleter::operator()(NodeFiles* f) const { delete f; }
+void ListingsDeleter::operator()(Listings* l) const { delete l; }
 
 namespace {
 
-// Descriptors the handle-less mode keeps open at most: 512, or an eighth
-// of the descriptor limit when that is lower (the rest stays for handles,
-// copy-up and directory walks).
-size_t NodeFilesCapacity() {
-  struct rlimit rl;
-  size_t cap = 512;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    cap = std::min<size_t>(cap, rl.rlim_cur / 8);
-  return std::max<size_t>(cap, 4);
-}
-
-// The handle a data request works through: the one its OPEN made, or, in
-// the handle-less mode (no OPEN, fh 0), the node's cached one.
-struct DataHandle {
-  std::shared_ptr<FileHandle> cached;
-  FileHandle* fh = nullptr;
-};
-
-Result<DataHandle> HandleOf(fuse_req_t req, fuse_ino_t ino,
-                            const fuse_file_info* fi, bool write) {
-  DataHandle d;
-  if (fi && fi->fh != 0) {
-    d.fh = FhOf(fi);
-    return d;
-  }
-  FuseContext* ctx = Ctx(req);
-  if (!ctx->files) return Error::Of(EBADF, "request without a file handle", "");
-  auto fh = ctx->files->Get(ctx->overlay, NodeOf(req, ino), write);
-  if (!fh) return fh.error();
-  d.cached = std::move(*fh);
-  d.fh = d.cached.get();
-  return d;
+// The descriptor a data request works through: the node's, from the
+// Overlay's file cache (whatever the handle, in both file modes).
+Result<FileLease> FileOf(fuse_req_t req, fuse_ino_t ino, bool write) {
+  return Ctx(req)->overlay->FileFor(NodeOf(req, ino), write);
 }
 
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
@@ -283,8 +183,8 @@ int OpenFlags(fuse_req_t req, int flags) {
   return flags;
 }
 
-void SetOpenInfo(fuse_file_info* fi, FileHandle* fh) {
-  fi->fh = reinterpret_cast<uint64_t>(fh);
+void SetOpenInfo(fuse_file_info* fi, uint64_t fh) {
+  fi->fh = fh;
   fi->keep_cache = 1;
   if (fi->flags & O_DIRECT) fi->direct_io = 1;
 }
@@ -307,15 +207,14 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   want(FUSE_CAP_ASYNC_READ);
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
-    ctx->files.reset(new NodeFiles(NodeFilesCapacity()));
-    ctx->overlay->SetOpensUnknown(true, NodeFilesCapacity() * 2);
+    ctx->listings.reset(new Listings(FdBudget::kMaxFiles));
+    ctx->overlay->SetOpensUnknown(true);
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
     conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   } else if (ctx->no_open)
     spdlog::warn("no_open: the kernel does not offer it; files use OPEN");
   spdlog::info("fuse init: capable={:#x} want={:#x} max_write={} no_open={}",
-               conn->capable, conn->want, conn->max_write,
-               ctx->files != nullptr);
+               conn->capable, conn->want, conn->max_write, HandleLess(ctx));
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -341,7 +240,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   Guard(req, [&] {
     FuseContext* ctx = Ctx(req);
-    if (ctx->files) ctx->files->Drop(NodeOf(req, ino));
+    if (ctx->listings) ctx->listings->Drop(NodeOf(req, ino));
     ctx->overlay->Forget(NodeOf(req, ino), nlookup);
     fuse_reply_none(req);
   });
@@ -353,7 +252,7 @@ void OpForgetMulti(fuse_req_t req, size_t count,
     FuseContext* ctx = Ctx(req);
     for (size_t i = 0; i < count; i++) {
       Node* node = NodeOf(req, forgets[i].ino);
-      if (ctx->files) ctx->files->Drop(node);
+      if (ctx->listings) ctx->listings->Drop(node);
       ctx->overlay->Forget(node, forgets[i].nlookup);
     }
     fuse_reply_none(req);
@@ -363,16 +262,6 @@ void OpForgetMulti(fuse_req_t req, size_t count,
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     auto st = Ctx(req)->overlay->GetAttr(NodeOf(req, ino));
-    if (!st && fi && fi->fh != 0) {
-      // An open but unlinked file: its handle still knows it.
-      FileHandle* fh = FhOf(fi);
-      auto fst = sys::Fstat(fh->Fd(Ctx(req)->overlay), "(open file)");
-      if (fst) {
-        fst->st_ino = fh->node->ino;
-        fuse_reply_attr(req, &*fst, Ctx(req)->timeout);
-        return;
-      }
-    }
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
   });
@@ -397,8 +286,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.atime = attr->st_atim;
     r.mtime = attr->st_mtim;
     Overlay* ov = Ctx(req)->overlay;
-    int fd = fi && fi->fh != 0 ? FhOf(fi)->UpperFd(ov) : -1;
-    auto st = ov->SetAttr(NodeOf(req, ino), r, fd);
+    auto st = ov->SetAttr(NodeOf(req, ino), r, -1);
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
   });
@@ -473,18 +361,13 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     // The handle-less mode: ENOSYS tells the kernel to stop sending OPEN
     // and RELEASE for files; it then reads and writes with fh 0.
-    if (Ctx(req)->files) return (void)fuse_reply_err(req, ENOSYS);
+    if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
+    Overlay* ov = Ctx(req)->overlay;
     Node* node = NodeOf(req, ino);
-    bool from_lower = false;
-    auto fd =
-        Ctx(req)->overlay->Open(node, OpenFlags(req, fi->flags), &from_lower);
-    if (!fd) return ReplyError(req, fd.error());
-    auto* fh = new FileHandle(node, std::move(*fd), from_lower);
-    SetOpenInfo(fi, fh);
-    if (fuse_reply_open(req, fi) != 0) {
-      Ctx(req)->overlay->ReleaseOpen(node);
-      delete fh;
-    }
+    auto f = ov->Open(node, OpenFlags(req, fi->flags));
+    if (!f) return ReplyError(req, f.error());
+    SetOpenInfo(fi, kCountedOpen);
+    if (fuse_reply_open(req, fi) != 0) ov->ReleaseOpen(node);
   });
 }
 
@@ -496,29 +379,30 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
                         OpenFlags(req, fi->flags), CredsOf(req));
     if (!r) return ReplyError(req, r.error());
     Node* node = r->first;
+    // In the handle-less mode the kernel never RELEASEs a CREATE's handle
+    // once it has seen OPEN answered ENOSYS: the open is not counted, and
+    // fh 0 sends the file's requests to the file cache like any other.
+    const bool counted = !HandleLess(Ctx(req));
+    if (!counted) ov->ReleaseOpen(node);
     auto st = ov->GetAttr(node);
     if (!st) {
-      ov->ReleaseOpen(node);
+      if (counted) ov->ReleaseOpen(node);
       ov->Forget(node, 1);
       return ReplyError(req, st.error());
     }
-    auto* fh = new FileHandle(node, std::move(r->second), false);
-    SetOpenInfo(fi, fh);
+    SetOpenInfo(fi, counted ? kCountedOpen : 0);
     fuse_entry_param e;
     FillEntry(req, node, *st, &e);
-    if (fuse_reply_create(req, &e, fi) != 0) {
-      ov->ReleaseOpen(node);
-      delete fh;
-    }
+    if (fuse_reply_create(req, &e, fi) != 0 && counted) ov->ReleaseOpen(node);
   });
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = HandleOf(req, ino, fi, false);
-    if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->Fd(Ctx(req)->overlay);
+    auto f = FileOf(req, ino, false);
+    if (!f) return ReplyError(req, f.error());
+    int fd = f->get();
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags =
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -546,10 +430,9 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    auto h = HandleOf(req, ino, fi, true);
-    if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->UpperFd(ov);
-    if (fd < 0) return (void)fuse_reply_err(req, EBADF);
+    auto f = FileOf(req, ino, true);
+    if (!f) return ReplyError(req, f.error());
+    int fd = f->get();
     size_t len = fuse_buf_size(in_buf);
     struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
     out.buf[0].flags =
@@ -559,7 +442,8 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     auto copy = [&]() -> int64_t {
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
-    auto r = Charged(ov, h->fh->node, fd, off + static_cast<off_t>(len), copy);
+    auto r =
+        Charged(ov, NodeOf(req, ino), fd, off + static_cast<off_t>(len), copy);
     if (!r) return ReplyError(req, r.error());
     int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -577,11 +461,9 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    if (fi->fh == 0) return (void)fuse_reply_err(req, 0);  // see OpOpen
-    FileHandle* fh = FhOf(fi);
-    Node* node = fh->node;
-    delete fh;
-    Ctx(req)->overlay->ReleaseOpen(node);
+    // fh 0: a CREATE's handle in the handle-less mode (see OpCreate).
+    if (fi->fh == kCountedOpen)
+      Ctx(req)->overlay->ReleaseOpen(NodeOf(req, ino));
     fuse_reply_err(req, 0);
   });
 }
@@ -589,10 +471,10 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = HandleOf(req, ino, fi, false);
-    if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->Fd(Ctx(req)->overlay);
-    int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
+    auto f = FileOf(req, ino, false);
+    if (!f) return ReplyError(req, f.error());
+    if ((*f)->from_lower) return (void)fuse_reply_err(req, 0);  // unchanged
+    int rc = datasync ? ::fdatasync(f->get()) : ::fsync(f->get());
     fuse_reply_err(req, rc == 0 ? 0 : errno);
   });
 }
@@ -601,7 +483,7 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     // Handle-less directories too: ENOSYS makes the kernel stop sending
     // OPENDIR and RELEASEDIR and cache every listing (FOPEN_CACHE_DIR).
-    if (Ctx(req)->files) return (void)fuse_reply_err(req, ENOSYS);
+    if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
     auto* dh = new DirHandle;
     fi->fh = reinterpret_cast<uint64_t>(dh);
     // The kernel may keep the listing in its page cache across opens; it
@@ -620,9 +502,9 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   std::shared_ptr<DirHandle> shared;  // the handle-less mode's listing
   auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
   if (dh == nullptr) {
-    if (!Ctx(req)->files)
+    if (!Ctx(req)->listings)
       return ReplyError(req, Error::Of(EBADF, "readdir without a handle", ""));
-    auto l = Ctx(req)->files->Listing(ov, dir, off);
+    auto l = Ctx(req)->listings->Get(ov, dir, off);
     if (!l) return ReplyError(req, l.error());
     shared = std::move(*l);
     dh = shared.get();
@@ -754,19 +636,18 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
                      int flags) {
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    auto hin = HandleOf(req, ino_in, fi_in, false);
-    if (!hin) return ReplyError(req, hin.error());
-    auto hout = HandleOf(req, ino_out, fi_out, true);
-    if (!hout) return ReplyError(req, hout.error());
-    int in = hin->fh->Fd(ov), out = hout->fh->UpperFd(ov);
-    if (out < 0) return (void)fuse_reply_err(req, EBADF);
+    auto fin = FileOf(req, ino_in, false);
+    if (!fin) return ReplyError(req, fin.error());
+    auto fout = FileOf(req, ino_out, true);
+    if (!fout) return ReplyError(req, fout.error());
+    int in = fin->get(), out = fout->get();
     loff_t oi = off_in, oo = off_out;
     auto copy = [&]() -> int64_t {
       ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
       return n < 0 ? -errno : n;
     };
-    auto r = Charged(ov, hout->fh->node, out, off_out + static_cast<off_t>(len),
-                     copy);
+    auto r = Charged(ov, NodeOf(req, ino_out), out,
+                     off_out + static_cast<off_t>(len), copy);
     if (!r) return ReplyError(req, r.error());
     int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -777,17 +658,16 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                  off_t length, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = HandleOf(req, ino, fi, true);
-    if (!h) return ReplyError(req, h.error());
+    auto f = FileOf(req, ino, true);
+    if (!f) return ReplyError(req, f.error());
     Overlay* ov = Ctx(req)->overlay;
-    int fd = h->fh->UpperFd(ov);
-    if (fd < 0) return (void)fuse_reply_err(req, EBADF);
+    int fd = f->get();
     auto alloc = [&]() -> int64_t {
       return ::fallocate(fd, mode, offset, length) == 0 ? 0 : -errno;
     };
     // Only a size change counts (the quota counts apparent sizes).
     off_t end = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : offset + length;
-    auto r = Charged(ov, h->fh->node, fd, end, alloc);
+    auto r = Charged(ov, NodeOf(req, ino), fd, end, alloc);
     if (!r) return ReplyError(req, r.error());
     int64_t rc = *r;
     fuse_reply_err(req, static_cast<int>(-rc));
@@ -797,10 +677,9 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 void OpLseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = HandleOf(req, ino, fi, false);
-    if (!h) return ReplyError(req, h.error());
-    int fd = h->fh->Fd(Ctx(req)->overlay);
-    off_t r = ::lseek(fd, off, whence);
+    auto f = FileOf(req, ino, false);
+    if (!f) return ReplyError(req, f.error());
+    off_t r = ::lseek(f->get(), off, whence);
     if (r < 0) return (void)fuse_reply_err(req, errno);
     fuse_reply_lseek(req, r);
   });

@@ -1,7 +1,8 @@
 // The FUSE low-level adapter: a table of noexcept callbacks that translate
 // fuse_req_t requests into Overlay calls and Overlay results into replies.
-// Node ids are Node addresses (the root is FUSE_ROOT_ID). File and directory
-// handles own their descriptors and snapshots.
+// Node ids are Node addresses (the root is FUSE_ROOT_ID). File handles own
+// nothing: data requests use the Overlay's file cache by node, in both file
+// modes. Directory handles (-o handles) own their listings.
 // Thread-safety: callbacks run on libfuse's worker threads; all shared state
 // lives in the Overlay, which locks for itself.
 #ifndef ACQFS_FS_FUSE_OPS_H_
@@ -16,9 +17,9 @@
 
 namespace acqfs {
 
-class NodeFiles;
-struct NodeFilesDeleter {
-  void operator()(NodeFiles* f) const;
+class Listings;
+struct ListingsDeleter {
+  void operator()(Listings* l) const;
 };
 
 // The state every callback reaches through fuse_req_userdata().
@@ -30,10 +31,15 @@ struct FuseContext {
   // Asked for: answer OPEN with ENOSYS, so the kernel sends no OPEN or
   // RELEASE for files and reads and writes arrive without a handle.
   bool no_open = false;
-  // Set up by INIT when the kernel offers that mode: the descriptors the
-  // handle-less requests use, a bounded cache per node.
-  std::unique_ptr<NodeFiles, NodeFilesDeleter> files;
+  // Set up by INIT when the kernel offers that mode: the listings the
+  // handle-less READDIRs read from (no descriptors, a bounded number).
+  std::unique_ptr<Listings, ListingsDeleter> listings;
 };
+
+// Is the mount in the handle-less mode (no OPEN/RELEASE for files)?
+inline bool HandleLess(const FuseContext* ctx) {
+  return ctx->listings != nullptr;
+}
 
 // The operations table (static storage; fill in once).
 const struct fuse_lowlevel_ops* FuseOperations();

@@ -33,6 +33,7 @@ struct CachedDir {
 constexpr size_t kCachedDirs = 4;
 thread_local CachedDir tl_dirs[kCachedDirs];
 thread_local size_t tl_next = 0;
+std::atomic<size_t> g_cached_dirs{kCachedDirs};
 }  // namespace
 
 Layer::Layer(UniqueFd root, std::string root_path)
@@ -42,7 +43,8 @@ Layer::Layer(UniqueFd root, std::string root_path)
 
 Result<int> Layer::DirFd(const std::string& rel, uint64_t gen,
                          UniqueFd* owned) const {
-  if (gen == 0) {
+  const size_t slots = g_cached_dirs.load(std::memory_order_relaxed);
+  if (gen == 0 || slots == 0) {
     auto fd = OpenDir(rel);
     if (!fd) return fd.error();
     *owned = std::move(*fd);
@@ -56,13 +58,21 @@ Result<int> Layer::DirFd(const std::string& rel, uint64_t gen,
   }
   auto fd = OpenDir(rel);
   if (!fd) return fd.error();
-  CachedDir& slot = tl_dirs[tl_next++ % kCachedDirs];
+  CachedDir& slot = tl_dirs[tl_next++ % slots];
   slot.layer = id_;
   slot.gen = gen;
   slot.made = now;
   slot.rel = rel;
   slot.fd = std::move(*fd);
   return slot.fd.get();
+}
+
+void Layer::SetDirCacheSlots(size_t n) {
+  g_cached_dirs = n < kCachedDirs ? n : kCachedDirs;
+}
+
+void Layer::DropThreadDirCache() {
+  for (CachedDir& c : tl_dirs) c.fd.reset();
 }
 
 Result<struct stat> Layer::StatVia(const std::string& rel, uint64_t gen) const {

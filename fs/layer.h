@@ -64,6 +64,12 @@ class Layer {
   // cache and returns a descriptor owned by `*owned`.
   Result<int> DirFd(const std::string& rel, uint64_t gen,
                     UniqueFd* owned) const;
+  // How many directories each thread's DirFd cache holds (at most 4; 0
+  // turns it off). Set before serving requests.
+  static void SetDirCacheSlots(size_t n);
+  // Closes the calling thread's cached directories (under descriptor
+  // pressure).
+  static void DropThreadDirCache();
   // Stat of `rel` through DirFd of its parent.
   Result<struct stat> StatVia(const std::string& rel, uint64_t gen) const;
   // found=false (and Ok) when the path or a parent does not exist.

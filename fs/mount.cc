@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fs/fd_budget.h"
 #include "fs/fuse_ops.h"
 #include "fs/layer.h"
 #include "fs/overlay.h"
@@ -66,6 +67,29 @@ bool ParseNumber(const std::string& text, bool fraction, double* out) {
   *out = v;
   return true;
 }
+
+// The pressure handler (sys::SetFdPressureHandler): an open failed with
+// EMFILE or ENFILE, so the file cache gives half its descriptors back
+// (leases keep those in use open). The per-thread directory caches are left
+// alone: their descriptors are borrowed by callers that may be mid-use.
+bool RelieveFdPressure(void* arg) {
+  auto* ov = static_cast<Overlay*>(arg);
+  size_t cached = ov->cached_files();
+  size_t freed = ov->ShrinkFiles(cached / 2);
+  spdlog::warn("descriptors ran out: evicted {} of {} cached files", freed,
+               cached);
+  return freed > 0;
+}
+
+// Owns the pressure handler's registration for the serving loop.
+struct PressureHandlerScope {
+  explicit PressureHandlerScope(Overlay* ov) {
+    sys::SetFdPressureHandler(&RelieveFdPressure, ov);
+  }
+  ~PressureHandlerScope() { sys::SetFdPressureHandler(nullptr, nullptr); }
+  PressureHandlerScope(const PressureHandlerScope&) = delete;
+  PressureHandlerScope& operator=(const PressureHandlerScope&) = delete;
+};
 
 }  // namespace
 
@@ -126,8 +150,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   layers->sync_copy_up = config.sync_copy_up;
   layers->policy = config.policy;
   if (Status s = CheckPolicyEnforceable(config); !s) return fail(s.error());
+  auto limit = RaiseFdLimit();
+  if (!limit) return fail(limit.error());
+  auto budget = FdBudget::Plan(*limit, config.max_threads);
+  if (!budget) return fail(budget.error());
   auto overlay = Overlay::Create(std::move(*layers));
   if (!overlay) return fail(overlay.error());
+  (*overlay)->SetDescriptorBudget(budget->files, budget->kept);
+  Layer::SetDirCacheSlots(budget->dir_cache);
+  spdlog::info("descriptors: {}", budget->Describe());
+  PressureHandlerScope pressure(overlay->get());
 
   FuseContext ctx;
   ctx.overlay = overlay->get();

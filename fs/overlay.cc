@@ -27,12 +27,6 @@ class ExclusiveLock {
 };
 using TableLock = std::lock_guard<std::mutex>;
 
-// The open(2) flags that mean something for a layer descriptor. The kernel
-// also passes internal bits (e.g. __FMODE_EXEC for execve) that openat2
-// rejects with EINVAL; O_DIRECT is left to the kernel's FUSE direct-io path.
-constexpr int kPassedOpenFlags =
-    O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DSYNC | O_SYNC;
-
 // ---------------------------------------------------------------- set-up
 
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
@@ -213,34 +207,30 @@ void Overlay::MaybeFreeLocked(Node* node) {
       if (it != upper_links_.end() && it->second == node)
         upper_links_.erase(it);
     }
-    // The kept data of an unlinked file goes after the locks (ReapDoomed).
-    if (!node->orphan_name.empty()) {
-      doomed_names_.push_back(std::move(node->orphan_name));
+    // The node's descriptors and kept data go after the locks (ReapDoomed).
+    if (!node->kept.empty()) {
+      if (quota_) quota_->Release(kept_.FreedByRelease(node->kept));
+      kept_.Release(std::move(node->kept));
+    }
+    if (FileLease f = files_.Take(node)) {
+      doomed_files_.push_back(std::move(f));
       doomed_pending_ = true;
     }
-    if (node->orphan) {
-      doomed_fds_.push_back(std::move(node->orphan));
-      doomed_pending_ = true;
-    }
-    if (node->orphan_counted) --orphan_fds_;
     nodes_.erase(node);
     node = parent;
   }
 }
 
 void Overlay::ReapDoomed() {
+  kept_.Reap();
   if (!doomed_pending_.load(std::memory_order_acquire)) return;
-  std::vector<UniqueFd> fds;
-  std::vector<std::string> names;
+  std::vector<FileLease> files;
   {
     TableLock t(table_mu_);
-    fds.swap(doomed_fds_);
-    names.swap(doomed_names_);
+    files.swap(doomed_files_);
     doomed_pending_ = false;
   }
-  fds.clear();  // closes them
-  // Should an unlink fail, the next mount empties acqfs-tmp anyway.
-  for (const auto& n : names) (void)::unlinkat(layers_.tmp.get(), n.c_str(), 0);
+  files.clear();  // closes them (unless a request still uses one)
 }
 
 void Overlay::MaybeFree(Node* node) {
@@ -267,13 +257,6 @@ void Overlay::ReleaseOpen(Node* node) {
   SharedLock l(tree_mu_);
   TableLock t(table_mu_);
   if (node->opens) node->opens--;
-  // The descriptor kept for open handles goes with the last of them; one
-  // kept for the handle-less mode (orphan_counted) stays until FORGET, as
-  // the kernel may still read through the node.
-  if (node->opens == 0 && node->orphan && !node->orphan_counted) {
-    doomed_fds_.push_back(std::move(node->orphan));
-    doomed_pending_ = true;
-  }
   MaybeFreeLocked(node);
 }
 
@@ -372,14 +355,7 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
 Result<struct stat> Overlay::StatLocked(Node* node) {
   struct stat st;
   if (node->unlinked) {
-    TableLock t(table_mu_);
-    Result<struct stat> s = Error::Of(ENOENT, "stat", "(unlinked)");
-    if (node->orphan)
-      s = sys::Fstat(node->orphan.get(), "(unlinked)");
-    else if (!node->orphan_name.empty())
-      s = sys::StatAt(layers_.tmp.get(), node->orphan_name, layers_.tmp_path);
-    else if (!node->orphan_lower.empty())
-      s = layers_.lower.Stat(node->orphan_lower);
+    auto s = kept_.Stat(node->kept);
     if (!s) return s.error();
     st = *s;
   } else {
@@ -444,7 +420,11 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
 
 Result<std::string> Overlay::ReadLink(Node* node) {
   SharedLock l(tree_mu_);
-  if (node->unlinked) return Error::Of(ENOENT, "readlink", "(unlinked)");
+  if (node->unlinked) {
+    auto fd = kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
+    if (!fd) return fd.error();
+    return sys::ReadLinkAt(fd->get(), "", "(unlinked)");
+  }
   const Layer& layer = node->upper ? layers_.upper : layers_.lower;
   std::string path = PathLocked(node);
   auto dir = layer.OpenDir(sys::Dirname(path));
@@ -533,6 +513,15 @@ Status Overlay::EnsureUpper(Node* node) {
     if (quota_) quota_->Release(charged);
     return s;
   }
+  node->upper = true;
+  return Ok();
+}
+
+Status Overlay::MakeChangeable(Node* node) {
+  if (!node->unlinked) return EnsureUpper(node);
+  if (!node->kept.in_lower()) return Ok();
+  // A lower file kept by its path gets a copy of its own.
+  ACQFS_TRY(kept_.MakeChangeable(&node->kept));
   node->upper = true;
   return Ok();
 }
@@ -696,26 +685,35 @@ Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
   return LookupLocked(parent, name, true);
 }
 
-Result<std::pair<Node*, UniqueFd>> Overlay::Create(Node* parent,
-                                                   const std::string& name,
-                                                   mode_t mode, int flags,
-                                                   Creds creds) {
-  ExclusiveLock l(tree_mu_, tree_gen_);
-  std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  UniqueFd fd;
-  int oflags = (flags & kPassedOpenFlags & ~O_TRUNC) | O_CREAT | O_EXCL |
-               O_NOFOLLOW | O_CLOEXEC;
-  ACQFS_TRY(Publish(parent, name, false, &creds,
-                    [&](int d, const std::string& n) -> Status {
-                      int f = ::openat(d, n.c_str(), oflags, mode & 07777);
-                      if (f < 0) return Error::Errno("create", shown);
-                      fd.reset(f);
-                      return Ok();
-                    }));
-  auto node = LookupLocked(parent, name, true);
-  if (!node) return node.error();
-  AddOpen(*node);
-  return std::make_pair(*node, std::move(fd));
+Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
+                                                    const std::string& name,
+                                                    mode_t mode, int flags,
+                                                    Creds creds) {
+  (void)flags;  // O_CREAT/O_EXCL are implied; the kernel checked the rest
+  Node* node = nullptr;
+  OpenFile file;
+  {
+    ExclusiveLock l(tree_mu_, tree_gen_);
+    std::string shown =
+        layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+    // Read-write whatever the caller asked for, so that the file cache can
+    // serve every later read and write with this descriptor (creating a
+    // file grants the access whatever its mode).
+    const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    ACQFS_TRY(Publish(parent, name, false, &creds,
+                      [&](int d, const std::string& n) -> Status {
+                        int f = ::openat(d, n.c_str(), oflags, mode & 07777);
+                        if (f < 0) return Error::Errno("create", shown);
+                        file.fd.reset(f);
+                        return Ok();
+                      }));
+    auto found = LookupLocked(parent, name, true);
+    if (!found) return found.error();
+    node = *found;
+    AddOpen(node);
+  }
+  file.readable = file.writable = true;
+  return std::make_pair(node, files_.Put(node, std::move(file)));
 }
 
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
@@ -751,88 +749,27 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 
 // ---------------------------------------------------------------- removal
 
-bool Overlay::ParkInsteadOfUnlink(Node* node) {
-  TableLock t(table_mu_);
-  return opens_unknown_ && node->upper && node->opens == 0 &&
-         node->nlookup > 0 && node->aliases.empty() && !node->orphan &&
-         node->orphan_name.empty() && !node->is_dir();
+bool Overlay::MayBeOpenLocked(const Node* node) const {
+  return node->opens > 0 || (opens_unknown_ && node->nlookup > 0);
 }
 
-Status Overlay::KeepOrphanIfOpen(Node* node) {
-  {
-    TableLock t(table_mu_);
-    if (!node->aliases.empty() || node->orphan) return Ok();
-    if (node->opens == 0) {
-      if (!opens_unknown_ || node->nlookup == 0 || node->is_dir() ||
-          !node->orphan_name.empty() || !node->orphan_lower.empty())
-        return Ok();
-      return KeepUnlinkedData(node);
-    }
-  }
-  // The file stays usable through its open handles after losing its last
-  // name (fchmod, ftruncate...). Those changes must land in the upper, so an
-  // open lower file is copied up before it loses its name.
-  ACQFS_TRY(EnsureUpper(node));
-  auto fd = layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
-  if (!fd) return fd.error();
+bool Overlay::MustKeep(Node* node) {
+  if (node->is_dir()) return false;
   TableLock t(table_mu_);
-  node->orphan = std::move(*fd);
-  return Ok();
+  return node->aliases.empty() && MayBeOpenLocked(node);
 }
 
-// tree_mu_ exclusive and table_mu_ held.
-Status Overlay::KeepUnlinkedData(Node* node) {
-  std::string path = PathLocked(node);
+Status Overlay::KeepBeforeReplacing(Node* node, int pfd,
+                                    const std::string& name,
+                                    const std::string& shown) {
   if (!node->upper) {
-    node->orphan_lower = path;
+    node->kept = KeptStore::KeepLower(PathLocked(node));
     return Ok();
   }
-  auto fd = layers_.upper.Open(path, O_PATH | O_NOFOLLOW);
-  if (!fd) return fd.error();
-  std::string name = sys::TempName(LayerFormat::kTempPrefix);
-  // A hard link through the descriptor's /proc entry: linkat with
-  // AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
-  std::string proc = "/proc/self/fd/" + std::to_string(fd->get());
-  if (::linkat(AT_FDCWD, proc.c_str(), layers_.tmp.get(), name.c_str(),
-               AT_SYMLINK_FOLLOW) != 0)
-    return Error::Errno("link (keep the data of an unlinked file)",
-                        layers_.upper.Shown(path));
-  node->orphan_name = name;
+  auto k = kept_.Keep(pfd, name, shown);
+  if (!k) return k.error();
+  node->kept = std::move(*k);
   return Ok();
-}
-
-Result<UniqueFd> Overlay::OpenUnlinked(Node* node, int oflags, bool write,
-                                       bool* from_lower) {
-  std::string name, lower, kept;
-  {
-    TableLock t(table_mu_);
-    name = node->orphan_name;
-    lower = node->orphan_lower;
-    if (node->orphan_counted)
-      kept = "/proc/self/fd/" + std::to_string(node->orphan.get());
-  }
-  if (!kept.empty()) {
-    // Reopened through the kept descriptor's /proc entry, a magic link that
-    // O_NOFOLLOW would refuse.
-    *from_lower = false;
-    int fd = ::open(kept.c_str(), (oflags & ~O_NOFOLLOW) | O_CLOEXEC);
-    if (fd < 0) return Error::Errno("open (unlinked)", layers_.tmp_path);
-    return UniqueFd(fd);
-  }
-  if (!name.empty()) {
-    *from_lower = false;
-    int fd = ::openat(layers_.tmp.get(), name.c_str(), oflags | O_CLOEXEC);
-    if (fd < 0) return Error::Errno("open (unlinked)", layers_.tmp_path);
-    return UniqueFd(fd);
-  }
-  if (!lower.empty() && !write) {
-    *from_lower = true;
-    return layers_.lower.OpenForReading(lower);
-  }
-  // A lower file deleted before anything wrote to it was never copied up.
-  if (!lower.empty())
-    return Error::Of(ESTALE, "write to a deleted lower file", lower);
-  return Error::Of(ENOENT, "open", "(unlinked)");
 }
 
 Status Overlay::Unlink(Node* parent, const std::string& name) {
@@ -852,59 +789,39 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     ACQFS_TRY(EnsureUpper(parent));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
+    // A file the kernel may still hold keeps its data (Node::kept); its
+    // bytes count against the quota until the data goes.
+    const bool keep = MustKeep(node);
     uint64_t freed =
-        quota_ && node->upper ? FreedByRemoving(pfd->get(), name) : 0;
-    auto give_back = [&](Status r) {
-      if (r && quota_) quota_->Release(freed);
-      return r;
-    };
-    if (!*has_lower && ParkInsteadOfUnlink(node)) {
-      // An upper-only file the kernel may hold open (handle-less mode).
-      // While the budget lasts, a descriptor keeps its data until FORGET
-      // and the name goes with one unlink (Node::orphan_counted).
-      bool budget;
-      {
-        TableLock t(table_mu_);
-        budget = orphan_fds_ < orphan_fd_budget_;
-        if (budget) ++orphan_fds_;
-      }
-      if (budget) {
-        int fd =
-            ::openat(pfd->get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        Status r = fd >= 0
-                       ? MakeCall(::unlinkat(pfd->get(), name.c_str(), 0),
-                                  "unlink", shown)
-                       : Error::Errno("open (keep an unlinked file)", shown);
-        TableLock t(table_mu_);
-        if (!r) {
-          if (fd >= 0) ::close(fd);
-          --orphan_fds_;
-          return r;
-        }
-        node->orphan.reset(fd);
-        node->orphan_counted = true;
-        return give_back(Ok());
-      }
-      // Else moving it into acqfs-tmp removes the name as unlink would, in
-      // one step, and keeps the data until FORGET (Node::orphan_name).
-      std::string orphan = sys::TempName(LayerFormat::kTempPrefix);
-      ACQFS_TRY(give_back(sys::Renameat2(pfd->get(), name, layers_.tmp.get(),
-                                         orphan, RENAME_NOREPLACE, shown)));
-      TableLock t(table_mu_);
-      node->orphan_name = orphan;
+        quota_ && node->upper && !keep ? FreedByRemoving(pfd->get(), name) : 0;
+    if (!node->upper) {
+      ACQFS_TRY(LayerFormat::MakeWhiteout(pfd->get(), name, shown));
+      if (keep) node->kept = KeptStore::KeepLower(PathLocked(node));
       return Ok();
     }
-    ACQFS_TRY(KeepOrphanIfOpen(node));
-    if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
-    if (!*has_lower)
-      return give_back(
-          MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown));
+    if (!*has_lower) {
+      if (!keep)
+        ACQFS_TRY(
+            MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown));
+      else if (auto k = kept_.KeepAndRemove(pfd->get(), name, shown); k)
+        node->kept = std::move(*k);
+      else
+        return k.error();
+      if (quota_) quota_->Release(freed);
+      return Ok();
+    }
+    if (keep) ACQFS_TRY(KeepBeforeReplacing(node, pfd->get(), name, shown));
     int tfd = layers_.tmp.get();
     std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
-    ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
-    Status r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
-    if (!r) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
-    return give_back(r);
+    Status r = LayerFormat::MakeWhiteout(tfd, tmp, shown);
+    if (r) r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
+    if (!r) {
+      (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
+      kept_.Release(std::move(node->kept));  // the name stays
+      return r;
+    }
+    if (quota_) quota_->Release(freed);
+    return Ok();
   }();
   TableLock t(table_mu_);
   if (s) DetachNameLocked(node, parent, name);
@@ -1012,7 +929,9 @@ Status Overlay::PrepareRename(RenameOp& op, int pfd, int npfd) {
     op.b->opaque = true;
   }
   if (op.b && !op.exchange) {
-    ACQFS_TRY(KeepOrphanIfOpen(op.b));
+    // The file renamed over keeps its data while the kernel may hold it.
+    if (MustKeep(op.b))
+      ACQFS_TRY(KeepBeforeReplacing(op.b, npfd, op.new_name, op.shown));
     if (op.b->upper && op.b->is_dir())
       ACQFS_TRY(ClearUpperDir(npfd, op.new_name, op.shown));
   }
@@ -1110,11 +1029,15 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
     if (!pfd) return pfd.error();
     auto npfd = UpperDir(new_parent);
     if (!npfd) return npfd.error();
-    ACQFS_TRY(PrepareRename(op, pfd->get(), npfd->get()));
     uint64_t freed = 0;
     if (quota_ && op.b && !op.exchange && !op.b->is_dir() && op.b->upper)
       freed = FreedByRemoving(npfd->get(), new_name);
-    Status moved = MoveInUpper(op, pfd->get(), npfd->get());
+    Status moved = PrepareRename(op, pfd->get(), npfd->get());
+    if (moved) moved = MoveInUpper(op, pfd->get(), npfd->get());
+    if (op.b && !op.b->kept.empty()) {
+      if (!moved) kept_.Release(std::move(op.b->kept));  // the name stays
+      freed = 0;  // counted until the kept data goes
+    }
     if (moved && quota_) quota_->Release(freed);
     return moved;
   }();
@@ -1127,93 +1050,89 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
 
 // ---------------------------------------------------------------- data
 
-Result<UniqueFd> Overlay::Open(Node* node, int flags, bool* from_lower) {
-  flags &= kPassedOpenFlags;
-  const bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-  int oflags = flags | O_NOFOLLOW;
-  if (write) {
-    ExclusiveLock l(tree_mu_, tree_gen_);
-    if (node->unlinked) {
-      auto fd = OpenUnlinked(node, oflags, true, from_lower);
-      if (fd) AddOpen(node);
-      return fd;
-    }
-    ACQFS_TRY(CheckWritable(PathLocked(node), false, "open for writing"));
-    ACQFS_TRY(EnsureUpper(node));
-    *from_lower = false;
-    if (quota_ && (oflags & O_TRUNC)) {
-      // Truncate through Charged so the freed bytes come back.
-      auto fd = layers_.upper.Open(PathLocked(node), oflags & ~O_TRUNC);
-      if (!fd) return fd;
-      int f = fd->get();
-      auto r = quota_->Charged(
-          node, f, 0,
-          [&]() -> int64_t { return ::ftruncate(f, 0) == 0 ? 0 : -errno; },
-          layers_.upper.Shown(PathLocked(node)));
-      if (!r) return r.error();
-      if (*r != 0)
-        return Error::Of(static_cast<int>(-*r), "truncate",
-                         layers_.upper.Shown(PathLocked(node)));
-      AddOpen(node);
-      return fd;
-    }
-    auto fd = layers_.upper.Open(PathLocked(node), oflags);
-    if (fd) AddOpen(node);
-    return fd;
-  }
-  SharedLock l(tree_mu_);
-  if (node->unlinked) {
-    auto fd = OpenUnlinked(node, oflags, false, from_lower);
-    if (fd) AddOpen(node);
-    return fd;
-  }
-  std::string path = PathLocked(node);
-  *from_lower = !node->upper;
-  Result<UniqueFd> fd = Error::Of(EIO, "open", path);
-  if (node->upper) {
-    fd = layers_.upper.Open(path, oflags);
-  } else {
-    fd = layers_.lower.OpenForReading(path);
-  }
-  if (fd) AddOpen(node);
+// Opens `rel` in the upper with `flags`, for data access. A writer whose
+// read-write open is refused (a mode that denies the daemon's user reading,
+// when it is not root) gets a write-only descriptor.
+Result<UniqueFd> Overlay::OpenAccess(const std::string& rel, int flags) {
+  auto fd = layers_.upper.Open(rel, flags | O_NOFOLLOW);
+  if (!fd && fd.err() == EACCES && (flags & O_ACCMODE) == O_RDWR)
+    fd = layers_.upper.Open(rel, (flags & ~O_ACCMODE) | O_WRONLY | O_NOFOLLOW);
   return fd;
 }
 
-Result<UniqueFd> Overlay::ReopenUpper(Node* node) {
-  SharedLock l(tree_mu_);
-  if (node->unlinked) return Error::Of(ENOENT, "reopen", "(unlinked)");
-  return layers_.upper.Open(PathLocked(node), O_RDONLY | O_NOFOLLOW);
+Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
+  OpenFile f;
+  Result<UniqueFd> fd = Error::Of(EIO, "open", "");
+  if (node->unlinked) {
+    if (write) ACQFS_TRY(MakeChangeable(node));
+    f.from_lower = node->kept.in_lower();
+    fd = kept_.Open(node->kept, write ? O_RDWR : O_RDONLY);
+    if (!fd && write && fd.err() == EACCES)
+      fd = kept_.Open(node->kept, O_WRONLY);
+  } else if (write) {
+    std::string path = PathLocked(node);
+    ACQFS_TRY(CheckWritable(path, false, "open for writing"));
+    ACQFS_TRY(EnsureUpper(node));
+    fd = OpenAccess(path, O_RDWR);
+  } else {
+    std::string path = PathLocked(node);
+    f.from_lower = !node->upper;
+    fd = node->upper ? layers_.upper.Open(path, O_RDONLY | O_NOFOLLOW)
+                     : layers_.lower.OpenForReading(path);
+  }
+  if (!fd) return fd.error();
+  int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
+  f.readable = acc != O_WRONLY;
+  f.writable = acc != O_RDONLY;
+  f.fd = std::move(*fd);
+  return f;
+}
+
+Result<FileLease> Overlay::FileFor(Node* node, bool write) {
+  if (FileLease f = files_.Find(node, write, node->upper.load())) return f;
+  // Only a write that copies the file (up, or out of the lower once it
+  // has no name) needs the tree lock exclusive.
+  auto copies = [&] { return !node->upper.load() || node->kept.in_lower(); };
+  auto f = [&]() -> Result<OpenFile> {
+    {
+      SharedLock l(tree_mu_);
+      if (!write || !copies()) return OpenDataLocked(node, write);
+    }
+    ExclusiveLock l(tree_mu_, tree_gen_);
+    return OpenDataLocked(node, write);
+  }();
+  if (!f) return f.error();
+  return files_.Put(node, std::move(*f));
+}
+
+Result<FileLease> Overlay::Open(Node* node, int flags) {
+  const bool trunc = (flags & O_TRUNC) != 0;
+  const bool write = (flags & O_ACCMODE) != O_RDONLY || trunc;
+  AddOpen(node);
+  auto f = FileFor(node, write);
+  if (f && trunc) {
+    int fd = f->get();
+    auto op = [&]() -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; };
+    std::string shown = layers_.upper.Shown(PathOf(node));
+    auto r = quota_ ? quota_->Charged(node, fd, 0, op, shown)
+                    : Result<int64_t>(op());
+    if (!r)
+      f = r.error();
+    else if (*r != 0)
+      f = Error::Of(static_cast<int>(-*r), "truncate", shown);
+  }
+  if (!f) ReleaseOpen(node);
+  return f;
 }
 
 // ---------------------------------------------------------------- attributes
 
 Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
-  if (node->unlinked) {
-    // Only the orphan descriptor, which KeepOrphanIfOpen made on the upper
-    // copy: whatever a caller passes, an unlinked node is never changed
-    // through a descriptor that might reach the lower.
-    int src = -1;
-    {
-      TableLock t(table_mu_);
-      if (node->orphan) src = node->orphan.get();
-    }
-    if (src < 0) {
-      std::string name;
-      {
-        TableLock t(table_mu_);
-        name = node->orphan_name;
-      }
-      if (name.empty()) return Error::Of(ENOENT, "setattr", "(unlinked)");
-      int fd = ::openat(layers_.tmp.get(), name.c_str(),
-                        O_PATH | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) return Error::Errno("setattr (unlinked)", layers_.tmp_path);
-      return UniqueFd(fd);
-    }
-    int fd = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return Error::Errno("dup", "(unlinked)");
-    return UniqueFd(fd);
-  }
-  ACQFS_TRY(EnsureUpper(node));
+  (void)fh_fd;
+  // Only through the node's own upper copy (its kept data once it has no
+  // name): never through anything that might reach the lower.
+  ACQFS_TRY(MakeChangeable(node));
+  if (node->unlinked) return kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
   return layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
 }
 
@@ -1226,6 +1145,10 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setattr"));
   auto target = OpenAttrTarget(node, fh_fd);
   if (!target) return target.error();
+  // A truncate goes through the node's cached writable descriptor when
+  // there is one (it works whatever the file's mode now says).
+  FileLease cached = files_.Find(node, true, true);
+  if (cached) fh_fd = cached.get();
   int fd = target->get();
   std::string proc = "/proc/self/fd/" + std::to_string(fd);
   if (req.set_mode && ::chmod(proc.c_str(), req.mode & 07777) != 0)
@@ -1289,18 +1212,28 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
 // while the path is used.
 struct Overlay::XattrTarget {
   UniqueFd dir;
-  std::string path;   // for l*xattr
-  std::string shown;  // for messages
+  std::string path;     // for l*xattr
+  bool follow = false;  // for *xattr: `path` is a descriptor's magic link
+  std::string shown;    // for messages
 };
 
 Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
                                                     const Layer& layer) {
-  if (node->unlinked) return Error::Of(ENOENT, "xattr", "(unlinked)");
+  XattrTarget t;
+  if (node->unlinked) {
+    // The kept data's own descriptor, through its /proc entry (followed).
+    auto fd = kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
+    if (!fd) return fd.error();
+    t.path = "/proc/self/fd/" + std::to_string(fd->get());
+    t.follow = true;
+    t.dir = std::move(*fd);
+    t.shown = "(unlinked)";
+    return t;
+  }
   std::string path = PathLocked(node);
   const bool root = node == root_;
   auto dir = layer.OpenDir(root ? "" : sys::Dirname(path));
   if (!dir) return dir.error();
-  XattrTarget t;
   t.path = sys::XattrPath(dir->get(), root ? "" : sys::Basename(path));
   t.dir = std::move(*dir);
   t.shown = layer.Shown(path);
@@ -1313,14 +1246,14 @@ Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   SharedLock l(tree_mu_);
   auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
   if (!t) return t.error();
-  return sys::GetXattr(t->path, name, t->shown);
+  return sys::GetXattr(t->path, name, t->shown, t->follow);
 }
 
 Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   SharedLock l(tree_mu_);
   auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
   if (!t) return t.error();
-  auto names = sys::ListXattrs(t->path, t->shown);
+  auto names = sys::ListXattrs(t->path, t->shown, t->follow);
   if (!names) return names.error();
   std::vector<std::string> out;
   for (auto& n : *names)
@@ -1335,10 +1268,10 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
   ExclusiveLock l(tree_mu_, tree_gen_);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setxattr"));
-  ACQFS_TRY(EnsureUpper(node));
+  ACQFS_TRY(MakeChangeable(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
-  return sys::SetXattr(t->path, name, value, flags, t->shown);
+  return sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
 }
 
 Status Overlay::RemoveXattr(Node* node, const std::string& name) {
@@ -1347,10 +1280,10 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   ExclusiveLock l(tree_mu_, tree_gen_);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "removexattr"));
-  ACQFS_TRY(EnsureUpper(node));
+  ACQFS_TRY(MakeChangeable(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
-  return sys::RemoveXattr(t->path, name, t->shown);
+  return sys::RemoveXattr(t->path, name, t->shown, t->follow);
 }
 
 }  // namespace acqfs

@@ -38,6 +38,8 @@
 
 #include "common/error.h"
 #include "common/handle.h"
+#include "fs/file_cache.h"
+#include "fs/kept_data.h"
 #include "fs/layer.h"
 #include "fs/quota.h"
 
@@ -70,17 +72,13 @@ struct Node {
   // Guarded by table_mu_.
   std::unordered_map<std::string, Node*> children;
   uint64_t nlookup = 0;
-  uint32_t opens = 0;
-  UniqueFd orphan;  // O_PATH fd kept when an open node loses its last name
-  // In the handle-less mode (SetOpensUnknown), where the kernel may hold a
-  // file open without the daemon knowing, a file that loses its last name
-  // keeps its data reachable: an upper file by an O_PATH descriptor in
-  // `orphan` while the overlay's budget of those lasts (`orphan_counted`),
-  // else by a hard link <work>/acqfs-tmp/<orphan_name>, removed when the
-  // node goes; a lower file by its lower path, which the lower keeps.
-  bool orphan_counted = false;
-  std::string orphan_name;
-  std::string orphan_lower;
+  uint32_t opens = 0;  // handles the kernel will RELEASE (the handles mode)
+
+  // Where the data lives once the node has no name left while the kernel
+  // may still use it (fs/kept_data.h). Written with tree_mu_ exclusive (or
+  // while the node is freed, when nothing can reach it); read with tree_mu_
+  // held.
+  KeptData kept;
 };
 
 struct Creds {
@@ -140,22 +138,29 @@ class Overlay {
   Result<Node*> Symlink(Node* parent, const std::string& name,
                         const std::string& target, Creds creds);
   Result<Node*> Link(Node* node, Node* parent, const std::string& name);
-  // Creates and opens a regular file; `flags` as for open(2).
-  Result<std::pair<Node*, UniqueFd>> Create(Node* parent,
-                                            const std::string& name,
-                                            mode_t mode, int flags,
-                                            Creds creds);
+  // Creates a regular file and opens it (counted as an open handle, see
+  // AddOpen); `flags` as for open(2), of which only the create flags
+  // matter: the descriptor, cached for the node, is always read-write.
+  Result<std::pair<Node*, FileLease>> Create(Node* parent,
+                                             const std::string& name,
+                                             mode_t mode, int flags,
+                                             Creds creds);
   Status Unlink(Node* parent, const std::string& name);
   Status Rmdir(Node* parent, const std::string& name);
   // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
   Status Rename(Node* parent, const std::string& name, Node* new_parent,
                 const std::string& new_name, unsigned flags);
 
-  // Opens a file's data. Writing (or O_TRUNC) copies it up first.
-  // *from_lower says the descriptor reads the lower copy.
-  Result<UniqueFd> Open(Node* node, int flags, bool* from_lower);
-  // Reopens an upper copy read-only (for handles opened before a copy-up).
-  Result<UniqueFd> ReopenUpper(Node* node);
+  // An open(2) of the file as a handle the kernel will RELEASE: checks,
+  // copies up for writing (or O_TRUNC), truncates, counts the open
+  // (ReleaseOpen gives it back) and returns the node's cached descriptor
+  // (FileFor). The lease's from_lower says it reads the lower copy.
+  Result<FileLease> Open(Node* node, int flags);
+  // The descriptor to read (`write` false) or write the file's data with,
+  // from the file cache, opened on a miss: by its path, or through its kept
+  // data once it has no name (the first write of a lower file copies it
+  // up). Not counted as an open.
+  Result<FileLease> FileFor(Node* node, bool write);
   // Counts an open handle; ReleaseOpen drops it.
   void AddOpen(Node* node);
   void ReleaseOpen(Node* node);
@@ -182,13 +187,21 @@ class Overlay {
 
   // Says that files may be open without Open/AddOpen telling (the FUSE
   // adapter's handle-less mode): every file that loses its last name while
-  // the kernel still knows it keeps its data (see Node::orphan_name).
-  // `orphan_fds`: how many descriptors it may hold for unlinked files
-  // (Node::orphan_counted); beyond them it keeps their data in acqfs-tmp.
-  void SetOpensUnknown(bool on, size_t orphan_fds = 0) {
-    opens_unknown_ = on;
-    orphan_fd_budget_ = orphan_fds;
+  // the kernel still knows it keeps its data (Node::kept).
+  void SetOpensUnknown(bool on) { opens_unknown_ = on; }
+  // The descriptor budgets (docs/architecture.md, "Descriptors"): at most
+  // `files` in the file cache, at most `kept` keeping unlinked files' data
+  // (beyond that their data is kept in acqfs-tmp).
+  void SetDescriptorBudget(size_t files, size_t kept) {
+    files_.set_capacity(files);
+    kept_.set_budget(kept);
   }
+  // Descriptors held now in the file cache and for kept data.
+  size_t cached_files() const { return files_.size(); }
+  size_t kept_descriptors() const { return kept_.descriptors(); }
+  // Gives descriptors back under pressure (EMFILE): evicts the file cache
+  // down to `keep` entries. Takes no lock but the cache's own.
+  size_t ShrinkFiles(size_t keep) { return files_.Shrink(keep); }
 
  private:
   explicit Overlay(Layers layers);
@@ -219,6 +232,9 @@ class Overlay {
   // is read-only (a move would change those paths).
   Status CheckMovable(Node* dir, const char* op);
   Status EnsureUpper(Node* node);
+  // EnsureUpper, or for a node without a name, a copy of its own of kept
+  // lower data: what any change of the node needs first (exclusive).
+  Status MakeChangeable(Node* node);
   Status Materialise(Node* dir);
   void MarkMaterialised(Node* dir);
   Status PrepareToMove(Node* node);
@@ -229,11 +245,20 @@ class Overlay {
   Status PrepareRename(RenameOp& op, int pfd, int npfd);
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
-  Status KeepOrphanIfOpen(Node* node);
-  Status KeepUnlinkedData(Node* node);
-  bool ParkInsteadOfUnlink(Node* node);
-  Result<UniqueFd> OpenUnlinked(Node* node, int oflags, bool write,
-                                bool* from_lower);
+  // Might the kernel still read or write `node` (table_mu_ held)?
+  bool MayBeOpenLocked(const Node* node) const;
+  // Does losing the name `parent`/`name` leave `node` without any name
+  // while it may be open, so that its data must be kept?
+  bool MustKeep(Node* node);
+  // Keeps the data of `node`, whose last name `name` in the upper
+  // directory `pfd` is about to be replaced (tree_mu_ exclusive).
+  Status KeepBeforeReplacing(Node* node, int pfd, const std::string& name,
+                             const std::string& shown);
+  // Opens the data of `node` for `write` (tree_mu_ held; exclusive when
+  // `write`, which may copy up).
+  Result<OpenFile> OpenDataLocked(Node* node, bool write);
+  Result<UniqueFd> OpenAccess(const std::string& rel, int flags);
+  Result<FileLease> CacheOpened(Node* node, Result<OpenFile> f);
   struct XattrTarget;
   Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
@@ -247,7 +272,7 @@ class Overlay {
                   const Creds& creds, const std::string& shown);
 
   // What freeing nodes leaves to do on the disk (closing an unlinked file's
-  // descriptor, removing its kept data from acqfs-tmp): the last reference
+  // descriptors, removing its kept data from acqfs-tmp): the last reference
   // to an unlinked inode makes the file system free it, which is slow, so
   // it is done after the locks are released. A Reaper declared before the
   // lock guards of a method does it when the method returns.
@@ -290,8 +315,8 @@ class Overlay {
   bool same_dev_ = false;
   Node* root_ = nullptr;
   std::atomic<bool> opens_unknown_{false};
-  size_t orphan_fd_budget_ = 0;
-  size_t orphan_fds_ = 0;  // table_mu_
+  FileCache files_{64};           // its own lock
+  KeptStore kept_{&layers_, 64};  // its own lock
   // Moves on with every exclusive tree lock; 0 is never used (it means "do
   // not cache" to Layer::DirFd).
   std::atomic<uint64_t> tree_gen_{1};
@@ -301,9 +326,8 @@ class Overlay {
   std::mutex table_mu_;  // acquired after tree_mu_
   std::unordered_map<Node*, std::unique_ptr<Node>> nodes_;  // table_mu_
   std::unordered_map<uint64_t, Node*> upper_links_;         // table_mu_
-  std::vector<UniqueFd> doomed_fds_;                        // table_mu_
-  std::vector<std::string> doomed_names_;                   // table_mu_
-  std::atomic<bool> doomed_pending_{false};  // either list is not empty
+  std::vector<FileLease> doomed_files_;      // table_mu_; freed nodes' files
+  std::atomic<bool> doomed_pending_{false};  // doomed_files_ is not empty
 };
 
 }  // namespace acqfs

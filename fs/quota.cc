@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/dir_walk.h"
 #include "common/handle.h"
 #include "common/sys.h"
 
@@ -16,35 +17,21 @@ namespace acqfs {
 Result<uint64_t> Quota::Measure(int upper_fd, const std::string& shown) {
   uint64_t total = 0;
   std::set<std::pair<dev_t, ino_t>> seen;  // multiply-linked inodes
-  struct Dir {
-    UniqueFd fd;
-    std::string shown;
-  };
-  std::vector<Dir> todo;
-  int root = ::openat(upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0) return Error::Errno("open for the quota", shown);
-  todo.push_back(Dir{UniqueFd(root), shown});
-  while (!todo.empty()) {
-    Dir d = std::move(todo.back());
-    todo.pop_back();
-    auto ents = sys::ReadDir(d.fd.get(), d.shown);
-    if (!ents) return ents.error();
-    for (const auto& e : *ents) {
-      std::string where = d.shown + "/" + e.name;
-      auto st = sys::StatAt(d.fd.get(), e.name, where);
-      if (!st) return st.error();
-      if (S_ISDIR(st->st_mode)) {
-        int fd = ::openat(d.fd.get(), e.name.c_str(),
-                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) return Error::Errno("open for the quota", where);
-        todo.push_back(Dir{UniqueFd(fd), where});
-      } else if (S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) {
-        if (st->st_nlink > 1 && !seen.insert({st->st_dev, st->st_ino}).second)
-          continue;
-        total += static_cast<uint64_t>(st->st_size);
-      }
+  // A bounded number of descriptors however wide or deep the layer is.
+  TreeVisitor visit;
+  visit.entry = [&](int dir, const sys::DirEntry& e,
+                    const std::string& where) -> Result<bool> {
+    auto st = sys::StatAt(dir, e.name, where);
+    if (!st) return st.error();
+    if (S_ISDIR(st->st_mode)) return true;
+    if (S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) {
+      if (st->st_nlink > 1 && !seen.insert({st->st_dev, st->st_ino}).second)
+        return false;
+      total += static_cast<uint64_t>(st->st_size);
     }
-  }
+    return false;
+  };
+  ACQFS_TRY(WalkTree(upper_fd, "", shown, visit));
   return total;
 }
 

@@ -112,4 +112,27 @@ bool ProcessRunning(const std::vector<std::string>& argv) {
   return false;
 }
 
+long CountFds(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (!d) return -1;
+  long n = 0;
+  while (struct dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') n++;
+  ::closedir(d);
+  return n;
+}
+
+long StatusKib(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, field.size() + 1, field + ":") != 0) continue;
+    std::istringstream rest(line.substr(field.size() + 1));
+    long kib = -1;
+    rest >> kib;
+    return kib;
+  }
+  return -1;
+}
+
 }  // namespace acqfs::test

@@ -40,6 +40,13 @@ bool WaitForChild(pid_t pid, int* status, double seconds);
 // Is a live process running with exactly this argv?
 bool ProcessRunning(const std::vector<std::string>& argv);
 
+// How many descriptors `pid` holds (entries of /proc/PID/fd); -1 when it
+// cannot be read.
+long CountFds(pid_t pid);
+// A "VmHWM:"-style field of /proc/PID/status in KiB (peak resident size
+// for "VmHWM"); -1 when missing.
+long StatusKib(pid_t pid, const std::string& field);
+
 }  // namespace acqfs::test
 
 #endif  // ACQFS_TESTS_HARNESS_PROCESS_H_

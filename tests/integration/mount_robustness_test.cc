@@ -118,8 +118,9 @@ TEST_F(Crash, KillDuringCopyUpLeavesNoPartialUpperFile) {
   EXPECT_TRUE(leftovers.empty()) << "junk left in acqfs-tmp after remount";
 }
 
-// The daemon runs with at most 64 descriptors and serves a tree of 3,000
-// files that the kernel keeps in its inode cache (ls -lR), reads and partly
+// The daemon runs with at most 64 descriptors (and one worker thread, all
+// such a limit can serve: see FdBudget) and serves a tree of 3,000 files
+// that the kernel keeps in its inode cache (ls -lR), reads and partly
 // rewrites them: it must never need a descriptor per inode.
 TEST(FewDescriptors, ThousandsOfFilesWithSixtyFourDescriptors) {
   TempDir tmp;
@@ -132,6 +133,7 @@ TEST(FewDescriptors, ThousandsOfFilesWithSixtyFourDescriptors) {
   ASSERT_TRUE(made.ok()) << made.Describe();
   SandboxOptions opts;
   opts.command_prefix = {"prlimit", "--nofile=64:64"};
+  opts.extra_mount_args = {"-o", "threads=1"};
   Sandbox sb(lower, opts);
   ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
   CommandResult ls = RunShell(
@@ -221,6 +223,68 @@ TEST_P(Unlinked, UpperFileDeletedWhileOpenKeepsItsData) {
   EXPECT_EQ(ReadUncached(fd), "scratch\n");
   ::close(fd);
   EXPECT_EQ(LstatErrno(U("scratch.dat")), ENOENT);
+}
+
+// The reproduction of the descriptor issue: in the handle-less mode the
+// kernel never RELEASEs a CREATE's handle once it has seen an OPEN answered,
+// so a file created after the mount's first open used to lose its data at
+// unlink (ENOENT). Files created before and after the first open.
+TEST_P(Unlinked, FilesCreatedBeforeAndAfterTheFirstOpenKeepTheirData) {
+  ASSERT_TRUE(WriteFile(M("before"), "made before"));
+  EXPECT_EQ(ContentOf(M("README.md")).empty(), false);  // the first OPEN
+  ASSERT_TRUE(WriteFile(M("after"), "made after"));
+  ScopedFd b(::open(M("before").c_str(), O_RDONLY | O_CLOEXEC));
+  ScopedFd a(::open(M("after").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(b.valid() && a.valid()) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("before").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("after").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(b.get()), "made before");
+  EXPECT_EQ(ReadUncached(a.get()), "made after");
+  struct stat st;
+  ASSERT_EQ(::fstat(a.get(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 10);
+  EXPECT_EQ(st.st_nlink, 0u);
+}
+
+// A lower file opened for writing, deleted, then written: the write goes to
+// a copy of its own (it used to fail with ESTALE in the handle-less mode);
+// the host's file is untouched.
+TEST_P(Unlinked, LowerFileDeletedWhileOpenCanStillBeWritten) {
+  ASSERT_TRUE(WriteFile(L("journal"), "lower journal"));
+  ScopedFd fd(::open(M("journal").c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("journal").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd.get(), "LOWER", 5, 0), 5) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd.get()), "LOWER journal");
+  ASSERT_EQ(::fchmod(fd.get(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd.get(), 5), 0) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd.get()), "LOWER");
+  fd.Reset();
+  EXPECT_EQ(ContentOf(L("journal")), "lower journal");
+  EXPECT_EQ(LstatErrno(M("journal")), ENOENT);
+}
+
+TEST_P(Unlinked, CopiedUpFileDeletedWhileOpenKeepsItsData) {
+  ASSERT_TRUE(WriteFile(L("copied"), "lower"));
+  ASSERT_TRUE(AppendFile(M("copied"), "+upper"));  // the copy-up
+  ScopedFd fd(::open(M("copied").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << std::strerror(errno);
+  ASSERT_EQ(::unlink(M("copied").c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(IsWhiteout(U("copied")));
+  EXPECT_EQ(ReadUncached(fd.get()), "lower+upper");
+  EXPECT_EQ(ContentOf(L("copied")), "lower");
+}
+
+TEST_P(Unlinked, FileOfARemovedDirectoryKeepsItsData) {
+  ASSERT_EQ(::mkdir(M("scratch").c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFile(M("scratch/db"), "database"));
+  ScopedFd fd(::open(M("scratch/db").c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << std::strerror(errno);
+  CommandResult rm = RunShell("rm -rf " + ShellQuote(M("scratch")), 30);
+  ASSERT_TRUE(rm.ok()) << rm.Describe();
+  EXPECT_EQ(ReadUncached(fd.get()), "database");
+  ASSERT_EQ(::pwrite(fd.get(), "D", 1, 0), 1) << std::strerror(errno);
+  EXPECT_EQ(ReadUncached(fd.get()), "Database");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),

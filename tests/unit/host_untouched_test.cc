@@ -91,15 +91,15 @@ class HostUntouched : public acqfs_test::OverlayTest {
     ASSERT_OK(ov_->StatFs());
     // Write through a copied-up file.
     {
-      ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(f1, O_RDWR, &fl));
+      ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(f1, O_RDWR, &fl));
       ASSERT_EQ(::pwrite(fd.get(), "FILE", 4, 0), 4);
       ov_->ReleaseOpen(f1);
     }
     {
       Node* deep = Get("nested/deep/file");
       ASSERT_NE(deep, nullptr);
-      ASSERT_OK_AND_ASSIGN(UniqueFd fd,
-                           ov_->Open(deep, O_WRONLY | O_TRUNC, &fl));
+      ASSERT_OK_AND_ASSIGN(FileLease fd,
+                           OpenVia(deep, O_WRONLY | O_TRUNC, &fl));
       ASSERT_EQ(::pwrite(fd.get(), "new deep", 8, 0), 8);
       ov_->ReleaseOpen(deep);
     }

@@ -161,7 +161,7 @@ TEST_F(OverlaySetAttr, ChmodOfUnlinkedFileOpenFromLowerLeavesLower) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = false;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(f, O_RDONLY, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(f, O_RDONLY, &from_lower));
   ASSERT_TRUE(from_lower);
   ASSERT_OK(ov_->Unlink(root(), "f"));
   SetAttrRequest req;
@@ -183,7 +183,7 @@ TEST_F(OverlaySetAttr, SetAttrWithLowerHandleOfUnlinkedFileLeavesLower) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = false;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(f, O_RDONLY, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(f, O_RDONLY, &from_lower));
   ASSERT_TRUE(from_lower);
   ASSERT_OK(ov_->Unlink(root(), "f"));
   SetAttrRequest req;
@@ -203,7 +203,7 @@ TEST_F(OverlaySetAttr, ChmodOfOpenLowerFileReplacedByRenameLeavesLower) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * v, ov_->Lookup(root(), "victim"));
   bool from_lower = false;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(v, O_RDONLY, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(v, O_RDONLY, &from_lower));
   ASSERT_OK(ov_->Rename(root(), "other", root(), "victim", 0));
   SetAttrRequest req;
   req.set_mode = true;

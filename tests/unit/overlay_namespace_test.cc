@@ -314,7 +314,7 @@ TEST_F(OverlayLink, WriteThroughOneNameShowsThroughTheOther) {
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * g, ov_->Link(f, root(), "g"));
   bool fl = true;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(g, O_WRONLY | O_TRUNC, &fl));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(g, O_WRONLY | O_TRUNC, &fl));
   ASSERT_EQ(::pwrite(fd.get(), "after", 5, 0), 5);
   ov_->ReleaseOpen(g);
   EXPECT_EQ(ReadFile(t_.U("f")), "after");

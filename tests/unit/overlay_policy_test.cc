@@ -72,7 +72,7 @@ TEST_F(OverlayPolicy, ReadOnlyPathsRefuseChangesAndCopyNothingUp) {
   EXPECT_EQ(ov_->SetAttr(mk, chmod, -1).err(), EROFS);
   EXPECT_EQ(ov_->SetXattr(mk, "user.k", "v", 0).err(), EROFS);
   bool from_lower = false;
-  EXPECT_EQ(ov_->Open(mk, O_WRONLY, &from_lower).err(), EROFS);
+  EXPECT_EQ(OpenVia(mk, O_WRONLY, &from_lower).err(), EROFS);
   EXPECT_EQ(ov_->CopyUp(mk).err(), EROFS);
   EXPECT_EQ(ov_->Unlink(root(), "Makefile").err(), EROFS);
   EXPECT_EQ(ov_->Rename(root(), "Makefile", root(), "M2", 0).err(), EROFS);
@@ -81,7 +81,7 @@ TEST_F(OverlayPolicy, ReadOnlyPathsRefuseChangesAndCopyNothingUp) {
             EROFS);
   EXPECT_EQ(ov_->Rename(root(), "vendor", root(), "v2", 0).err(), EROFS);
   // Reading still works.
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(mk, O_RDONLY, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(mk, O_RDONLY, &from_lower));
   EXPECT_TRUE(from_lower);
   EXPECT_TRUE(ListDir(t_.upper()).empty());
 }

@@ -132,7 +132,7 @@ TEST_F(OverlayOpen, ReadWriteOpenCopiesUpAndInoStaysTheSame) {
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(struct stat before, ov_->GetAttr(f));
   bool from_lower = true;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(f, O_RDWR, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(f, O_RDWR, &from_lower));
   EXPECT_FALSE(from_lower);
   EXPECT_TRUE(f->upper.load());
   EXPECT_EQ(ReadFile(t_.U("f")), "lower data");
@@ -154,7 +154,7 @@ TEST_F(OverlayOpen, WriteOnlyOpenOfNestedFileCopiesUpParents) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, Walk("a/b/f"));
   bool from_lower = true;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd, ov_->Open(f, O_WRONLY, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(f, O_WRONLY, &from_lower));
   ov_->ReleaseOpen(f);
   EXPECT_EQ(Lstat(t_.U("a")).st_mode & 07777, 0711u);
   EXPECT_EQ(Lstat(t_.U("a/b")).st_mode & 07777, 0750u);
@@ -170,8 +170,8 @@ TEST_F(OverlayOpen, TruncOpenCopiesUpAndTruncates) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = true;
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd,
-                       ov_->Open(f, O_WRONLY | O_TRUNC, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd,
+                       OpenVia(f, O_WRONLY | O_TRUNC, &from_lower));
   ov_->ReleaseOpen(f);
   EXPECT_EQ(Lstat(t_.U("f")).st_size, 0);
   EXPECT_EQ(ReadFile(t_.L("f")), "lower data");
@@ -186,14 +186,14 @@ TEST_F(OverlayOpen, InterruptedCopyUpFailsOpenAndLeavesNoUpperFile) {
   SetCopyUpHookForTesting(
       [](const std::string&) -> Status { return Error::Of(EIO, "hook", ""); });
   bool from_lower = false;
-  auto fd = ov_->Open(f, O_RDWR, &from_lower);
+  auto fd = OpenVia(f, O_RDWR, &from_lower);
   SetCopyUpHookForTesting(nullptr);
   EXPECT_ERRNO(EIO, fd);
   EXPECT_FALSE(f->upper.load());
   EXPECT_FALSE(Exists(t_.U("f")));
   EXPECT_TRUE(ListDir(t_.tmp()).empty());
   // The engine is still usable and the next attempt succeeds.
-  ASSERT_OK_AND_ASSIGN(UniqueFd fd2, ov_->Open(f, O_RDWR, &from_lower));
+  ASSERT_OK_AND_ASSIGN(FileLease fd2, OpenVia(f, O_RDWR, &from_lower));
   ov_->ReleaseOpen(f);
   EXPECT_EQ(ReadFile(t_.U("f")), "lower data");
 }

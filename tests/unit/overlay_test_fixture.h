@@ -70,10 +70,19 @@ class OverlayTest : public ::testing::Test {
     return out;
   }
 
+  // Overlay::Open (a counted open: ReleaseOpen gives it back), also saying
+  // whether the descriptor reads the lower copy.
+  acqfs::Result<acqfs::FileLease> OpenVia(acqfs::Node* node, int flags,
+                                          bool* from_lower) {
+    auto f = ov_->Open(node, flags);
+    if (f.ok()) *from_lower = (*f)->from_lower;
+    return f;
+  }
+
   // Opens `node` read-only through the engine and reads it all.
   std::string ReadVia(acqfs::Node* node, bool* from_lower = nullptr) {
     bool fl = false;
-    auto fd = ov_->Open(node, O_RDONLY, &fl);
+    auto fd = OpenVia(node, O_RDONLY, &fl);
     if (!fd.ok()) {
       ADD_FAILURE() << "Open: " << fd.error().Message();
       return "";

@@ -1,0 +1,67 @@
+// FdBudget: how the daemon shares its open-files limit out, so that the
+// number of descriptors it holds has a fixed bound whatever the sandbox
+// does (docs/architecture.md, "Descriptors").
+//
+// Every descriptor the daemon holds is in one of these classes:
+//   fixed       standard streams, /dev/fuse, the log, the lock, the four
+//               layer roots (lower, upper, work, work/acqfs-tmp), slack;
+//   per thread  a worker's directory cache (Layer::DirFd), the descriptors
+//               one request holds at once (no walk holds more than a
+//               constant, however deep or wide the tree: see
+//               sys::RemoveTree, BuildMergedCopy, Quota::Measure), and one
+//               file-cache lease still in use after its eviction;
+//   files       the file cache (FileCache): data descriptors, LRU;
+//   kept        descriptors keeping unlinked files' data (KeptStore);
+//               beyond them such data is kept under acqfs-tmp instead.
+// bound() is the sum. Plan() leaves half of what remains after the fixed
+// and per-thread parts unused, as a margin for the system's own use of
+// the process (e.g. a short-lived descriptor libfuse or spdlog opens).
+// Thread-safety: a plain value.
+#ifndef ACQFS_FS_FD_BUDGET_H_
+#define ACQFS_FS_FD_BUDGET_H_
+
+#include <cstddef>
+#include <string>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+struct FdBudget {
+  // Descriptors held whatever the workload.
+  static constexpr size_t kFixed = 16;
+  // The most descriptors one request holds at once, beyond its thread's
+  // directory cache (a directory rename that materialises a tree: two
+  // parents, the source and copy levels being built, a file being copied
+  // and the listing being read).
+  static constexpr size_t kPerRequest = 12;
+  // Directory descriptors a worker thread caches (Layer::DirFd).
+  static constexpr size_t kDirCache = 4;
+  static constexpr size_t kMaxFiles = 512;
+  static constexpr size_t kMaxKept = 1024;
+
+  size_t limit = 0;      // RLIMIT_NOFILE the daemon runs with
+  size_t threads = 0;    // worker threads
+  size_t dir_cache = 0;  // per thread (kDirCache, or 0 when tight)
+  size_t files = 0;      // FileCache capacity
+  size_t kept = 0;       // KeptStore budget
+
+  size_t per_thread() const { return dir_cache + kPerRequest + 1; }
+  size_t bound() const {
+    return kFixed + threads * per_thread() + files + kept;
+  }
+  // "limit 20000, bound 1637: 16 fixed + 4 threads x 17 + 512 files + ..."
+  std::string Describe() const;
+
+  // The plan for `limit` descriptors and `threads` workers. EMFILE, naming
+  // the limit and what it would take, when the limit is too low to serve
+  // that many threads at all.
+  static Result<FdBudget> Plan(size_t limit, size_t threads);
+};
+
+// Raises the soft open-files limit to the hard one and returns it.
+Result<size_t> RaiseFdLimit();
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_FD_BUDGET_H_

@@ -1,0 +1,186 @@
+#include "fs/kept_data.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "common/sys.h"
+#include "fs/copy_up.h"
+#include "fs/layer.h"
+
+namespace acqfs {
+namespace {
+
+std::string ProcPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+}  // namespace
+
+bool KeptStore::TakeBudget() {
+  size_t cur = fds_.load();
+  while (cur < budget_) {
+    if (fds_.compare_exchange_weak(cur, cur + 1)) return true;
+  }
+  return false;
+}
+
+Result<UniqueFd> KeptStore::OpenPath(int dirfd, const std::string& name,
+                                     const std::string& shown) const {
+  int fd = sys::OpenRelievingPressure([&] {
+    return ::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  });
+  if (fd < 0)
+    return Error::Errno("open (keep the data of an unlinked file)", shown);
+  return UniqueFd(fd);
+}
+
+Result<KeptData> KeptStore::KeepAndRemove(int dirfd, const std::string& name,
+                                          const std::string& shown) {
+  KeptData k;
+  if (TakeBudget()) {
+    auto fd = OpenPath(dirfd, name, shown);
+    if (fd && ::unlinkat(dirfd, name.c_str(), 0) != 0)
+      fd = Error::Errno("unlink", shown);
+    if (!fd) {
+      GiveBudget();
+      return fd.error();
+    }
+    k.where_ = KeptData::Where::kDescriptor;
+    k.fd_ = std::move(*fd);
+    return k;
+  }
+  // One rename removes the name as unlink would and keeps the data.
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  ACQFS_TRY(sys::Renameat2(dirfd, name, layers_->tmp.get(), tmp,
+                           RENAME_NOREPLACE, shown));
+  k.where_ = KeptData::Where::kTmpName;
+  k.name_ = std::move(tmp);
+  return k;
+}
+
+Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
+                                 const std::string& shown) {
+  auto fd = OpenPath(dirfd, name, shown);
+  if (!fd) return fd.error();
+  KeptData k;
+  if (TakeBudget()) {
+    k.where_ = KeptData::Where::kDescriptor;
+    k.fd_ = std::move(*fd);
+    return k;
+  }
+  // A hard link through the descriptor's /proc entry: linkat with
+  // AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  if (::linkat(AT_FDCWD, ProcPath(fd->get()).c_str(), layers_->tmp.get(),
+               tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+    return Error::Errno("link (keep the data of an unlinked file)", shown);
+  k.where_ = KeptData::Where::kTmpName;
+  k.name_ = std::move(tmp);
+  return k;
+}
+
+KeptData KeptStore::KeepLower(std::string rel) {
+  KeptData k;
+  k.where_ = KeptData::Where::kLower;
+  k.name_ = std::move(rel);
+  return k;
+}
+
+Status KeptStore::MakeChangeable(KeptData* k) {
+  if (!k->in_lower()) return Ok();
+  std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  ACQFS_TRY(CopyLowerTo(*layers_, k->name_, layers_->tmp.get(), tmp));
+  k->where_ = KeptData::Where::kTmpName;
+  k->name_ = std::move(tmp);
+  return Ok();
+}
+
+Result<UniqueFd> KeptStore::Open(const KeptData& k, int flags) const {
+  const int mode = flags & O_ACCMODE;
+  switch (k.where_) {
+    case KeptData::Where::kDescriptor: {
+      // Reopened through the descriptor's /proc entry, a magic link that
+      // O_NOFOLLOW would refuse (it is not a symlink of the sandbox's).
+      std::string proc = ProcPath(k.fd_.get());
+      int fd = sys::OpenRelievingPressure([&] {
+        return ::open(proc.c_str(), (flags & ~O_NOFOLLOW) | O_CLOEXEC);
+      });
+      if (fd < 0) return Error::Errno("open (unlinked file)", "(unlinked)");
+      return UniqueFd(fd);
+    }
+    case KeptData::Where::kTmpName: {
+      int fd = sys::OpenRelievingPressure([&] {
+        return ::openat(layers_->tmp.get(), k.name_.c_str(),
+                        flags | O_NOFOLLOW | O_CLOEXEC);
+      });
+      if (fd < 0)
+        return Error::Errno("open (unlinked file)",
+                            layers_->tmp_path + "/" + k.name_);
+      return UniqueFd(fd);
+    }
+    case KeptData::Where::kLower:
+      if (flags & O_PATH)
+        return layers_->lower.Open(k.name_, O_PATH | O_NOFOLLOW);
+      if (mode != O_RDONLY || (flags & O_TRUNC))
+        return Error::Of(EROFS, "write to a kept lower file", k.name_);
+      return layers_->lower.OpenForReading(k.name_);
+    case KeptData::Where::kNowhere:
+      break;
+  }
+  return Error::Of(ENOENT, "open", "(unlinked)");
+}
+
+Result<struct stat> KeptStore::Stat(const KeptData& k) const {
+  switch (k.where_) {
+    case KeptData::Where::kDescriptor:
+      return sys::Fstat(k.fd_.get(), "(unlinked)");
+    case KeptData::Where::kTmpName:
+      return sys::StatAt(layers_->tmp.get(), k.name_, layers_->tmp_path);
+    case KeptData::Where::kLower:
+      return layers_->lower.Stat(k.name_);
+    case KeptData::Where::kNowhere:
+      break;
+  }
+  return Error::Of(ENOENT, "stat", "(unlinked)");
+}
+
+uint64_t KeptStore::FreedByRelease(const KeptData& k) const {
+  if (k.empty() || k.in_lower()) return 0;
+  auto st = Stat(k);
+  if (!st) return 0;
+  // A kept name in acqfs-tmp is one link of its own.
+  nlink_t own = k.where_ == KeptData::Where::kTmpName ? 1 : 0;
+  if (!(S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) || st->st_nlink > own)
+    return 0;
+  return static_cast<uint64_t>(st->st_size);
+}
+
+void KeptStore::Release(KeptData k) {
+  if (k.empty() || k.in_lower()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  if (k.where_ == KeptData::Where::kDescriptor) {
+    doomed_fds_.push_back(std::move(k.fd_));  // still counted until Reap
+  } else {
+    doomed_names_.push_back(std::move(k.name_));
+  }
+  doomed_ = true;
+}
+
+void KeptStore::Reap() {
+  if (!doomed_.load(std::memory_order_acquire)) return;
+  std::vector<UniqueFd> fds;
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    fds.swap(doomed_fds_);
+    names.swap(doomed_names_);
+    doomed_ = false;
+  }
+  size_t closed = fds.size();
+  fds.clear();  // closes them
+  fds_.fetch_sub(closed);
+  // Should an unlink fail, the next mount empties acqfs-tmp anyway.
+  for (const auto& n : names)
+    (void)::unlinkat(layers_->tmp.get(), n.c_str(), 0);
+}
+
+}  // namespace acqfs

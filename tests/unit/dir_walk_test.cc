@@ -1,0 +1,180 @@
+// WalkTree and DirStack (common/dir_walk.h), and the walks built on them:
+// sys::RemoveTree, Quota::Measure and the materialising copy hold a bounded
+// number of descriptors however deep or wide the tree is. The tests lower
+// this process's open-files limit to a few dozen above what it uses and
+// walk trees that would need hundreds.
+#include "common/dir_walk.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "common/sys.h"
+#include "fs/copy_up.h"
+#include "fs/layer.h"
+#include "fs/quota.h"
+#include "unit_test_util.h"
+
+namespace acqfs {
+namespace {
+
+using acqfs_test::Exists;
+using acqfs_test::ListDir;
+using acqfs_test::MakeDir;
+using acqfs_test::TempTree;
+using acqfs_test::WriteFile;
+
+size_t OpenFds() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (d && ::readdir(d)) n++;
+  if (d) ::closedir(d);
+  return n - 3;  // ".", ".." and the DIR's own descriptor
+}
+
+// Lowers the soft open-files limit to what the process uses plus `room`
+// for the life of the object.
+class FdLimit {
+ public:
+  explicit FdLimit(size_t room) {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    struct rlimit low = saved_;
+    low.rlim_cur = OpenFds() + room;
+    ok_ = ::setrlimit(RLIMIT_NOFILE, &low) == 0;
+  }
+  ~FdLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  struct rlimit saved_;
+  bool ok_ = false;
+};
+
+// `depth` nested directories "d" below `root`, each also holding a file.
+void MakeDeep(const std::string& root, int depth) {
+  std::string p = root;
+  for (int i = 0; i < depth; i++) {
+    p += "/d";
+    MakeDir(p);
+    WriteFile(p + "/f", "x");
+  }
+}
+
+// `n` sibling directories below `root`, each holding a file.
+void MakeWide(const std::string& root, int n) {
+  for (int i = 0; i < n; i++) {
+    std::string d = root + "/w" + std::to_string(i);
+    MakeDir(d);
+    WriteFile(d + "/f", "yy");
+  }
+}
+
+TEST(DirWalk, RemoveTreeOfADeepAndWideTreeNeedsFewDescriptors) {
+  TempTree t;
+  MakeDir(t.root() + "/victim");
+  MakeDeep(t.root() + "/victim", 300);
+  MakeWide(t.root() + "/victim", 500);
+  auto root = sys::OpenDirPath(t.root(), O_PATH);
+  ASSERT_TRUE(root.ok());
+  {
+    FdLimit limit(24);
+    ASSERT_TRUE(limit.ok());
+    Status s = sys::RemoveTree(root->get(), "victim", t.root());
+    ASSERT_TRUE(s.ok()) << s.error().Message();
+  }
+  EXPECT_FALSE(Exists(t.root() + "/victim"));
+}
+
+TEST(DirWalk, RemoveTreeEntersDirectoriesItMayNotRead) {
+  TempTree t;
+  MakeDir(t.root() + "/v");
+  MakeDeep(t.root() + "/v", 3);
+  ASSERT_EQ(::chmod((t.root() + "/v/d/d").c_str(), 0), 0);
+  ASSERT_EQ(::chmod((t.root() + "/v/d").c_str(), 0500), 0);
+  auto root = sys::OpenDirPath(t.root(), O_PATH);
+  ASSERT_TRUE(root.ok());
+  Status s = sys::RemoveTree(root->get(), "v", t.root());
+  ASSERT_TRUE(s.ok()) << s.error().Message();
+  EXPECT_FALSE(Exists(t.root() + "/v"));
+}
+
+TEST(DirWalk, QuotaMeasureOfAWideTreeNeedsFewDescriptors) {
+  TempTree t;
+  MakeWide(t.upper(), 800);
+  MakeDeep(t.upper(), 200);
+  auto up = sys::OpenDirPath(t.upper(), O_PATH);
+  ASSERT_TRUE(up.ok());
+  FdLimit limit(24);
+  ASSERT_TRUE(limit.ok());
+  auto used = Quota::Measure(up->get(), t.upper());
+  ASSERT_TRUE(used.ok()) << used.error().Message();
+  EXPECT_EQ(*used, 800u * 2 + 200u);
+}
+
+TEST(DirWalk, MaterialisingADeepTreeNeedsFewDescriptors) {
+  TempTree t;
+  MakeDir(t.L("top"));
+  MakeDeep(t.L("top"), 150);
+  MakeWide(t.L("top"), 100);
+  auto layers = acqfs_test::OpenLayers(t);
+  ASSERT_TRUE(layers.ok());
+  DirView top;
+  top.path = "top";
+  top.merged = true;
+  {
+    FdLimit limit(32);
+    ASSERT_TRUE(limit.ok());
+    Status s = BuildMergedCopy(*layers, top, layers->tmp.get(), "copy", 0);
+    ASSERT_TRUE(s.ok()) << s.error().Message();
+  }
+  std::string deepest = t.tmp() + "/copy";
+  for (int i = 0; i < 150; i++) deepest += "/d";
+  EXPECT_TRUE(Exists(deepest + "/f"));
+  EXPECT_EQ(ListDir(t.tmp() + "/copy").size(), 101u);
+}
+
+TEST(DirWalk, TheStackHoldsAtMostItsLimitOfDescriptors) {
+  TempTree t;
+  MakeDeep(t.root(), 10);
+  auto root = sys::OpenDirPath(t.root(), O_PATH);
+  ASSERT_TRUE(root.ok());
+  DirStack st(root->get(), t.root(), 3);
+  for (int i = 0; i < 10; i++) {
+    ASSERT_TRUE(st.Push("d").ok());
+    EXPECT_LE(st.open(), 3u);
+  }
+  for (int i = 0; i < 10; i++) {
+    Status s = st.Pop();
+    ASSERT_TRUE(s.ok()) << s.error().Message();
+    EXPECT_LE(st.open(), 3u);
+  }
+  EXPECT_EQ(st.depth(), 0u);
+}
+
+// A level whose descriptor was closed is reopened through ".." and must be
+// the directory the walk left: one moved meanwhile is an error.
+TEST(DirWalk, ADirectoryMovedDuringTheWalkIsAnError) {
+  TempTree t;
+  MakeDeep(t.root(), 4);  // d/d/d/d
+  MakeDir(t.root() + "/elsewhere");
+  auto root = sys::OpenDirPath(t.root(), O_PATH);
+  ASSERT_TRUE(root.ok());
+  DirStack st(root->get(), t.root(), 1);
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(st.Push("d").ok());
+  ASSERT_EQ(::rename((t.root() + "/d/d").c_str(),
+                     (t.root() + "/elsewhere/d").c_str()),
+            0);
+  ASSERT_TRUE(st.Pop().ok());  // to d/d/d: its parent is still d/d (moved)
+  ASSERT_TRUE(st.Pop().ok());  // to d/d, now elsewhere/d
+  Status s = st.Pop();         // ".." of elsewhere/d is not the old "d"
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err(), ESTALE) << s.error().Message();
+}
+
+}  // namespace
+}  // namespace acqfs
