@@ -40,6 +40,10 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   auto ust = sys::Fstat(l.upper.root(), l.upper.root_path());
   if (!ust) return ust.error();
   ov->same_dev_ = lst->st_dev == ust->st_dev;
+  // The daemon's umask, which its own creation calls apply (FixNewMode
+  // undoes it): read once, before any request is served.
+  ov->daemon_umask_ = ::umask(022);
+  ::umask(ov->daemon_umask_);
   auto view = RootView(l);
   if (!view) return view.error();
   auto node = std::make_unique<Node>(lst->st_ino, S_IFDIR);
@@ -599,8 +603,27 @@ Status Overlay::ChownNew(int dirfd, const std::string& name, int pfd,
   return Ok();
 }
 
+// The kernel passes the mode a process asked for, already masked by that
+// process's umask: the new entry must get exactly that, so neither the
+// daemon's own umask (applied by mkdirat/openat/mknodat) nor the chown of a
+// new entry (which clears set-id bits) may take bits away. One stat and a
+// chmod, only when a bit is at stake. A directory keeps the set-group-id
+// bit it inherits from a set-group-id parent.
+Status Overlay::FixNewMode(int dirfd, const std::string& name, mode_t mode,
+                           const std::string& shown) {
+  mode &= 07777;
+  if (!(mode & daemon_umask_) && !(mode & (S_ISUID | S_ISGID))) return Ok();
+  auto st = sys::StatAt(dirfd, name, shown);
+  if (!st) return st.error();
+  mode_t want = mode | (S_ISDIR(st->st_mode) ? st->st_mode & S_ISGID : 0);
+  if ((st->st_mode & 07777) == want) return Ok();
+  if (::fchmodat(dirfd, name.c_str(), want, 0) != 0)
+    return Error::Errno("chmod", shown);
+  return Ok();
+}
+
 Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
-                        const Creds* creds, const Maker& make) {
+                        const Creds* creds, mode_t mode, const Maker& make) {
   std::string rel = sys::Join(PathLocked(parent), name);
   std::string shown = layers_.upper.Shown(rel);
   auto c = ResolveChild(layers_, ViewOf(parent), name);
@@ -613,6 +636,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   if (!c->whiteout) {
     ACQFS_TRY(make(pfd->get(), name));
     if (creds) ACQFS_TRY(ChownNew(pfd->get(), name, pfd->get(), *creds, shown));
+    if (mode) ACQFS_TRY(FixNewMode(pfd->get(), name, mode, shown));
     // Over a hidden lower directory the new one is opaque, so that the
     // kernel overlayfs, mounting these layers, does not merge the two.
     bool lower_is_dir = false;
@@ -629,6 +653,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   Status s = make(tfd, tmp);
   if (s && creds) s = ChownNew(tfd, tmp, pfd->get(), *creds, shown);
+  if (s && mode) s = FixNewMode(tfd, tmp, mode, shown);
   if (s && is_dir) s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s)
     s = sys::Renameat2(tfd, tmp, pfd->get(), name, is_dir ? RENAME_EXCHANGE : 0,
@@ -648,8 +673,8 @@ Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
                              Creds creds) {
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  ACQFS_TRY(
-      Publish(parent, name, true, &creds, [&](int d, const std::string& n) {
+  ACQFS_TRY(Publish(
+      parent, name, true, &creds, mode, [&](int d, const std::string& n) {
         return MakeCall(::mkdirat(d, n.c_str(), mode & 07777), "mkdir", shown);
       }));
   return LookupLocked(parent, name, true);
@@ -661,8 +686,8 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
     return Error::Of(EPERM, "mknod 0/0 character device", shown);
-  ACQFS_TRY(
-      Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
+  ACQFS_TRY(Publish(
+      parent, name, false, &creds, mode, [&](int d, const std::string& n) {
         return MakeCall(::mknodat(d, n.c_str(), mode, rdev), "mknod", shown);
       }));
   return LookupLocked(parent, name, true);
@@ -674,7 +699,7 @@ Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (quota_) ACQFS_TRY(quota_->Reserve(target.size(), shown));
   Status s =
-      Publish(parent, name, false, &creds, [&](int d, const std::string& n) {
+      Publish(parent, name, false, &creds, 0, [&](int d, const std::string& n) {
         return MakeCall(::symlinkat(target.c_str(), d, n.c_str()), "symlink",
                         shown);
       });
@@ -700,7 +725,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
     // serve every later read and write with this descriptor (creating a
     // file grants the access whatever its mode).
     const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    ACQFS_TRY(Publish(parent, name, false, &creds,
+    ACQFS_TRY(Publish(parent, name, false, &creds, mode,
                       [&](int d, const std::string& n) -> Status {
                         int f = ::openat(d, n.c_str(), oflags, mode & 07777);
                         if (f < 0) return Error::Errno("create", shown);
@@ -728,8 +753,8 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   auto src_dir = UpperDir(node->parent);
   if (!src_dir) return src_dir.error();
   std::string src_name = node->name;
-  ACQFS_TRY(
-      Publish(parent, name, false, nullptr, [&](int d, const std::string& n) {
+  ACQFS_TRY(Publish(
+      parent, name, false, nullptr, 0, [&](int d, const std::string& n) {
         return MakeCall(
             ::linkat(src_dir->get(), src_name.c_str(), d, n.c_str(), 0), "link",
             shown);

@@ -266,8 +266,11 @@ class Overlay {
   // Creates an entry named `name` in `parent` with `make(dirfd, name)`,
   // replacing a whiteout atomically (opaque for directories).
   using Maker = std::function<Status(int dirfd, const std::string& name)>;
+  // `mode`: the mode the new entry must have exactly (0: as made).
   Status Publish(Node* parent, const std::string& name, bool is_dir,
-                 const Creds* creds, const Maker& make);
+                 const Creds* creds, mode_t mode, const Maker& make);
+  Status FixNewMode(int dirfd, const std::string& name, mode_t mode,
+                    const std::string& shown);
   Status ChownNew(int dirfd, const std::string& name, int pfd,
                   const Creds& creds, const std::string& shown);
 
@@ -313,6 +316,7 @@ class Overlay {
   Layers layers_;
   std::unique_ptr<Quota> quota_;
   bool same_dev_ = false;
+  mode_t daemon_umask_ = 022;  // set once in Create
   Node* root_ = nullptr;
   std::atomic<bool> opens_unknown_{false};
   FileCache files_{64};           // its own lock

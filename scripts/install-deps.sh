@@ -18,6 +18,7 @@ packages=(
   bubblewrap                               # bwrap: the box of `acqfs run`
   fuse-overlayfs                           # peer overlay for benchmarks
   fio gnuplot-nox                          # benchmarks
+  python3.11 libpython3.11-testsuite       # tests/soak: Python's own tests
 )
 
 missing=()

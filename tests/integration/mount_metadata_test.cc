@@ -1,5 +1,6 @@
 // Metadata and special files through the mount: symlinks, hard links,
-// chmod/chown/utimensat, user.* xattrs, fifos and unix sockets.
+// chmod/chown/utimensat, user.* xattrs, fifos and unix sockets, and the
+// modes new entries get (the caller's umask, compared with ext4).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -257,6 +258,68 @@ TEST_F(SpecialFile, WhiteoutDeviceCannotBeCreated) {
       ::mknod(M(lower::kFileA).c_str(), S_IFCHR | 0600, makedev(0, 0)), EEXIST);
   EXPECT_EQ(ContentOf(M(lower::kFileA)), lower::kFileAContent);
 }
+
+// Creation modes: the mode a process asks for, masked by that process's
+// umask and by nothing else (the daemon's own umask never applies), with
+// set-id and sticky bits kept; the same operations on the disk under the
+// test's temporary directory are the oracle. Python's own test_os and
+// test_pathlib found the difference (tests/soak).
+class CreationModes : public MountTest,
+                      public ::testing::WithParamInterface<mode_t> {};
+
+TEST_P(CreationModes, AreWhatTheCallersUmaskLeavesAsOnTheDisk) {
+  const mode_t umask_now = GetParam();
+  const std::string native =
+      tmp().MakeDir("native-" + std::to_string(umask_now));
+  struct Made {
+    std::string name;
+    mode_t mode;
+  };
+  auto make_all = [&](const std::string& root) {
+    std::vector<Made> made;
+    mode_t saved = ::umask(umask_now);
+    for (mode_t m : {0620, 0666, 0777, 04777, 02755, 0600}) {
+      std::string f = "f" + std::to_string(m);
+      int fd =
+          ::open((root + "/" + f).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, m);
+      EXPECT_GE(fd, 0) << f << ": " << ErrnoName(errno);
+      if (fd >= 0) ::close(fd);
+      std::string d = "d" + std::to_string(m);
+      EXPECT_EQ(::mkdir((root + "/" + d).c_str(), m), 0) << d;
+      std::string p = "p" + std::to_string(m);
+      EXPECT_EQ(::mkfifo((root + "/" + p).c_str(), m), 0) << p;
+      made.push_back({f, m});
+      made.push_back({d, m});
+      made.push_back({p, m});
+    }
+    EXPECT_EQ(::mkdir((root + "/sticky").c_str(), 01777), 0);
+    made.push_back({"sticky", 01777});
+    ::umask(saved);
+    return made;
+  };
+  make_all(native);
+  std::vector<Made> made = make_all(sandbox().mountpoint());
+  for (const Made& m : made) {
+    struct stat in_mount, on_disk;
+    ASSERT_TRUE(Lstat(M(m.name), &in_mount));
+    ASSERT_TRUE(Lstat(native + "/" + m.name, &on_disk));
+    EXPECT_EQ(in_mount.st_mode, on_disk.st_mode)
+        << m.name << " asked " << std::oct << m.mode << " with umask "
+        << umask_now << ": mount " << in_mount.st_mode << ", disk "
+        << on_disk.st_mode;
+    struct stat up;
+    ASSERT_TRUE(Lstat(U(m.name), &up));
+    EXPECT_EQ(up.st_mode, on_disk.st_mode) << m.name << " in the upper layer";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Umasks, CreationModes,
+                         ::testing::Values(mode_t{0}, mode_t{002}, mode_t{022},
+                                           mode_t{077}),
+                         [](const ::testing::TestParamInfo<mode_t>& i) {
+                           return "Umask0" + std::to_string(i.param / 8) +
+                                  std::to_string(i.param % 8);
+                         });
 
 }  // namespace
 }  // namespace acqfs::test

@@ -23,8 +23,9 @@ namespace acqfs_test {
 
 class OverlayTest : public ::testing::Test {
  protected:
-  // The engine creates with the process umask applied, like the syscalls it
-  // makes; fix it so that expected modes do not depend on the caller's.
+  // The engine gives a new entry exactly the mode it is passed (the kernel
+  // has applied the caller's umask), whatever the process umask; the tests'
+  // own files are made with a fixed one.
   void SetUp() override { old_umask_ = ::umask(022); }
   void TearDown() override { ::umask(old_umask_); }
 
