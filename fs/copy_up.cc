@@ -268,6 +268,63 @@ Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
                    shown);
 }
 
+Status CopyLowerFdTo(const Layers& layers, int src_fd, int dst_dirfd,
+                     const std::string& dst_name, const std::string& shown) {
+  auto st = sys::Fstat(src_fd, shown);
+  if (!st) return st.error();
+  if (!S_ISREG(st->st_mode))
+    return Error::Of(EINVAL, "copy from a descriptor (not a regular file)",
+                     shown);
+  // Reopened for reading through the descriptor's /proc entry, which
+  // reaches the inode even when no name of it is left.
+  std::string proc = "/proc/self/fd/" + std::to_string(src_fd);
+  int in_fd = sys::OpenRelievingPressure([&] {
+    int f = ::open(proc.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
+    if (f < 0 && errno == EPERM) f = ::open(proc.c_str(), O_RDONLY | O_CLOEXEC);
+    return f;
+  });
+  if (in_fd < 0) return Error::Errno("open for a copy", shown);
+  UniqueFd in(in_fd);
+  int out_fd = sys::OpenRelievingPressure([&] {
+    return ::openat(dst_dirfd, dst_name.c_str(),
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  });
+  if (out_fd < 0) return Error::Errno("create a copy", shown);
+  UniqueFd out(out_fd);
+  Status s = CopyData(in.get(), out.get(), shown);
+  if (s && layers.sync_copy_up && ::fsync(out.get()) != 0)
+    s = Error::Errno("fsync a copy", shown);
+  if (s) {
+    auto names = sys::ListXattrs(proc, shown, /*follow=*/true);
+    if (!names) s = names.error();
+    for (size_t i = 0; s && names && i < names->size(); i++) {
+      const std::string& n = (*names)[i];
+      if (layers.format.IsPrivateXattr(n)) continue;
+      auto v = sys::GetXattr(proc, n, shown, /*follow=*/true);
+      if (!v) {
+        if (v.err() != ENODATA) s = v.error();
+        continue;
+      }
+      Status set = sys::FSetXattr(out.get(), n, *v, 0, shown);
+      if (!set &&
+          (n.rfind("user.", 0) == 0 ||
+           (set.err() != EPERM && set.err() != ENOTSUP && set.err() != EACCES)))
+        s = set;
+    }
+  }
+  if (s && layers.privileged &&
+      ::fchown(out.get(), st->st_uid, st->st_gid) != 0)
+    s = Error::Errno("chown a copy", shown);
+  if (s && ::fchmod(out.get(), st->st_mode & 07777) != 0)
+    s = Error::Errno("chmod a copy", shown);
+  struct timespec ts[2] = {st->st_atim, st->st_mtim};
+  if (s && ::futimens(out.get(), ts) != 0)
+    s = Error::Errno("utimensat a copy", shown);
+  if (s) s = layers.format.SetOriginFd(out.get(), st->st_ino, shown);
+  if (!s) (void)::unlinkat(dst_dirfd, dst_name.c_str(), 0);
+  return s;
+}
+
 Status CopyUp(const Layers& layers, const std::string& rel) {
   std::string dir = sys::Dirname(rel), name = sys::Basename(rel);
   std::string shown = layers.lower.Shown(rel);

@@ -37,6 +37,13 @@ Status CopyUp(const Layers& layers, const std::string& rel);
 Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
                    const std::string& dst_name);
 
+// The same for a lower regular file reached by a descriptor (any kind,
+// O_PATH included) rather than a path: a lower file kept open by the daemon
+// after its name was deleted, even if the host removed it meanwhile. EINVAL
+// for anything but a regular file.
+Status CopyLowerFdTo(const Layers& layers, int src_fd, int dst_dirfd,
+                     const std::string& dst_name, const std::string& shown);
+
 // Builds in `dst_dirfd`/`dst_name` a full, independent copy of the merged
 // directory `dir`: upper non-directories are hard-linked (keeping their
 // inodes), lower ones copied, directories rebuilt recursively, whiteouts

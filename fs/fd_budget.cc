@@ -12,8 +12,9 @@ std::string FdBudget::Describe() const {
          std::to_string(threads) + " threads x " +
          std::to_string(per_thread()) + " (" + std::to_string(dir_cache) +
          " cached directories, " + std::to_string(kPerRequest) +
-         " for a request, 1 lease) + " + std::to_string(files) +
-         " file cache + " + std::to_string(kept) + " kept unlinked files";
+         " for a request, " + std::to_string(kLeases) + " leases) + " +
+         std::to_string(files) + " file cache + " + std::to_string(kept) +
+         " kept unlinked files";
 }
 
 Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads) {
@@ -31,7 +32,7 @@ Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads) {
     b.kept = std::min(share, kMaxKept);
     return b;
   }
-  size_t needed = kFixed + b.threads * (kPerRequest + 1) + 2 * kMinFiles;
+  size_t needed = kFixed + b.threads * (kPerRequest + kLeases) + 2 * kMinFiles;
   return Error::Of(
       EMFILE,
       "plan descriptors (the open-files limit is " + std::to_string(limit) +

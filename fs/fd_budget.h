@@ -8,8 +8,9 @@
 //   per thread  a worker's directory cache (Layer::DirFd), the descriptors
 //               one request holds at once (no walk holds more than a
 //               constant, however deep or wide the tree: see
-//               sys::RemoveTree, BuildMergedCopy, Quota::Measure), and one
-//               file-cache lease still in use after its eviction;
+//               sys::RemoveTree, BuildMergedCopy, Quota::Measure), and the
+//               file-cache leases one request may still hold after their
+//               eviction (two: copy_file_range's source and target);
 //   files       the file cache (FileCache): data descriptors, LRU;
 //   kept        descriptors keeping unlinked files' data (KeptStore);
 //               beyond them such data is kept under acqfs-tmp instead.
@@ -37,6 +38,8 @@ struct FdBudget {
   static constexpr size_t kPerRequest = 12;
   // Directory descriptors a worker thread caches (Layer::DirFd).
   static constexpr size_t kDirCache = 4;
+  // Leases one request holds at once (copy_file_range: two).
+  static constexpr size_t kLeases = 2;
   static constexpr size_t kMaxFiles = 512;
   static constexpr size_t kMaxKept = 1024;
 
@@ -46,11 +49,11 @@ struct FdBudget {
   size_t files = 0;      // FileCache capacity
   size_t kept = 0;       // KeptStore budget
 
-  size_t per_thread() const { return dir_cache + kPerRequest + 1; }
+  size_t per_thread() const { return dir_cache + kPerRequest + kLeases; }
   size_t bound() const {
     return kFixed + threads * per_thread() + files + kept;
   }
-  // "limit 20000, bound 1637: 16 fixed + 4 threads x 17 + 512 files + ..."
+  // "limit 20000, bound 1624: 16 fixed + 4 threads x 18 + 512 files + ..."
   std::string Describe() const;
 
   // The plan for `limit` descriptors and `threads` workers. EMFILE, naming

@@ -100,12 +100,14 @@ Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
 
 // The listings handle-less READDIRs read from (FuseContext::no_open: no
 // OPENDIR; the kernel fills its readdir cache from offset 0 up). Offset 0
-// lists the directory afresh; later offsets read the newest listing. At
-// most `capacity` directories are kept (memory only, no descriptors); an
-// evicted one is listed again. FORGET drops a node's listing.
+// lists the directory afresh; later offsets read the newest listing. Memory
+// only, no descriptors, and bounded: at most kMaxListings directories and
+// kMaxEntries entries in all (one larger directory is still kept, alone);
+// an evicted listing is made again. FORGET drops a node's listing.
 class Listings {
  public:
-  explicit Listings(size_t capacity) : capacity_(capacity) {}
+  static constexpr size_t kMaxListings = 512;
+  static constexpr size_t kMaxEntries = 1 << 20;
 
   Result<std::shared_ptr<DirHandle>> Get(Overlay* ov, Node* dir, off_t off) {
     if (off != 0) {
@@ -115,12 +117,20 @@ class Listings {
     }
     auto dh = std::make_shared<DirHandle>();
     if (Status s = ListInto(ov, dir, dh.get()); !s) return s.error();
-    std::shared_ptr<DirHandle> evicted;  // freed outside the lock
+    std::vector<std::shared_ptr<DirHandle>> evicted;  // freed after the lock
     std::lock_guard<std::mutex> l(mu_);
-    if (dirs_.size() >= capacity_ && !dirs_.count(dir)) {
-      evicted = std::move(dirs_.begin()->second);
+    if (auto it = dirs_.find(dir); it != dirs_.end()) {
+      entries_ -= it->second->entries.size();
+      evicted.push_back(std::move(it->second));
+      dirs_.erase(it);
+    }
+    while (!dirs_.empty() && (dirs_.size() >= kMaxListings ||
+                              entries_ + dh->entries.size() > kMaxEntries)) {
+      entries_ -= dirs_.begin()->second->entries.size();
+      evicted.push_back(std::move(dirs_.begin()->second));
       dirs_.erase(dirs_.begin());
     }
+    entries_ += dh->entries.size();
     dirs_[dir] = dh;
     return dh;
   }
@@ -129,15 +139,16 @@ class Listings {
     std::shared_ptr<DirHandle> gone;  // freed outside the lock
     std::lock_guard<std::mutex> l(mu_);
     if (auto d = dirs_.find(node); d != dirs_.end()) {
+      entries_ -= d->second->entries.size();
       gone = std::move(d->second);
       dirs_.erase(d);
     }
   }
 
  private:
-  const size_t capacity_;
   std::mutex mu_;
   std::unordered_map<Node*, std::shared_ptr<DirHandle>> dirs_;  // mu_
+  size_t entries_ = 0;  // mu_: entries of the listings in dirs_
 };
 
 void ListingsDeleter::operator()(Listings* l) const { delete l; }
@@ -207,7 +218,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   want(FUSE_CAP_ASYNC_READ);
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
-    ctx->listings.reset(new Listings(FdBudget::kMaxFiles));
+    ctx->listings.reset(new Listings);
     ctx->overlay->SetOpensUnknown(true);
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
     conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;

@@ -81,6 +81,15 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
 KeptData KeptStore::KeepLower(std::string rel) {
   KeptData k;
   k.where_ = KeptData::Where::kLower;
+  if (TakeBudget()) {
+    // The inode itself, so the data survives the host deleting or replacing
+    // the file meanwhile (as an open file's would).
+    auto fd = layers_->lower.Open(rel, O_PATH | O_NOFOLLOW);
+    if (fd)
+      k.fd_ = std::move(*fd);
+    else
+      GiveBudget();
+  }
   k.name_ = std::move(rel);
   return k;
 }
@@ -88,7 +97,17 @@ KeptData KeptStore::KeepLower(std::string rel) {
 Status KeptStore::MakeChangeable(KeptData* k) {
   if (!k->in_lower()) return Ok();
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
-  ACQFS_TRY(CopyLowerTo(*layers_, k->name_, layers_->tmp.get(), tmp));
+  Status s = Error::Of(EINVAL, "copy", k->name_);
+  if (k->fd_)
+    s = CopyLowerFdTo(*layers_, k->fd_.get(), layers_->tmp.get(), tmp,
+                      layers_->lower.Shown(k->name_));
+  if (!s && s.err() == EINVAL)  // no descriptor, or not a regular file
+    s = CopyLowerTo(*layers_, k->name_, layers_->tmp.get(), tmp);
+  ACQFS_TRY(s);
+  if (k->fd_) {
+    k->fd_.reset();
+    GiveBudget();
+  }
   k->where_ = KeptData::Where::kTmpName;
   k->name_ = std::move(tmp);
   return Ok();
@@ -117,12 +136,24 @@ Result<UniqueFd> KeptStore::Open(const KeptData& k, int flags) const {
                             layers_->tmp_path + "/" + k.name_);
       return UniqueFd(fd);
     }
-    case KeptData::Where::kLower:
-      if (flags & O_PATH)
-        return layers_->lower.Open(k.name_, O_PATH | O_NOFOLLOW);
-      if (mode != O_RDONLY || (flags & O_TRUNC))
+    case KeptData::Where::kLower: {
+      if (!(flags & O_PATH) && (mode != O_RDONLY || (flags & O_TRUNC)))
         return Error::Of(EROFS, "write to a kept lower file", k.name_);
-      return layers_->lower.OpenForReading(k.name_);
+      if (!k.fd_) {
+        if (flags & O_PATH)
+          return layers_->lower.Open(k.name_, O_PATH | O_NOFOLLOW);
+        return layers_->lower.OpenForReading(k.name_);
+      }
+      std::string proc = ProcPath(k.fd_.get());
+      const int base = (flags & O_PATH) ? O_PATH : O_RDONLY;
+      int fd = sys::OpenRelievingPressure([&] {
+        int f = ::open(proc.c_str(), base | O_CLOEXEC | O_NOATIME);
+        if (f < 0 && errno == EPERM) f = ::open(proc.c_str(), base | O_CLOEXEC);
+        return f;
+      });
+      if (fd < 0) return Error::Errno("open (unlinked file)", k.name_);
+      return UniqueFd(fd);
+    }
     case KeptData::Where::kNowhere:
       break;
   }
@@ -136,6 +167,7 @@ Result<struct stat> KeptStore::Stat(const KeptData& k) const {
     case KeptData::Where::kTmpName:
       return sys::StatAt(layers_->tmp.get(), k.name_, layers_->tmp_path);
     case KeptData::Where::kLower:
+      if (k.fd_) return sys::Fstat(k.fd_.get(), k.name_);
       return layers_->lower.Stat(k.name_);
     case KeptData::Where::kNowhere:
       break;
@@ -155,9 +187,9 @@ uint64_t KeptStore::FreedByRelease(const KeptData& k) const {
 }
 
 void KeptStore::Release(KeptData k) {
-  if (k.empty() || k.in_lower()) return;
+  if (k.empty() || (k.in_lower() && !k.fd_)) return;
   std::lock_guard<std::mutex> l(mu_);
-  if (k.where_ == KeptData::Where::kDescriptor) {
+  if (k.fd_) {
     doomed_fds_.push_back(std::move(k.fd_));  // still counted until Reap
   } else {
     doomed_names_.push_back(std::move(k.name_));

@@ -8,8 +8,11 @@
 //                left anywhere (at most `fd_budget` of these at a time);
 //   kTmpName     an entry of <work>/acqfs-tmp/ (beyond the budget, and for
 //                a lower file once something changes it);
-//   kLower       the lower file at its path, which the sandbox cannot
-//                change: nothing is copied until a change needs it.
+//   kLower       the lower file: an O_PATH descriptor of its inode within
+//                the budget (so the data survives the host deleting or
+//                replacing the file meanwhile), else its path, which the
+//                sandbox cannot change; nothing is copied until a change
+//                needs it.
 // KeptStore makes, opens, stats and gives up kept data. It never keeps a
 // descriptor beyond its budget, so the daemon's descriptors stay bounded
 // (docs/architecture.md, "Descriptors").
@@ -65,7 +68,7 @@ class KeptData {
  private:
   friend class KeptStore;
   Where where_ = Where::kNowhere;
-  UniqueFd fd_;       // kDescriptor
+  UniqueFd fd_;       // kDescriptor, and kLower within the budget
   std::string name_;  // kTmpName: name in acqfs-tmp; kLower: lower path
 };
 
@@ -93,8 +96,9 @@ class KeptStore {
   // budget, else a hard link in acqfs-tmp. The name is left as it is.
   Result<KeptData> Keep(int dirfd, const std::string& name,
                         const std::string& shown);
-  // Keeps a lower file by its path (`rel` from the layer roots).
-  static KeptData KeepLower(std::string rel);
+  // Keeps a lower file (`rel` from the layer roots): by a descriptor of its
+  // inode within the budget, else by its path.
+  KeptData KeepLower(std::string rel);
 
   // Turns lower-kept data into a copy of its own in acqfs-tmp (data,
   // owner, mode, times, xattrs, origin marker), so that it can be changed.

@@ -1,6 +1,7 @@
 #include "fs/overlay.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -29,8 +30,40 @@ using TableLock = std::lock_guard<std::mutex>;
 
 // ---------------------------------------------------------------- set-up
 
+const KeptData Node::kNoData;
+
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
-Overlay::~Overlay() { ReapDoomed(); }
+
+Overlay::~Overlay() {
+  ReapDoomed();
+  while (nodes_) {
+    Node* next = nodes_->next_node;
+    delete nodes_;
+    nodes_ = next;
+  }
+}
+
+void Overlay::AddNodeLocked(std::unique_ptr<Node> node) {
+  Node* n = node.release();
+  n->next_node = nodes_;
+  if (nodes_) nodes_->prev_node = n;
+  nodes_ = n;
+  ++node_count_;
+}
+
+void Overlay::DeleteNodeLocked(Node* node) {
+  if (node->prev_node) node->prev_node->next_node = node->next_node;
+  if (node->next_node) node->next_node->prev_node = node->prev_node;
+  if (nodes_ == node) nodes_ = node->next_node;
+  --node_count_;
+  delete node;
+  if (++freed_since_trim_ >= kTrimAfterFreed) doomed_pending_ = true;
+}
+
+size_t Overlay::node_count() {
+  TableLock t(table_mu_);
+  return node_count_;
+}
 
 Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   std::unique_ptr<Overlay> ov(new Overlay(std::move(layers)));
@@ -53,7 +86,7 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   node->xwhiteouts = view->xwhiteouts;
   node->nlookup = 1;
   ov->root_ = node.get();
-  ov->nodes_.emplace(node.get(), std::move(node));
+  ov->AddNodeLocked(std::move(node));
   if (l.policy && l.policy->quota_bytes() > 0) {
     auto used = Quota::Measure(l.upper.root(), l.upper.root_path());
     if (!used) return used.error();
@@ -139,25 +172,23 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
 // ---------------------------------------------------------------- table
 
 void Overlay::AttachLocked(Node* node, Node* parent, const std::string& name) {
-  parent->children[name] = node;
+  parent->SetChild(name, node);
   if (!node->parent && !node->unlinked && node != root_) {
     node->parent = parent;
     node->name = name;
   } else {
-    node->aliases.emplace_back(parent, name);
+    node->MutableAliases().emplace_back(parent, name);
   }
 }
 
 void Overlay::DetachNameLocked(Node* node, Node* parent,
                                const std::string& name) {
-  auto it = parent->children.find(name);
-  if (it != parent->children.end() && it->second == node)
-    parent->children.erase(it);
+  parent->EraseChild(name, node);
   if (node->parent == parent && node->name == name) {
-    if (!node->aliases.empty()) {
-      node->parent = node->aliases.back().first;
-      node->name = node->aliases.back().second;
-      node->aliases.pop_back();
+    if (node->HasAliases()) {
+      node->parent = node->aliases->back().first;
+      node->name = node->aliases->back().second;
+      node->aliases->pop_back();
     } else {
       node->parent = nullptr;
       node->name.clear();
@@ -165,9 +196,10 @@ void Overlay::DetachNameLocked(Node* node, Node* parent,
     }
     return;
   }
-  for (auto a = node->aliases.begin(); a != node->aliases.end(); ++a) {
+  if (!node->aliases) return;
+  for (auto a = node->aliases->begin(); a != node->aliases->end(); ++a) {
     if (a->first == parent && a->second == name) {
-      node->aliases.erase(a);
+      node->aliases->erase(a);
       return;
     }
   }
@@ -175,16 +207,15 @@ void Overlay::DetachNameLocked(Node* node, Node* parent,
 
 void Overlay::MoveNameLocked(Node* node, Node* parent, const std::string& name,
                              Node* new_parent, const std::string& new_name) {
-  auto it = parent->children.find(name);
-  if (it != parent->children.end() && it->second == node)
-    parent->children.erase(it);
-  new_parent->children[new_name] = node;
+  parent->EraseChild(name, node);
+  new_parent->SetChild(new_name, node);
   if (node->parent == parent && node->name == name) {
     node->parent = new_parent;
     node->name = new_name;
     return;
   }
-  for (auto& a : node->aliases) {
+  if (!node->aliases) return;
+  for (auto& a : *node->aliases) {
     if (a.first == parent && a.second == name) {
       a.first = new_parent;
       a.second = new_name;
@@ -195,32 +226,26 @@ void Overlay::MoveNameLocked(Node* node, Node* parent, const std::string& name,
 
 void Overlay::MaybeFreeLocked(Node* node) {
   while (node && node != root_ && node->nlookup == 0 && node->opens == 0 &&
-         node->children.empty()) {
+         !node->HasChildren()) {
     Node* parent = node->parent;
-    for (auto& [p, n] : node->aliases) {
-      auto it = p->children.find(n);
-      if (it != p->children.end() && it->second == node) p->children.erase(it);
-    }
-    if (parent) {
-      auto it = parent->children.find(node->name);
-      if (it != parent->children.end() && it->second == node)
-        parent->children.erase(it);
-    }
+    if (node->aliases)
+      for (auto& [p, n] : *node->aliases) p->EraseChild(n, node);
+    if (parent) parent->EraseChild(node->name, node);
     if (node->upper_ino) {
       auto it = upper_links_.find(node->upper_ino);
       if (it != upper_links_.end() && it->second == node)
         upper_links_.erase(it);
     }
     // The node's descriptors and kept data go after the locks (ReapDoomed).
-    if (!node->kept.empty()) {
-      if (quota_) quota_->Release(kept_.FreedByRelease(node->kept));
-      kept_.Release(std::move(node->kept));
+    if (node->kept_data) {
+      if (quota_) quota_->Release(kept_.FreedByRelease(node->kept()));
+      kept_.Release(node->take_kept());
     }
     if (FileLease f = files_.Take(node)) {
       doomed_files_.push_back(std::move(f));
       doomed_pending_ = true;
     }
-    nodes_.erase(node);
+    DeleteNodeLocked(node);
     node = parent;
   }
 }
@@ -229,12 +254,20 @@ void Overlay::ReapDoomed() {
   kept_.Reap();
   if (!doomed_pending_.load(std::memory_order_acquire)) return;
   std::vector<FileLease> files;
+  bool trim = false;
   {
     TableLock t(table_mu_);
     files.swap(doomed_files_);
     doomed_pending_ = false;
+    if (freed_since_trim_ >= kTrimAfterFreed) {
+      freed_since_trim_ = 0;
+      trim = true;
+    }
   }
   files.clear();  // closes them (unless a request still uses one)
+  // The kernel forgot many nodes (its caches shrank): give the memory they
+  // held back to the system, which free() alone does not.
+  if (trim) ::malloc_trim(0);
 }
 
 void Overlay::MaybeFree(Node* node) {
@@ -271,10 +304,9 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
   const struct stat& st = c.upper ? c.upper_st : c.lower_st;
   bool hard_link = c.upper && !S_ISDIR(st.st_mode) && st.st_nlink > 1;
   TableLock t(table_mu_);
-  auto it = parent->children.find(name);
-  if (it != parent->children.end()) {
-    if (count) it->second->nlookup++;
-    return it->second;
+  if (Node* known = parent->Child(name)) {
+    if (count) known->nlookup++;
+    return known;
   }
   if (hard_link) {
     auto h = upper_links_.find(c.upper_st.st_ino);
@@ -295,7 +327,7 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
   }
   node->nlookup = count ? 1 : 0;
   Node* raw = node.get();
-  nodes_.emplace(raw, std::move(node));
+  AddNodeLocked(std::move(node));
   AttachLocked(raw, parent, name);
   return raw;
 }
@@ -307,11 +339,8 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
   Node* known = nullptr;
   {
     TableLock t(table_mu_);
-    auto it = parent->children.find(name);
-    if (it != parent->children.end()) {
-      known = it->second;
-      if (count) known->nlookup++;
-    }
+    known = parent->Child(name);
+    if (known && count) known->nlookup++;
   }
   if (known) {
     if (st) {
@@ -359,7 +388,7 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
 Result<struct stat> Overlay::StatLocked(Node* node) {
   struct stat st;
   if (node->unlinked) {
-    auto s = kept_.Stat(node->kept);
+    auto s = kept_.Stat(node->kept());
     if (!s) return s.error();
     st = *s;
   } else {
@@ -412,8 +441,7 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
     uint64_t ino = 0;
     {
       TableLock t(table_mu_);
-      auto it = dir->children.find(e.name);
-      if (it != dir->children.end()) ino = it->second->ino;
+      if (Node* known = dir->Child(e.name)) ino = known->ino;
     }
     if (!ino && !e.in_upper) ino = e.lower_ino;
     if (!ino) ino = UpperEntryIno(view, upper_dir.get(), e);
@@ -425,7 +453,7 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
 Result<std::string> Overlay::ReadLink(Node* node) {
   SharedLock l(tree_mu_);
   if (node->unlinked) {
-    auto fd = kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
+    auto fd = kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
     if (!fd) return fd.error();
     return sys::ReadLinkAt(fd->get(), "", "(unlinked)");
   }
@@ -523,9 +551,20 @@ Status Overlay::EnsureUpper(Node* node) {
 
 Status Overlay::MakeChangeable(Node* node) {
   if (!node->unlinked) return EnsureUpper(node);
-  if (!node->kept.in_lower()) return Ok();
-  // A lower file kept by its path gets a copy of its own.
-  ACQFS_TRY(kept_.MakeChangeable(&node->kept));
+  if (!node->kept().in_lower()) return Ok();
+  // A kept lower file gets a copy of its own, charged to the quota (given
+  // back with the kept data).
+  uint64_t charged = 0;
+  if (quota_) {
+    auto st = kept_.Stat(node->kept());
+    if (!st) return st.error();
+    if (S_ISREG(st->st_mode)) charged = static_cast<uint64_t>(st->st_size);
+    ACQFS_TRY(quota_->Reserve(charged, "(unlinked)"));
+  }
+  if (Status s = kept_.MakeChangeable(node->kept_data.get()); !s) {
+    if (quota_) quota_->Release(charged);
+    return s;
+  }
   node->upper = true;
   return Ok();
 }
@@ -537,7 +576,8 @@ Status Overlay::CopyUp(Node* node) {
 
 void Overlay::MarkMaterialised(Node* dir) {
   dir->upper = true;
-  for (auto& [name, child] : dir->children) {
+  if (!dir->children) return;
+  for (auto& [name, child] : *dir->children) {
     if (child->parent != dir || child->name != name) continue;  // alias
     child->upper = true;
     child->lower_dir = false;
@@ -762,9 +802,7 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   auto st = sys::StatAt(src_dir->get(), src_name, shown);
   if (!st) return st.error();
   TableLock t(table_mu_);
-  auto stale = parent->children.find(name);
-  if (stale != parent->children.end())
-    DetachNameLocked(stale->second, parent, name);
+  if (Node* stale = parent->Child(name)) DetachNameLocked(stale, parent, name);
   AttachLocked(node, parent, name);
   node->upper_ino = st->st_ino;
   upper_links_[st->st_ino] = node;
@@ -781,19 +819,19 @@ bool Overlay::MayBeOpenLocked(const Node* node) const {
 bool Overlay::MustKeep(Node* node) {
   if (node->is_dir()) return false;
   TableLock t(table_mu_);
-  return node->aliases.empty() && MayBeOpenLocked(node);
+  return !node->HasAliases() && MayBeOpenLocked(node);
 }
 
 Status Overlay::KeepBeforeReplacing(Node* node, int pfd,
                                     const std::string& name,
                                     const std::string& shown) {
   if (!node->upper) {
-    node->kept = KeptStore::KeepLower(PathLocked(node));
+    node->set_kept(kept_.KeepLower(PathLocked(node)));
     return Ok();
   }
   auto k = kept_.Keep(pfd, name, shown);
   if (!k) return k.error();
-  node->kept = std::move(*k);
+  node->set_kept(std::move(*k));
   return Ok();
 }
 
@@ -821,7 +859,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
         quota_ && node->upper && !keep ? FreedByRemoving(pfd->get(), name) : 0;
     if (!node->upper) {
       ACQFS_TRY(LayerFormat::MakeWhiteout(pfd->get(), name, shown));
-      if (keep) node->kept = KeptStore::KeepLower(PathLocked(node));
+      if (keep) node->set_kept(kept_.KeepLower(PathLocked(node)));
       return Ok();
     }
     if (!*has_lower) {
@@ -829,7 +867,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
         ACQFS_TRY(
             MakeCall(::unlinkat(pfd->get(), name.c_str(), 0), "unlink", shown));
       else if (auto k = kept_.KeepAndRemove(pfd->get(), name, shown); k)
-        node->kept = std::move(*k);
+        node->set_kept(std::move(*k));
       else
         return k.error();
       if (quota_) quota_->Release(freed);
@@ -842,7 +880,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     if (r) r = sys::Renameat2(tfd, tmp, pfd->get(), name, 0, shown);
     if (!r) {
       (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
-      kept_.Release(std::move(node->kept));  // the name stays
+      kept_.Release(node->take_kept());  // the name stays
       return r;
     }
     if (quota_) quota_->Release(freed);
@@ -1059,8 +1097,8 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
       freed = FreedByRemoving(npfd->get(), new_name);
     Status moved = PrepareRename(op, pfd->get(), npfd->get());
     if (moved) moved = MoveInUpper(op, pfd->get(), npfd->get());
-    if (op.b && !op.b->kept.empty()) {
-      if (!moved) kept_.Release(std::move(op.b->kept));  // the name stays
+    if (op.b && op.b->kept_data) {
+      if (!moved) kept_.Release(op.b->take_kept());  // the name stays
       freed = 0;  // counted until the kept data goes
     }
     if (moved && quota_) quota_->Release(freed);
@@ -1090,10 +1128,10 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   Result<UniqueFd> fd = Error::Of(EIO, "open", "");
   if (node->unlinked) {
     if (write) ACQFS_TRY(MakeChangeable(node));
-    f.from_lower = node->kept.in_lower();
-    fd = kept_.Open(node->kept, write ? O_RDWR : O_RDONLY);
+    f.from_lower = node->kept().in_lower();
+    fd = kept_.Open(node->kept(), write ? O_RDWR : O_RDONLY);
     if (!fd && write && fd.err() == EACCES)
-      fd = kept_.Open(node->kept, O_WRONLY);
+      fd = kept_.Open(node->kept(), O_WRONLY);
   } else if (write) {
     std::string path = PathLocked(node);
     ACQFS_TRY(CheckWritable(path, false, "open for writing"));
@@ -1117,7 +1155,7 @@ Result<FileLease> Overlay::FileFor(Node* node, bool write) {
   if (FileLease f = files_.Find(node, write, node->upper.load())) return f;
   // Only a write that copies the file (up, or out of the lower once it
   // has no name) needs the tree lock exclusive.
-  auto copies = [&] { return !node->upper.load() || node->kept.in_lower(); };
+  auto copies = [&] { return !node->upper.load() || node->kept().in_lower(); };
   auto f = [&]() -> Result<OpenFile> {
     {
       SharedLock l(tree_mu_);
@@ -1157,7 +1195,7 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
   // Only through the node's own upper copy (its kept data once it has no
   // name): never through anything that might reach the lower.
   ACQFS_TRY(MakeChangeable(node));
-  if (node->unlinked) return kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
+  if (node->unlinked) return kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
   return layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
 }
 
@@ -1247,7 +1285,7 @@ Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
   XattrTarget t;
   if (node->unlinked) {
     // The kept data's own descriptor, through its /proc entry (followed).
-    auto fd = kept_.Open(node->kept, O_PATH | O_NOFOLLOW);
+    auto fd = kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
     if (!fd) return fd.error();
     t.path = "/proc/self/fd/" + std::to_string(fd->get());
     t.follow = true;

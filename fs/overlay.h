@@ -50,6 +50,10 @@ struct Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
+  // A name this node has besides (parent, name): another hard link.
+  using Alias = std::pair<Node*, std::string>;
+  using Children = std::unordered_map<std::string, Node*>;
+
   const uint64_t ino;  // reported st_ino
   const mode_t type;   // S_IFMT bits
   bool is_dir() const { return S_ISDIR(type); }
@@ -59,7 +63,7 @@ struct Node {
   // Position. Written with tree_mu_ exclusive and table_mu_ held.
   Node* parent = nullptr;  // null for the root and for unlinked nodes
   std::string name;
-  std::vector<std::pair<Node*, std::string>> aliases;  // other hard links
+  std::unique_ptr<std::vector<Alias>> aliases;  // other hard links, if any
   bool unlinked = false;
 
   // Layers. Written with tree_mu_ exclusive.
@@ -70,15 +74,62 @@ struct Node {
   uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
 
   // Guarded by table_mu_.
-  std::unordered_map<std::string, Node*> children;
   uint64_t nlookup = 0;
   uint32_t opens = 0;  // handles the kernel will RELEASE (the handles mode)
+  // The children the kernel knows, by name: directories only, made at the
+  // first. Use the helpers below.
+  std::unique_ptr<Children> children;
+  // The node table's list of every node (Overlay::nodes_).
+  Node* prev_node = nullptr;
+  Node* next_node = nullptr;
 
   // Where the data lives once the node has no name left while the kernel
-  // may still use it (fs/kept_data.h). Written with tree_mu_ exclusive (or
-  // while the node is freed, when nothing can reach it); read with tree_mu_
-  // held.
-  KeptData kept;
+  // may still use it (fs/kept_data.h); null while it has one. Written with
+  // tree_mu_ exclusive (or while the node is freed, when nothing can reach
+  // it); read with tree_mu_ held.
+  std::unique_ptr<KeptData> kept_data;
+
+  // table_mu_ held.
+  Node* Child(const std::string& n) const {
+    if (!children) return nullptr;
+    auto it = children->find(n);
+    return it == children->end() ? nullptr : it->second;
+  }
+  void SetChild(const std::string& n, Node* child) {
+    if (!children) children = std::make_unique<Children>();
+    (*children)[n] = child;
+  }
+  // Forgets the child `n` if it is `child`.
+  void EraseChild(const std::string& n, const Node* child) {
+    if (!children) return;
+    auto it = children->find(n);
+    if (it != children->end() && it->second == child) children->erase(it);
+    if (children->empty()) children.reset();
+  }
+  bool HasChildren() const { return children != nullptr; }
+  bool HasAliases() const { return aliases && !aliases->empty(); }
+  std::vector<Alias>& MutableAliases() {
+    if (!aliases) aliases = std::make_unique<std::vector<Alias>>();
+    return *aliases;
+  }
+
+  // tree_mu_ held (exclusive to change).
+  const KeptData& kept() const { return kept_data ? *kept_data : kNoData; }
+  void set_kept(KeptData k) {
+    if (k.empty())
+      kept_data.reset();
+    else
+      kept_data = std::make_unique<KeptData>(std::move(k));
+  }
+  KeptData take_kept() {
+    KeptData k;
+    if (kept_data) k = std::move(*kept_data);
+    kept_data.reset();
+    return k;
+  }
+
+ private:
+  static const KeptData kNoData;
 };
 
 struct Creds {
@@ -196,6 +247,9 @@ class Overlay {
     files_.set_capacity(files);
     kept_.set_budget(kept);
   }
+  // Nodes the table holds (the kernel's lookups, open files, their
+  // ancestors).
+  size_t node_count();
   // Descriptors held now in the file cache and for kept data.
   size_t cached_files() const { return files_.size(); }
   size_t kept_descriptors() const { return kept_.descriptors(); }
@@ -297,6 +351,10 @@ class Overlay {
   void MoveNameLocked(Node* node, Node* parent, const std::string& name,
                       Node* new_parent, const std::string& new_name);
   void MaybeFreeLocked(Node* node);
+  // Puts a new node in the table (which then owns it) / takes it out and
+  // deletes it.
+  void AddNodeLocked(std::unique_ptr<Node> node);
+  void DeleteNodeLocked(Node* node);
   void MaybeFreeAfterLookup(Node* node);
   void MaybeFree(Node* node);
 
@@ -328,10 +386,17 @@ class Overlay {
 
   mutable std::shared_mutex tree_mu_;
   std::mutex table_mu_;  // acquired after tree_mu_
-  std::unordered_map<Node*, std::unique_ptr<Node>> nodes_;  // table_mu_
-  std::unordered_map<uint64_t, Node*> upper_links_;         // table_mu_
-  std::vector<FileLease> doomed_files_;      // table_mu_; freed nodes' files
-  std::atomic<bool> doomed_pending_{false};  // doomed_files_ is not empty
+  // Every node, owned: a list through Node::prev_node/next_node (a node is
+  // freed by FreeLocked). table_mu_.
+  Node* nodes_ = nullptr;
+  size_t node_count_ = 0;  // table_mu_
+  // Nodes freed since memory was last given back (ReapDoomed). table_mu_.
+  static constexpr size_t kTrimAfterFreed = 1 << 16;
+  size_t freed_since_trim_ = 0;
+  std::unordered_map<uint64_t, Node*> upper_links_;  // table_mu_
+  std::vector<FileLease> doomed_files_;  // table_mu_; freed nodes' files
+  // doomed_files_ is not empty, or memory is to be given back.
+  std::atomic<bool> doomed_pending_{false};
 };
 
 }  // namespace acqfs

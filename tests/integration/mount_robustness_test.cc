@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/process.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -116,6 +117,50 @@ TEST_F(Crash, KillDuringCopyUpLeavesNoPartialUpperFile) {
   std::vector<std::string> leftovers;
   ASSERT_TRUE(ListDir(sandbox().work() + "/acqfs-tmp", &leftovers));
   EXPECT_TRUE(leftovers.empty()) << "junk left in acqfs-tmp after remount";
+}
+
+// SIGKILL while processes hold 100 unlinked files, more than a daemon
+// limited to 256 descriptors keeps by descriptor, so the rest are kept
+// under acqfs-tmp. The upper layer holds none of them, the remount empties
+// acqfs-tmp, and the rest of the tree is intact.
+TEST(CrashWithKeptData, KillWhileUnlinkedFilesAreHeldLeavesACleanUpper) {
+  TempDir tmp;
+  std::string lower = tmp.MakeDir("lower");
+  ASSERT_TRUE(WriteFile(lower + "/keep.txt", "kept\n"));
+  SandboxOptions opts;
+  opts.command_prefix = {"prlimit", "--nofile=256:256"};
+  Sandbox sb(lower, opts);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  ASSERT_EQ(ContentOf(sb.M("keep.txt")), "kept\n");
+  std::vector<ScopedFd> held;
+  for (int i = 0; i < 100; i++) {
+    std::string f = sb.M("tmp" + std::to_string(i));
+    ASSERT_TRUE(WriteFile(f, "scratch " + std::to_string(i)));
+    held.emplace_back(::open(f.c_str(), O_RDWR | O_CLOEXEC));
+    ASSERT_TRUE(held.back().valid()) << std::strerror(errno);
+    ASSERT_EQ(::unlink(f.c_str()), 0) << std::strerror(errno);
+  }
+  ASSERT_TRUE(WriteFile(sb.M("written.txt"), "before the kill"));
+  std::vector<std::string> parked;
+  ASSERT_TRUE(ListDir(sb.work() + "/acqfs-tmp", &parked));
+  // Some by descriptor (the budget), the rest under acqfs-tmp.
+  EXPECT_GT(parked.size(), 0u);
+  EXPECT_LT(parked.size(), 100u);
+  ASSERT_EQ(::kill(sb.daemon_pid(), SIGKILL), 0);
+  ASSERT_TRUE(WaitForProcessExit(sb.daemon_pid(), 10));
+  held.clear();  // ENOTCONN now; the kernel lets go
+  std::vector<std::string> upper;
+  ASSERT_TRUE(ListDir(sb.upper(), &upper));
+  EXPECT_EQ(upper, (std::vector<std::string>{"written.txt"}));
+  ASSERT_TRUE(sb.Unmount());  // cleans up the dead mount
+  ASSERT_TRUE(sb.Remount());
+  parked.clear();
+  ASSERT_TRUE(ListDir(sb.work() + "/acqfs-tmp", &parked));
+  EXPECT_TRUE(parked.empty());
+  EXPECT_EQ(ContentOf(sb.M("written.txt")), "before the kill");
+  EXPECT_EQ(ContentOf(sb.M("keep.txt")), "kept\n");
+  EXPECT_EQ(LstatErrno(sb.M("tmp7")), ENOENT);
+  EXPECT_TRUE(sb.Unmount());
 }
 
 // The daemon runs with at most 64 descriptors (and one worker thread, all

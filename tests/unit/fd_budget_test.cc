@@ -31,7 +31,7 @@ TEST(FdBudget, TheMachinesLimitGivesTheFullCaches) {
 }
 
 TEST(FdBudget, ATightLimitDropsTheDirectoryCacheBeforeRefusing) {
-  // 4 threads with the directory cache would need 16 + 4 x 17 + 8 = 92.
+  // 4 threads with the directory cache would need 16 + 4 x 18 + 8 = 96.
   auto b = FdBudget::Plan(80, 4);
   ASSERT_TRUE(b.ok()) << b.error().Message();
   EXPECT_EQ(b->dir_cache, 0u);

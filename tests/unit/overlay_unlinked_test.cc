@@ -182,9 +182,32 @@ TEST_F(OverlayUnlinked, LowerFileDeletedThenWrittenGetsACopyOfItsOwn) {
   EXPECT_FALSE(after->from_lower);
   EXPECT_EQ(ReadAll(after.get()), "LOWER bytes");
   EXPECT_EQ(ReadFile(t_.L("l")), "lower bytes");
-  ov_->Forget(l, 1);
+  before.reset();
   after.reset();
-  ov_->Forget(l, 0);
+  ov_->Forget(l, 1);
+  EXPECT_EQ(TmpEntries(), 0u);
+}
+
+// Within the budget a kept lower file is held by its inode: the host
+// deleting or replacing the file meanwhile does not change what the
+// sandbox's open file reads, nor the copy its first write makes.
+TEST_F(OverlayUnlinked, KeptLowerFileSurvivesTheHostReplacingIt) {
+  WriteFile(t_.L("h"), "original");
+  ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
+  ASSERT_OK_AND_ASSIGN(Node * h, ov_->Lookup(root(), "h"));
+  ASSERT_OK(ov_->Unlink(root(), "h"));
+  EXPECT_EQ(ov_->kept_descriptors(), 1u);
+  // The host replaces its file (as git checkout does: a new inode).
+  WriteFile(t_.L("h.new"), "replaced by the host");
+  ASSERT_EQ(::rename(t_.L("h.new").c_str(), t_.L("h").c_str()), 0);
+  EXPECT_EQ(ReadNow(h), "original");
+  ASSERT_OK_AND_ASSIGN(struct stat st, ov_->GetAttr(h));
+  EXPECT_EQ(st.st_size, 8);
+  ASSERT_OK(WriteNow(h, "O", 0));
+  EXPECT_EQ(ReadNow(h), "Original");
+  EXPECT_EQ(ReadFile(t_.L("h")), "replaced by the host");
+  ov_->Forget(h, 1);
+  EXPECT_EQ(ov_->kept_descriptors(), 0u);
   EXPECT_EQ(TmpEntries(), 0u);
 }
 
