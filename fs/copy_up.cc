@@ -92,17 +92,17 @@ struct Dest {
   int fd = -1;
 };
 
-Status CopyXattrs(const Layers& layers, int src_dirfd,
-                  const std::string& src_name, const Dest& dst,
-                  const std::string& shown) {
-  std::string src = sys::XattrPath(src_dirfd, src_name);
+// Copies the xattrs (but the overlay's own) of the object at the xattr
+// path `src` (`follow`: a descriptor's /proc entry, see sys::XattrPath).
+Status CopyXattrsFrom(const Layers& layers, const std::string& src, bool follow,
+                      const Dest& dst, const std::string& shown) {
   std::string dst_path =
       dst.fd >= 0 ? std::string() : sys::XattrPath(dst.dirfd, dst.name);
-  auto names = sys::ListXattrs(src, shown);
+  auto names = sys::ListXattrs(src, shown, follow);
   if (!names) return names.error();
   for (const auto& n : *names) {
     if (layers.format.IsPrivateXattr(n)) continue;
-    auto v = sys::GetXattr(src, n, shown);
+    auto v = sys::GetXattr(src, n, shown, follow);
     if (!v) {
       if (v.err() == ENODATA) continue;
       return v.error();
@@ -119,6 +119,13 @@ Status CopyXattrs(const Layers& layers, int src_dirfd,
     }
   }
   return Ok();
+}
+
+Status CopyXattrs(const Layers& layers, int src_dirfd,
+                  const std::string& src_name, const Dest& dst,
+                  const std::string& shown) {
+  return CopyXattrsFrom(layers, sys::XattrPath(src_dirfd, src_name), false, dst,
+                        shown);
 }
 
 }  // namespace
@@ -294,24 +301,9 @@ Status CopyLowerFdTo(const Layers& layers, int src_fd, int dst_dirfd,
   Status s = CopyData(in.get(), out.get(), shown);
   if (s && layers.sync_copy_up && ::fsync(out.get()) != 0)
     s = Error::Errno("fsync a copy", shown);
-  if (s) {
-    auto names = sys::ListXattrs(proc, shown, /*follow=*/true);
-    if (!names) s = names.error();
-    for (size_t i = 0; s && names && i < names->size(); i++) {
-      const std::string& n = (*names)[i];
-      if (layers.format.IsPrivateXattr(n)) continue;
-      auto v = sys::GetXattr(proc, n, shown, /*follow=*/true);
-      if (!v) {
-        if (v.err() != ENODATA) s = v.error();
-        continue;
-      }
-      Status set = sys::FSetXattr(out.get(), n, *v, 0, shown);
-      if (!set &&
-          (n.rfind("user.", 0) == 0 ||
-           (set.err() != EPERM && set.err() != ENOTSUP && set.err() != EACCES)))
-        s = set;
-    }
-  }
+  Dest dst;
+  dst.fd = out.get();
+  if (s) s = CopyXattrsFrom(layers, proc, /*follow=*/true, dst, shown);
   if (s && layers.privileged &&
       ::fchown(out.get(), st->st_uid, st->st_gid) != 0)
     s = Error::Errno("chown a copy", shown);

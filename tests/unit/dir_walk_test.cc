@@ -176,5 +176,39 @@ TEST(DirWalk, ADirectoryMovedDuringTheWalkIsAnError) {
   EXPECT_EQ(s.err(), ESTALE) << s.error().Message();
 }
 
+// sys::OpenRelievingPressure: an open that fails with EMFILE calls the
+// pressure handler, which gives descriptors back, and is tried once more;
+// without a handler (or one that frees nothing) the open fails as it did.
+std::vector<int>* g_spare = nullptr;
+bool CloseSpares(void*) {
+  if (g_spare->empty()) return false;
+  for (int fd : *g_spare) ::close(fd);
+  g_spare->clear();
+  return true;
+}
+
+TEST(FdPressure, TheHandlerGivesDescriptorsBackAndTheOpenIsRetried) {
+  std::vector<int> spare;
+  g_spare = &spare;
+  FdLimit limit(4);
+  ASSERT_TRUE(limit.ok());
+  for (;;) {  // use up the limit
+    int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    spare.push_back(fd);
+  }
+  ASSERT_FALSE(spare.empty());
+  auto open_null = [] { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); };
+  EXPECT_EQ(sys::OpenRelievingPressure(open_null), -1) << "no handler yet";
+  EXPECT_EQ(errno, EMFILE);
+  sys::SetFdPressureHandler(&CloseSpares, nullptr);
+  int fd = sys::OpenRelievingPressure(open_null);
+  sys::SetFdPressureHandler(nullptr, nullptr);
+  EXPECT_GE(fd, 0) << "retried after the handler freed descriptors";
+  EXPECT_TRUE(spare.empty());
+  if (fd >= 0) ::close(fd);
+  g_spare = nullptr;
+}
+
 }  // namespace
 }  // namespace acqfs

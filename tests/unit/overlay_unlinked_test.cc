@@ -213,6 +213,7 @@ TEST_F(OverlayUnlinked, KeptLowerFileSurvivesTheHostReplacingIt) {
 
 TEST_F(OverlayUnlinked, MetadataOfAnUnlinkedFileChangesItsKeptCopyOnly) {
   WriteFile(t_.L("m"), "lower", 0644);
+  acqfs_test::SetXattr(t_.L("m"), "user.from", "lower");
   ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
   ASSERT_OK_AND_ASSIGN(Node * m, ov_->Lookup(root(), "m"));
   ASSERT_OK(ov_->Unlink(root(), "m"));
@@ -228,6 +229,8 @@ TEST_F(OverlayUnlinked, MetadataOfAnUnlinkedFileChangesItsKeptCopyOnly) {
   ASSERT_OK(ov_->SetXattr(m, "user.k", "v", 0));
   ASSERT_OK_AND_ASSIGN(std::string v, ov_->GetXattr(m, "user.k"));
   EXPECT_EQ(v, "v");
+  ASSERT_OK_AND_ASSIGN(std::string from, ov_->GetXattr(m, "user.from"));
+  EXPECT_EQ(from, "lower") << "the copy keeps the lower file's xattrs";
   EXPECT_EQ(ReadNow(m), "lo");
   EXPECT_EQ(acqfs_test::Lstat(t_.L("m")).st_mode & 07777, 0644u);
   EXPECT_EQ(ReadFile(t_.L("m")), "lower");
