@@ -16,9 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/command.h"
@@ -333,6 +337,77 @@ TEST_P(Descriptors, MoreFilesOpenAtOnceThanTheDaemonMayHoldDescriptors) {
   open_files.clear();
   EXPECT_EQ(ContentOf(lower + "/l/7"), "lower");
   std::cout << "[ daemon fds ] peak " << peak << ", bound " << bound << "\n";
+  ExpectCleanLog(sb);
+  EXPECT_TRUE(sb.Unmount());
+}
+
+// Writers rename freshly written files over a few names while readers open
+// and read them, against a daemon allowed 256 descriptors (so its file
+// cache evicts all the time) and with kept data in play (a reader's file is
+// renamed over under it). Every read sees one whole file: its content names
+// itself, so a mix of two files or a stale descriptor shows. Nothing fails.
+TEST_P(Descriptors, ReadersSeeWholeFilesWhileWritersRenameOverThem) {
+  Sandbox sb(MakeLower(), Options("256"));
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  constexpr int kNames = 8, kThreads = 3;
+  auto content = [](int writer, long gen) {
+    std::string id = std::to_string(writer) + "." + std::to_string(gen) + ";";
+    std::string body;
+    while (body.size() < 3000) body += id;
+    return body;
+  };
+  for (int n = 0; n < kNames; n++)
+    ASSERT_TRUE(Put(sb.M("n" + std::to_string(n)), content(99, n)));
+  std::atomic<bool> stop{false};
+  std::atomic<long> reads{0}, renames{0};
+  std::mutex mu;
+  std::vector<std::string> problems;
+  auto problem = [&](const std::string& p) {
+    std::lock_guard<std::mutex> l(mu);
+    if (problems.size() < 10) problems.push_back(p);
+    stop = true;
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; w++) {
+    threads.emplace_back([&, w] {
+      for (long gen = 0; !stop; gen++) {
+        std::string tmp = sb.M("w" + std::to_string(w) + ".tmp");
+        std::string dst = sb.M("n" + std::to_string(gen % kNames));
+        if (AssertionResult r = Put(tmp, content(w, gen)); !r)
+          return problem(r.message());
+        if (::rename(tmp.c_str(), dst.c_str()) != 0)
+          return problem("rename: " + ErrnoName(errno));
+        renames++;
+      }
+    });
+  }
+  for (int r = 0; r < kThreads; r++) {
+    threads.emplace_back([&, r] {
+      for (long i = 0; !stop; i++) {
+        std::string path = sb.M("n" + std::to_string((i + r) % kNames));
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return problem("open " + path + ": " + ErrnoName(errno));
+        ScopedFd owned(fd);
+        std::string got;
+        if (AssertionResult a = ReadFd(fd, path, &got); !a)
+          return problem(a.message());
+        std::string id = got.substr(0, got.find(';') + 1);
+        std::string want;
+        while (want.size() < 3000) want += id;
+        if (id.size() < 4 || got != want)
+          return problem(path + " read a mix: " + got.substr(0, 80));
+        reads++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(problems.empty()) << ::testing::PrintToString(problems);
+  EXPECT_GT(reads.load(), 100);
+  EXPECT_GT(renames.load(), 100);
+  std::cout << "[ race ] " << reads << " whole reads, " << renames
+            << " renames over\n";
   ExpectCleanLog(sb);
   EXPECT_TRUE(sb.Unmount());
 }
