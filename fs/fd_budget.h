@@ -13,7 +13,9 @@
 //               eviction (two: copy_file_range's source and target);
 //   files       the file cache (FileCache): data descriptors, LRU;
 //   kept        descriptors keeping unlinked files' data (KeptStore);
-//               beyond them such data is kept under acqfs-tmp instead.
+//               beyond them such data is kept under acqfs-tmp instead, and
+//               as many again are a reserve for when acqfs-tmp has no room
+//               (a full disk must still let files be unlinked).
 // bound() is the sum. Plan() leaves half of what remains after the fixed
 // and per-thread parts unused, as a margin for the system's own use of
 // the process (e.g. a short-lived descriptor libfuse or spdlog opens).
@@ -51,9 +53,9 @@ struct FdBudget {
 
   size_t per_thread() const { return dir_cache + kPerRequest + kLeases; }
   size_t bound() const {
-    return kFixed + threads * per_thread() + files + kept;
+    return kFixed + threads * per_thread() + files + 2 * kept;
   }
-  // "limit 20000, bound 1624: 16 fixed + 4 threads x 18 + 512 files + ..."
+  // "limit 20000, bound 2648: 16 fixed + 4 threads x 18 + 512 files + ..."
   std::string Describe() const;
 
   // The plan for `limit` descriptors and `threads` workers. EMFILE, naming

@@ -15,13 +15,19 @@ std::string ProcPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 }  // namespace
 
-bool KeptStore::TakeBudget() {
+bool KeptStore::TakeBudget(bool reserve) {
+  const size_t limit = reserve ? 2 * budget_ : budget_;
   size_t cur = fds_.load();
-  while (cur < budget_) {
+  while (cur < limit) {
     if (fds_.compare_exchange_weak(cur, cur + 1)) return true;
   }
   return false;
 }
+
+namespace {
+// Out of room to park data in acqfs-tmp (a full disk or quota).
+bool NoRoom(const Error& e) { return e.err == ENOSPC || e.err == EDQUOT; }
+}  // namespace
 
 Result<UniqueFd> KeptStore::OpenPath(int dirfd, const std::string& name,
                                      const std::string& shown) const {
@@ -35,8 +41,18 @@ Result<UniqueFd> KeptStore::OpenPath(int dirfd, const std::string& name,
 
 Result<KeptData> KeptStore::KeepAndRemove(int dirfd, const std::string& name,
                                           const std::string& shown) {
+  auto k = KeepAndRemove(dirfd, name, shown, false);
+  // With no room to park it, the data is kept by a descriptor of the
+  // reserve: an unlink must work on a full disk (it is how space is freed).
+  if (!k && NoRoom(k.error())) k = KeepAndRemove(dirfd, name, shown, true);
+  return k;
+}
+
+Result<KeptData> KeptStore::KeepAndRemove(int dirfd, const std::string& name,
+                                          const std::string& shown,
+                                          bool reserve) {
   KeptData k;
-  if (TakeBudget()) {
+  if (TakeBudget(reserve)) {
     auto fd = OpenPath(dirfd, name, shown);
     if (fd && ::unlinkat(dirfd, name.c_str(), 0) != 0)
       fd = Error::Errno("unlink", shown);
@@ -48,6 +64,11 @@ Result<KeptData> KeptStore::KeepAndRemove(int dirfd, const std::string& name,
     k.fd_ = std::move(*fd);
     return k;
   }
+  if (reserve)
+    return Error::Of(ENOSPC,
+                     "keep the data of an unlinked file (no room in acqfs-tmp, "
+                     "and the descriptor reserve is spent)",
+                     shown);
   // One rename removes the name as unlink would and keeps the data.
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   ACQFS_TRY(sys::Renameat2(dirfd, name, layers_->tmp.get(), tmp,
@@ -62,7 +83,7 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
   auto fd = OpenPath(dirfd, name, shown);
   if (!fd) return fd.error();
   KeptData k;
-  if (TakeBudget()) {
+  if (TakeBudget(false)) {
     k.where_ = KeptData::Where::kDescriptor;
     k.fd_ = std::move(*fd);
     return k;
@@ -71,8 +92,13 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
   // AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   if (::linkat(AT_FDCWD, ProcPath(fd->get()).c_str(), layers_->tmp.get(),
-               tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
-    return Error::Errno("link (keep the data of an unlinked file)", shown);
+               tmp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    Error e = Error::Errno("link (keep the data of an unlinked file)", shown);
+    if (!NoRoom(e) || !TakeBudget(true)) return e;
+    k.where_ = KeptData::Where::kDescriptor;  // the reserve, as above
+    k.fd_ = std::move(*fd);
+    return k;
+  }
   k.where_ = KeptData::Where::kTmpName;
   k.name_ = std::move(tmp);
   return k;
@@ -81,7 +107,7 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
 KeptData KeptStore::KeepLower(std::string rel) {
   KeptData k;
   k.where_ = KeptData::Where::kLower;
-  if (TakeBudget()) {
+  if (TakeBudget(false)) {
     // The inode itself, so the data survives the host deleting or replacing
     // the file meanwhile (as an open file's would).
     auto fd = layers_->lower.Open(rel, O_PATH | O_NOFOLLOW);

@@ -13,9 +13,12 @@
 //                replacing the file meanwhile), else its path, which the
 //                sandbox cannot change; nothing is copied until a change
 //                needs it.
-// KeptStore makes, opens, stats and gives up kept data. It never keeps a
-// descriptor beyond its budget, so the daemon's descriptors stay bounded
-// (docs/architecture.md, "Descriptors").
+// KeptStore makes, opens, stats and gives up kept data. It keeps at most
+// `fd_budget` descriptors, and as many again only when acqfs-tmp has no
+// room (ENOSPC, EDQUOT: a full disk must still let files be unlinked), so
+// the daemon's descriptors stay bounded (docs/architecture.md,
+// "Descriptors"). Past both it refuses with ENOSPC rather than lose the
+// data of a file a process may hold.
 //
 // Thread-safety: a KeptData is owned by one Node and guarded by the
 // Overlay's locks (written with the tree lock exclusive). KeptStore is
@@ -82,7 +85,8 @@ class KeptStore {
   ~KeptStore() { Reap(); }
 
   void set_budget(size_t n) { budget_ = n; }
-  size_t budget() const { return budget_; }
+  // Descriptors it may hold in all: the budget and the reserve.
+  size_t most_descriptors() const { return 2 * budget_; }
   // Descriptors held now.
   size_t descriptors() const { return fds_.load(); }
 
@@ -122,7 +126,10 @@ class KeptStore {
  private:
   Result<UniqueFd> OpenPath(int dirfd, const std::string& name,
                             const std::string& shown) const;
-  bool TakeBudget();
+  // One descriptor of the budget (or, with `reserve`, of twice it).
+  bool TakeBudget(bool reserve);
+  Result<KeptData> KeepAndRemove(int dirfd, const std::string& name,
+                                 const std::string& shown, bool reserve);
   void GiveBudget() { fds_.fetch_sub(1); }
 
   const Layers* layers_;

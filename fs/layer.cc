@@ -140,20 +140,32 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   l.format = LayerFormat(ns);
   l.privileged = ::geteuid() == 0;
   l.tmp_path = work + "/" + LayerFormat::kTempDirName;
-  // Leftovers of an interrupted copy-up are junk: remove them.
+  // Leftovers of an interrupted copy-up, and the kept data of the last
+  // mount, are junk: remove them. The directory itself stays (emptied), so
+  // the room it has grown is kept (ext4 directories never shrink): kept data
+  // parked there needs no new block, which a full disk would refuse.
   struct stat st;
   bool found = false;
   ACQFS_TRY(l.work.StatIfExists(LayerFormat::kTempDirName, &st, &found));
-  if (found) {
-    auto wfd = l.work.OpenDir("");
-    if (!wfd) return wfd.error();
-    ACQFS_TRY(
-        sys::RemoveTree(wfd->get(), LayerFormat::kTempDirName, l.tmp_path));
-  }
   auto wfd = l.work.OpenDir("");
   if (!wfd) return wfd.error();
-  if (::mkdirat(wfd->get(), LayerFormat::kTempDirName, 0700) != 0)
+  if (found && !S_ISDIR(st.st_mode)) {
+    ACQFS_TRY(
+        sys::RemoveTree(wfd->get(), LayerFormat::kTempDirName, l.tmp_path));
+    found = false;
+  }
+  if (!found && ::mkdirat(wfd->get(), LayerFormat::kTempDirName, 0700) != 0)
     return Error::Errno("mkdir", l.tmp_path);
+  if (found) {
+    auto old =
+        sys::OpenBeneath(wfd->get(), LayerFormat::kTempDirName,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, l.tmp_path);
+    if (!old) return old.error();
+    auto junk = sys::ReadDir(old->get(), l.tmp_path);
+    if (!junk) return junk.error();
+    for (const auto& e : *junk)
+      ACQFS_TRY(sys::RemoveTree(old->get(), e.name, l.tmp_path));
+  }
   auto tfd = l.work.OpenDir(LayerFormat::kTempDirName);
   if (!tfd) return tfd.error();
   l.tmp = std::move(*tfd);

@@ -33,7 +33,9 @@ Sandbox::Sandbox(std::string lower, SandboxOptions options)
   ::chmod(tmp_.path().c_str(), 0755);
   const uid_t uid = options_.owner_uid;
   const gid_t gid = options_.owner_gid;
-  state_dir_ = tmp_.MakeDir("state", 0755, uid, gid);
+  state_dir_ = options_.state_dir.empty()
+                   ? tmp_.MakeDir("state", 0755, uid, gid)
+                   : options_.state_dir;
   mountpoint_ = tmp_.MakeDir("mnt", 0755, uid, gid);
   Mount();
 }

@@ -33,6 +33,9 @@ struct SandboxOptions {
   gid_t owner_gid = static_cast<gid_t>(-1);
   std::string acqfs_bin;  // "" means AcqfsBinary()
   std::vector<std::string> extra_mount_args;
+  // An existing state directory to use ("" makes one in the sandbox's
+  // TempDir), e.g. on a small file system of the test's.
+  std::string state_dir;
   // Words added to every `acqfs umount` (e.g. "--no-export").
   std::vector<std::string> extra_umount_args;
   int mount_timeout_seconds = 30;

@@ -163,6 +163,69 @@ TEST(CrashWithKeptData, KillWhileUnlinkedFilesAreHeldLeavesACleanUpper) {
   EXPECT_TRUE(sb.Unmount());
 }
 
+// A full disk. Unlink is how space is freed, so it must work even when the
+// data of files a process holds (here 60: past the kept-descriptor budget
+// of a daemon limited to 256, 21, and past the 30 names a fresh acqfs-tmp
+// takes on this 64 MiB ext4 of 1 KiB blocks) cannot be parked in acqfs-tmp
+// for want of a new directory block: the descriptor reserve keeps it, the
+// files keep reading, and the space comes back once the kernel lets go.
+TEST(FullDisk, UnlinkFreesSpaceAndHeldFilesKeepTheirData) {
+  TempDir tmp;
+  std::string image = tmp.Sub("small.img"), fs = tmp.MakeDir("small");
+  CommandResult made =
+      RunShell("truncate -s 64M " + ShellQuote(image) + " && mkfs.ext4 -q -F " +
+                   ShellQuote(image) + " && mount -o loop " +
+                   ShellQuote(image) + " " + ShellQuote(fs),
+               60);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  struct Unmount {
+    std::string fs;
+    ~Unmount() { RunCommand({"umount", "-l", fs}, 30); }
+  } unmount{fs};
+  std::string lower = tmp.MakeDir("lower");
+  ASSERT_TRUE(WriteFile(lower + "/README", "x"));
+  SandboxOptions opts;
+  opts.command_prefix = {"prlimit", "--nofile=256:256"};
+  opts.state_dir = tmp.MakeDir("small/state");
+  {
+    Sandbox sb(lower, opts);
+    ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+    std::vector<ScopedFd> held;
+    for (int i = 0; i < 60; i++) {
+      std::string f = sb.M("t" + std::to_string(i));
+      ASSERT_TRUE(WriteFile(f, "data " + std::to_string(i)));
+      held.emplace_back(::open(f.c_str(), O_RDONLY | O_CLOEXEC));
+      ASSERT_TRUE(held.back().valid());
+    }
+    CommandResult fill = RunShell(
+        "{ cat /dev/zero > " + ShellQuote(sb.M("filler")) +
+            "; } 2>/dev/null"
+            " || true; i=0; while { : > " +
+            ShellQuote(sb.M("s")) + "$i; } 2>/dev/null; do i=$((i+1)); done",
+        120);
+    ASSERT_FALSE(fill.timed_out) << fill.Describe();
+    EXPECT_FALSE(WriteFile(sb.M("more"), "x")) << "the disk is not full";
+    for (int i = 0; i < 60; i++)
+      ASSERT_EQ(::unlink(sb.M("t" + std::to_string(i)).c_str()), 0)
+          << "t" << i << ": " << ErrnoName(errno);
+    ASSERT_EQ(::unlink(sb.M("filler").c_str()), 0) << ErrnoName(errno);
+    for (int i = 0; i < 60; i++) {
+      char buf[32];
+      ssize_t n = ::pread(held[i].get(), buf, sizeof buf, 0);
+      ASSERT_GE(n, 0) << ErrnoName(errno);
+      EXPECT_EQ(std::string(buf, n), "data " + std::to_string(i));
+    }
+    bool wrote = false;
+    for (int t = 0; t < 50 && !wrote; t++) {
+      wrote = WriteFile(sb.M("after"), std::string(1 << 20, 'a'));
+      if (!wrote) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(wrote) << "the space did not come back";
+    held.clear();
+    EXPECT_TRUE(sb.Unmount());
+  }
+}
+
 // The daemon runs with at most 64 descriptors (and one worker thread, all
 // such a limit can serve: see FdBudget) and serves a tree of 3,000 files
 // that the kernel keeps in its inode cache (ls -lR), reads and partly

@@ -25,7 +25,8 @@ TEST(FdBudget, TheMachinesLimitGivesTheFullCaches) {
   EXPECT_EQ(b->files, FdBudget::kMaxFiles);
   EXPECT_EQ(b->kept, FdBudget::kMaxKept);
   EXPECT_EQ(b->dir_cache, FdBudget::kDirCache);
-  EXPECT_EQ(b->bound(), FdBudget::kFixed + 4 * b->per_thread() + 512 + 1024);
+  EXPECT_EQ(b->bound(),
+            FdBudget::kFixed + 4 * b->per_thread() + 512 + 2 * 1024);
   EXPECT_NE(b->Describe().find("bound " + std::to_string(b->bound())),
             std::string::npos);
 }
