@@ -1,7 +1,6 @@
 #include "gitbridge/sandbox_repo.h"
 
 #include <fcntl.h>
-#include <git2/sys/odb_backend.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "common/sys.h"
+#include "gitbridge/layer_odb.h"
 #include "gitbridge/merged_tree.h"
 
 namespace acqfs::gitbridge {
@@ -136,63 +136,6 @@ Status CollectLooseRefs(const Layers& layers, const DirView& dir,
   return Ok();
 }
 
-bool HasSymlink(const std::vector<sys::DirEntry>& entries) {
-  for (const auto& e : entries)
-    if (e.type == DT_LNK) return true;
-  return false;
-}
-
-// Refuses an upper object directory holding symlinks (in it, its fan-out
-// directories or pack/): libgit2 would follow them out of the layer.
-Status CheckUpperObjects(const Layers& layers, const std::string& rel) {
-  auto dfd = layers.upper.OpenDir(rel);
-  if (!dfd) return dfd.error();
-  auto top = sys::ReadDir(dfd->get(), layers.upper.Shown(rel));
-  if (!top) return top.error();
-  if (HasSymlink(*top))
-    return Error::Of(EPERM, "symlink in sandbox object store",
-                     layers.upper.Shown(rel));
-  for (const auto& e : *top) {
-    if (e.type != DT_DIR) continue;
-    std::string sub = rel + "/" + e.name;
-    auto sfd = layers.upper.OpenDir(sub);
-    if (!sfd) return sfd.error();
-    auto ents = sys::ReadDir(sfd->get(), layers.upper.Shown(sub));
-    if (!ents) return ents.error();
-    if (HasSymlink(*ents))
-      return Error::Of(EPERM, "symlink in sandbox object store",
-                       layers.upper.Shown(sub));
-  }
-  return Ok();
-}
-
-Status AddBackend(git_odb* odb, git_odb_backend* backend, int priority,
-                  const std::string& shown) {
-  int rc = git_odb_add_alternate(odb, backend, priority);
-  if (rc < 0) {
-    Error e = GitError(rc, "add object store", shown);
-    backend->free(backend);
-    return e;
-  }
-  return Ok();
-}
-
-// The upper objects directory: its loose objects and packs only. Its
-// info/alternates is not read (the sandbox could point it anywhere).
-Status AddUpperObjects(git_odb* odb, const Layers& layers,
-                       const std::string& rel) {
-  ACQFS_TRY(CheckUpperObjects(layers, rel));
-  std::string path = layers.upper.Shown(rel);
-  git_odb_backend* packed = nullptr;
-  int rc = git_odb_backend_pack(&packed, path.c_str());
-  if (rc < 0) return GitError(rc, "open packs", path);
-  ACQFS_TRY(AddBackend(odb, packed, kUpperPackedPriority, path));
-  git_odb_backend* loose = nullptr;
-  rc = git_odb_backend_loose(&loose, path.c_str(), -1, 0, 0, 0);
-  if (rc < 0) return GitError(rc, "open loose objects", path);
-  return AddBackend(odb, loose, kUpperLoosePriority, path);
-}
-
 // An object database over the objects directory of the merged view: the
 // lower one (with the host's alternates: the lower is trusted) when it shows
 // through, the upper one when present.
@@ -210,7 +153,12 @@ Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
     rc = git_odb_add_disk_alternate(odb.get(), path.c_str());
     if (rc < 0) return GitError(rc, "add object store", path);
   }
-  if (node->dir.upper) ACQFS_TRY(AddUpperObjects(odb.get(), layers, rel));
+  // The upper's loose objects and packs, read only through the layer
+  // (never by a path the sandbox could redirect); its info/alternates is
+  // never read.
+  if (node->dir.upper)
+    ACQFS_TRY(AddLayerObjects(odb.get(), layers.upper, rel,
+                              kUpperPackedPriority, kUpperLoosePriority));
   return odb;
 }
 

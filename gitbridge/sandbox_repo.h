@@ -1,7 +1,9 @@
 // SandboxRepo: the sandbox's own git repository (its .git as the merged view
 // shows it), read straight from the layers: the sandbox's branches and HEAD
 // from its loose refs and packed-refs, and its objects from
-// upper/.git/objects and lower/.git/objects. Nothing is ever written, and
+// upper/.git/objects (through LayerObjects: only beneath the upper's root,
+// no symlink followed, never by a path the sandbox can redirect between a
+// check and a use) and lower/.git/objects. Nothing is ever written, and
 // nothing from the sandbox's config or hooks is read: the sandbox is
 // untrusted, so only refs and objects cross, and every object read is
 // hash-verified by libgit2 (strict hash verification is on by default).

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libfuse3-dev fuse3                       # FUSE low-level API, fusermount3
-  libgit2-dev libxxhash-dev                # git bridge, hashing
+  libgit2-dev libxxhash-dev zlib1g-dev     # git bridge, hashing, loose objects
   libspdlog-dev libfmt-dev                 # logging
   libcli11-dev nlohmann-json3-dev          # command line, state files
   libgtest-dev libgmock-dev googletest     # tests

@@ -2,8 +2,10 @@
 // over a dirty host checkout, agent work inside it, `acqfs export`, `git
 // fetch sandbox-<name>` on the host, and what arrives; the crossing's safety
 // (no hook, config or unsafe tree reaches the host); and `acqfs rm`.
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/binaries.h"
@@ -252,6 +254,89 @@ TEST_F(GitBridge, SandboxHooksConfigAndUnsafeTreesNeverReachTheHost) {
                                  30);
   ASSERT_TRUE(after.ok()) << after.Describe();
   EXPECT_EQ(after.out, before.out);
+}
+
+// Issue 12: the sandbox names another host repository's commit in a branch
+// and keeps swapping its .git/objects (and .git itself) for symlinks into
+// that repository while export runs in a loop. No export may publish it,
+// and after a fetch the host holds none of its objects.
+TEST_F(GitBridge, ExportNeverPublishesAnotherRepositorysObjects) {
+  std::string other = tmp_.Sub("other");
+  CommandResult made =
+      RunShell("git init -q -b main " + ShellQuote(other) + " && cd " +
+                   ShellQuote(other) +
+                   " && echo secret > secret.txt && git add . && git -c "
+                   "user.name=t -c user.email=t@t commit -q -m s",
+               30, "", GitEnv(home()));
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  std::string foreign = Git(other, {"rev-parse", "HEAD"});
+  std::string foreign_blob = Git(other, {"rev-parse", "HEAD:secret.txt"});
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(
+      "git checkout -q -b agent && echo mine > mine.txt && git add . && "
+      "git commit -q -m mine\n"
+      "echo " +
+      foreign + " > .git/refs/heads/leak\n");
+  std::string stop = tmp_.Sub("stop-swapping");
+  // Each state lasts a random few milliseconds, so that an export's check
+  // and its reads of one commit's objects can fall in different states.
+  std::string swaps = "python3 - " + ShellQuote(stop) + " " +
+                      ShellQuote(other + "/.git") + R"( <<'EOF'
+import os, random, sys, time
+stop, other = sys.argv[1], sys.argv[2]
+def pause():
+    time.sleep(random.uniform(0, 0.02))
+while not os.path.exists(stop):
+    for name, target in ((".git/objects", other + "/objects"),
+                         (".git", other)):
+        os.rename(name, name + ".real")
+        os.symlink(target, name)
+        pause()
+        os.unlink(name)
+        os.rename(name + ".real", name)
+        pause()
+EOF
+)";
+  CommandResult swapper_result;
+  std::thread swapper(
+      [&] { swapper_result = RunShell(swaps, 120, sandbox_->mountpoint()); });
+  int exports = 0, published_agent = 0;
+  std::string leaked;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+    ++exports;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) continue;  // e.g. .git missing at that instant
+    for (const auto& u : j["updates"]) {
+      if (u["ref"] == "refs/heads/leak" && u["new"] != "") leaked = u.dump();
+      if (u["ref"] == "refs/heads/agent" && u["new"] != "") ++published_agent;
+    }
+  }
+  ASSERT_TRUE(WriteFile(stop, ""));
+  swapper.join();
+  EXPECT_TRUE(swapper_result.ok()) << swapper_result.Describe();
+  EXPECT_EQ(leaked, "") << "after " << exports << " exports";
+  EXPECT_GT(exports, 10);
+  EXPECT_GT(published_agent, 0) << "the sandbox's own branch never went out";
+  // A gitfile pointing at the other repository is not followed either.
+  InMount("mv .git .git.real && echo 'gitdir: " + other + "/.git' > .git");
+  Acqfs({"export", sandbox_->name()});
+  InMount("rm .git && mv .git.real .git");
+  std::string bridge = sandbox_->layer_dir() + "/bridge.git";
+  for (const std::string& id : {foreign, foreign_blob})
+    EXPECT_NE(RunGit(bridge, {"cat-file", "-e", id}, home()).exit_code, 0)
+        << id << " reached the bridge";
+  Fetch();
+  for (const std::string& id : {foreign, foreign_blob})
+    EXPECT_NE(RunGit(lower_, {"cat-file", "-e", id}, home()).exit_code, 0)
+        << id << " reached the host";
+  EXPECT_EQ(RunGit(lower_, {"rev-parse", "--verify", "-q", remote() + "/leak"},
+                   home())
+                .exit_code,
+            1);
 }
 
 TEST_F(GitBridge, RmRefusesUntilTheHostFetchedAndFetchedWorkSurvives) {
