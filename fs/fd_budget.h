@@ -3,7 +3,8 @@
 // does (docs/architecture.md, "Descriptors").
 //
 // Every descriptor the daemon holds is in one of these classes:
-//   fixed       standard streams, /dev/fuse, the log, the lock, the four
+//   fixed       standard streams, /dev/fuse (and PageDropper's duplicate),
+//               the log, the lock, the four
 //               layer roots (lower, upper, work, work/acqfs-tmp), slack;
 //   per thread  a worker's directory cache (Layer::DirFd), the descriptors
 //               one request holds at once (no walk holds more than a

@@ -437,12 +437,20 @@ Result<int64_t> Charged(Overlay* ov, Node* node, int fd, off_t end,
   return e;
 }
 
+// A refused delayed write (from the page cache: fi->writepage) leaves the
+// kernel's pages holding bytes that were never stored: they are dropped
+// (see fs/page_dropper.h) once the refusal is sent.
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
+  PageDropper* dropper = fi && fi->writepage ? Ctx(req)->page_dropper : nullptr;
+  auto refuse = [&](const Error& e) {
+    ReplyError(req, e);
+    if (dropper) dropper->Drop(ino);
+  };
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
     auto f = FileOf(req, ino, true);
-    if (!f) return ReplyError(req, f.error());
+    if (!f) return refuse(f.error());
     int fd = f->get();
     size_t len = fuse_buf_size(in_buf);
     struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
@@ -455,9 +463,13 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     };
     auto r =
         Charged(ov, NodeOf(req, ino), fd, off + static_cast<off_t>(len), copy);
-    if (!r) return ReplyError(req, r.error());
+    if (!r) return refuse(r.error());
     int64_t n = *r;
-    if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+    if (n < 0) {
+      fuse_reply_err(req, static_cast<int>(-n));
+      if (dropper) dropper->Drop(ino);
+      return;
+    }
     fuse_reply_write(req, static_cast<size_t>(n));
   });
 }

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "fs/overlay.h"
+#include "fs/page_dropper.h"
 
 namespace acqfs {
 
@@ -31,6 +32,9 @@ struct FuseContext {
   // Asked for: answer OPEN with ENOSYS, so the kernel sends no OPEN or
   // RELEASE for files and reads and writes arrive without a handle.
   bool no_open = false;
+  // Drops the pages of refused delayed writes (null: not running). Set
+  // before the loop starts.
+  PageDropper* page_dropper = nullptr;
   // Set up by INIT when the kernel offers that mode: the listings the
   // handle-less READDIRs read from (no descriptors, a bounded number).
   std::unique_ptr<Listings, ListingsDeleter> listings;

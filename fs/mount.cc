@@ -189,6 +189,13 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
   spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
                config.lower, config.upper,
                ns == XattrNamespace::kTrusted ? "trusted" : "user");
+  auto dropper = PageDropper::Start(fuse_session_fd(se.get()));
+  if (!dropper) {
+    fuse_session_unmount(se.get());
+    fuse_remove_signal_handlers(se.get());
+    return fail(dropper.error());
+  }
+  ctx.page_dropper = dropper->get();
   ready(Ok());
 
   UniqueLoopConfig loop(fuse_loop_cfg_create());

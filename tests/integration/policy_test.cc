@@ -3,12 +3,14 @@
 // what status, diff, export and the kernel overlayfs make of the layers.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -297,6 +299,44 @@ TEST_P(ReadOnly, EveryChangeFailsWithErofsAndTheUpperStaysAsItWas) {
   ASSERT_TRUE(AppendFile(M("tree/free.txt"), "+"));
   EXPECT_EQ(ContentOf(M("tree/free.txt")), "f+");
   EXPECT_EQ(ContentOf(M("tree/locked/a")), "a");
+}
+
+// Issue 12: a shared writable mapping of a read-only file. Its writes are
+// refused when the kernel writes the pages back (handle-less mode), or the
+// writable open is refused (handles mode). Either way nothing reaches the
+// upper, and readers, the mapping included, soon see only what is stored:
+// never the refused bytes, until a remount.
+TEST_P(ReadOnly, AWriteThroughAMappingIsRefusedAndItsPagesDropped) {
+  const SnapshotOptions options = SnapshotOptions::Everything();
+  TreeSnapshot before = Snapshot(sandbox().upper(), options);
+  std::string p = M("vendor/lib.c");
+  int fd = ::open(p.c_str(), O_RDWR);
+  if (fd < 0) {
+    EXPECT_EQ(errno, EROFS);
+    EXPECT_FALSE(GetParam().empty()) << "the handle-less mode has no OPEN";
+  } else {
+    struct stat st;
+    ASSERT_SYS_OK(::fstat(fd, &st));
+    void* map =
+        ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(map, MAP_FAILED) << ErrnoName(errno);
+    std::memcpy(map, "EVIL", 4);
+    EXPECT_SYS_ERRNO(::msync(map, st.st_size, MS_SYNC), EROFS);
+    // The pages are dropped by the daemon's own thread, a moment later.
+    std::string seen, mapped;
+    for (int i = 0; i < 100; ++i) {
+      seen = ContentOf(p);
+      mapped.assign(static_cast<char*>(map), st.st_size);
+      if (seen == "int x;\n" && mapped == "int x;\n") break;
+      ::usleep(20000);
+    }
+    EXPECT_EQ(seen, "int x;\n");
+    EXPECT_EQ(mapped, "int x;\n");
+    ::munmap(map, st.st_size);
+    ::close(fd);
+  }
+  EXPECT_EQ(ContentOf(p), "int x;\n");
+  EXPECT_TRUE(SnapshotsEqual(before, Snapshot(sandbox().upper(), options)));
 }
 
 // ---------------------------------------------------------------- quota

@@ -1,0 +1,107 @@
+#include "fs/page_dropper.h"
+
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <spdlog/spdlog.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/handle.h"
+
+namespace acqfs {
+
+constexpr size_t kMaxWaiting = 4096;
+
+struct PageDropper::State {
+  UniqueFd fuse;  // immutable after Start
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<uint64_t> waiting;  // guarded by mu
+  uint64_t overflowed = 0;     // guarded by mu
+  bool stop = false;           // guarded by mu
+  bool done = false;           // guarded by mu: the thread has returned
+};
+
+namespace {
+
+// FUSE_NOTIFY_INVAL_INODE for every page of `ino` (the kernel's
+// include/uapi/linux/fuse.h: an out header with unique 0 and the notify
+// code in `error`, then fuse_notify_inval_inode_out).
+int SendInvalidate(int fd, uint64_t ino) {
+  fuse_notify_inval_inode_out arg{};
+  arg.ino = ino;
+  arg.off = 0;
+  arg.len = 0;
+  fuse_out_header head{};
+  head.unique = 0;
+  head.error = FUSE_NOTIFY_INVAL_INODE;
+  head.len = sizeof head + sizeof arg;
+  struct iovec iov[2] = {{&head, sizeof head}, {&arg, sizeof arg}};
+  for (;;) {
+    ssize_t n = ::writev(fd, iov, 2);
+    if (n >= 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
+void Run(const std::shared_ptr<PageDropper::State>& s) {
+  std::unique_lock<std::mutex> lock(s->mu);
+  for (;;) {
+    s->cv.wait(lock, [&] { return s->stop || !s->waiting.empty(); });
+    if (s->stop) break;
+    uint64_t ino = *s->waiting.begin();
+    s->waiting.erase(s->waiting.begin());
+    uint64_t overflowed = s->overflowed;
+    s->overflowed = 0;
+    lock.unlock();
+    if (overflowed)
+      spdlog::warn("page dropper: {} refused writes not dropped (queue full)",
+                   overflowed);
+    int e = SendInvalidate(s->fuse.get(), ino);
+    // ENOENT: the kernel has forgotten the inode, and its pages with it.
+    if (e != 0 && e != ENOENT)
+      spdlog::warn("notify_inval_inode: node {:#x}: {}", ino, std::strerror(e));
+    lock.lock();
+  }
+  s->done = true;
+  s->cv.notify_all();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PageDropper>> PageDropper::Start(int fuse_fd) {
+  auto s = std::make_shared<State>();
+  int fd = ::fcntl(fuse_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return Error::Errno("dup", "/dev/fuse");
+  s->fuse = UniqueFd(fd);
+  std::thread([s] { Run(s); }).detach();
+  return std::unique_ptr<PageDropper>(new PageDropper(std::move(s)));
+}
+
+PageDropper::~PageDropper() {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->stop = true;
+  state_->cv.notify_all();
+  if (!state_->cv.wait_for(lock, std::chrono::seconds(1),
+                           [&] { return state_->done; }))
+    spdlog::warn("page dropper: a notification still in flight at unmount");
+}
+
+void PageDropper::Drop(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->waiting.size() >= kMaxWaiting && !state_->waiting.count(ino)) {
+    ++state_->overflowed;
+    return;
+  }
+  state_->waiting.insert(ino);
+  state_->cv.notify_one();
+}
+
+}  // namespace acqfs
