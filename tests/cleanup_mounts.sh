@@ -4,20 +4,33 @@
 # Unmounts every mount left below /tmp/acqfs-test-* (fuse.acqfs mounts of
 # crashed or timed-out tests, kernel overlayfs oracles, bind mounts), deepest
 # first, then SIGKILLs the acqfs daemons whose daemon.pid files live there.
+# A root /tmp/acqfs-test-<pid>-* whose test process <pid> is still alive
+# belongs to another test run on this machine and is left alone.
 # Prints what it cleaned. Exits 0 when nothing is left behind, 1 when a mount
 # or daemon survived.
 set -u
 
 readonly ROOT_PREFIX=/tmp/acqfs-test-
 
+# Is the test root holding `path` owned by a live process other than us?
+live_root() {
+  local rest=${1#"$ROOT_PREFIX"} pid
+  pid=${rest%%-*}
+  [[ $pid =~ ^[0-9]+$ && $pid != "$$" && -d /proc/$pid ]]
+}
+
 # Mount points at or below the prefix, deepest first, one per line.
 leftover_mounts() {
+  local mp
   awk -v prefix="$ROOT_PREFIX" '
     {
       mp = $5
       gsub(/\\040/, " ", mp); gsub(/\\011/, "\t", mp); gsub(/\\134/, "\\", mp)
       if (index(mp, prefix) == 1) print length(mp) "\t" mp
-    }' /proc/self/mountinfo | sort -rn -k1,1 | cut -f2- | uniq
+    }' /proc/self/mountinfo | sort -rn -k1,1 | cut -f2- | uniq |
+    while IFS= read -r mp; do
+      live_root "$mp" || printf '%s\n' "$mp"
+    done
 }
 
 fs_type_of() {
@@ -67,6 +80,7 @@ main() {
   local roots=("$ROOT_PREFIX"*)
   if [[ -e ${roots[0]} ]]; then
     while IFS= read -r -d '' pid_file; do
+      live_root "$pid_file" && continue
       kill_daemon "$pid_file"
     done < <(find "${roots[@]}" -xdev -maxdepth 4 -name daemon.pid -print0 \
                2>/dev/null)

@@ -105,7 +105,8 @@ void RemoveEntry(int parent_fd, const std::string& name,
 }
 
 TempDir::TempDir() {
-  std::string templ = std::string(kTestRootPrefix) + "XXXXXX";
+  std::string templ =
+      std::string(kTestRootPrefix) + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) {
     ADD_FAILURE() << ErrnoText("mkdtemp", templ);
     return;

@@ -1,5 +1,5 @@
-// TempDir: a fresh directory /tmp/acqfs-test-XXXXXX, removed with everything
-// below it when the object dies.
+// TempDir: a fresh directory /tmp/acqfs-test-<pid>-XXXXXX (<pid> the test
+// process's), removed with everything below it when the object dies.
 //
 // Removal first unmounts whatever is still mounted at or below the directory
 // (deepest first; see ForceUnmount), then deletes the tree without ever
@@ -17,8 +17,10 @@
 
 namespace acqfs::test {
 
-// Every TempDir lives under a path starting with this prefix; the CTest
-// cleanup script (tests/cleanup_mounts.sh) relies on it.
+// Every TempDir lives under a path starting with this prefix, then the pid
+// of the process that made it: the CTest cleanup script
+// (tests/cleanup_mounts.sh) relies on both, and leaves alone the roots of
+// test processes still alive (another test run on the same machine).
 inline constexpr char kTestRootPrefix[] = "/tmp/acqfs-test-";
 
 class TempDir {
