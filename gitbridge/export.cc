@@ -24,7 +24,10 @@ struct Session {
   std::unique_ptr<Layers> layers;
   std::optional<HostRepo> host;
   std::optional<BridgeRepo> bridge;
+  // The sandbox's own repository; when it cannot be opened (e.g. too many
+  // packs), why: its branches are refused and the working tree still goes.
   std::optional<SandboxRepo> sandbox;
+  std::string sandbox_refused;
   ProgressFn progress;
 };
 
@@ -46,8 +49,10 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
   if (!bridge) return bridge.error();
   s->bridge.emplace(std::move(*bridge));
   auto sandbox = SandboxRepo::Open(*s->layers);
-  if (!sandbox) return sandbox.error();
-  s->sandbox.emplace(std::move(*sandbox));
+  if (sandbox)
+    s->sandbox.emplace(std::move(*sandbox));
+  else
+    s->sandbox_refused = sandbox.error().Message();
   return s;
 }
 
@@ -80,6 +85,10 @@ std::vector<git_oid> HostTips(const std::map<std::string, git_oid>& branches,
 Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
                     const std::map<std::string, git_oid>& host_branches,
                     Plan* plan) {
+  if (!s.sandbox) {
+    plan->refused.push_back("branches: " + s.sandbox_refused);
+    return Ok();
+  }
   auto branches = s.sandbox->Branches();
   if (!branches) return branches.error();
   for (const auto& [name, tip] : *branches) {
@@ -116,7 +125,8 @@ Result<git_oid> TreeOf(git_repository* repo, const git_oid& commit) {
 Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
                     const std::optional<git_oid>& host_head, Plan* plan) {
   git_repository* bridge = s.bridge->repo();
-  auto head = s.sandbox->Head();
+  Result<std::optional<git_oid>> head = std::optional<git_oid>();
+  if (s.sandbox) head = s.sandbox->Head();
   if (!head) return head.error();
   Report(s.progress, "reading the host's working tree");
   auto dirty = s.host->DirtyCommit(bridge);
@@ -148,14 +158,14 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   SnapshotStats stats;
   auto tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
                                 *s.layers, &stats, s.progress);
-  if (!tree && (tree.err() == EPERM || tree.err() == EINVAL)) {
-    // An entry the bridge will not publish (e.g. a symlinked .gitmodules):
-    // the working tree is refused, the branches still go out.
+  if (!tree) {
+    // Whatever stops the working tree (a tree deeper than the scan can
+    // reach, a file that cannot be read) stops it alone: it is refused and
+    // named, the previous snapshot stays, the branches still go out.
     plan->refused.push_back("working tree: " + tree.error().Message());
     plan->worktree_changed = false;
     return Ok();
   }
-  if (!tree) return tree.error();
   plan->tree = *tree;
   plan->changes = stats.changes;
 
@@ -323,6 +333,8 @@ Result<PendingWork> Pending(const ExportConfig& c) {
   if (plan->worktree_changed)
     w.unexported.push_back("working tree changes (" +
                            std::to_string(plan->changes) + " paths)");
+  // What an export refuses cannot be brought back either.
+  for (const auto& r : plan->refused) w.unexported.push_back("refused " + r);
   std::map<std::string, git_oid> published = plan->bridge_heads;
   auto refs = s.bridge->Refs("refs/acqfs/");
   if (!refs) return refs.error();

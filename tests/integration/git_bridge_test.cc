@@ -339,6 +339,47 @@ EOF
             1);
 }
 
+// Issue 12: a working tree deeper than PATH_MAX (2,050 nested directories,
+// made below the upper with directory descriptors, as renames inside the
+// sandbox can). Export refuses the working-tree commit and names why, and
+// still publishes the branches; `acqfs rm` counts it as work it would lose.
+TEST_F(GitBridge, AWorkingTreeDeeperThanPathMaxIsRefusedAndTheBranchesGoOut) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(
+      "git checkout -q -b agent && echo mine > mine.txt && git add . && "
+      "git commit -q -m mine");
+  std::string agent_tip = Git(M(""), {"rev-parse", "agent"});
+  CommandResult made = RunShell("python3 - " + ShellQuote(sandbox_->upper()) +
+                                    R"( <<'EOF'
+import os, sys
+d = os.open(sys.argv[1], os.O_PATH)
+for i in range(2050):
+    os.mkdir("d", dir_fd=d)
+    n = os.open("d", os.O_PATH, dir_fd=d)
+    os.close(d)
+    d = n
+f = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=d)
+os.write(f, b"deep\n")
+EOF
+)",
+                                30);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.Describe();
+  std::string refused = j["refused"].dump();
+  EXPECT_NE(refused.find("working tree: "), std::string::npos) << refused;
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"rev-parse", remote() + "/agent"}), agent_tip);
+  sandbox_->Unmount();
+  CommandResult rm = Acqfs({"rm", sandbox_->name()});
+  EXPECT_NE(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.err.find("working tree"), std::string::npos) << rm.Describe();
+}
+
 TEST_F(GitBridge, RmRefusesUntilTheHostFetchedAndFetchedWorkSurvives) {
   SandboxOptions opts;
   opts.extra_umount_args = {"--no-export"};
