@@ -13,6 +13,7 @@
 #include "cli/progress.h"
 #include "cli/state.h"
 #include "common/sys.h"
+#include "fs/layer.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
 
@@ -40,15 +41,25 @@ int RunRm(const RmArgs& a) {
   auto live = ProbeSandbox(paths, meta);
   if (!live) return Fail(kExitFailed, "rm: sandbox state", live.error());
   if (live->state == MountState::kStale) {
-    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+    if (Status s = DetachStaleMount(*live->mount); !s)
       return Fail(kExitFailed, "rm: clean up a stale mount", s.error());
   } else if (live->state == MountState::kMounted) {
-    if (Status s = Unmount(meta.mountpoint); !s)
+    if (Status s = Unmount(*live->mount); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
   }
   if (live->daemon_alive) {
     if (Status s = WaitForDaemonExit(paths, 15.0); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
+  }
+  // A daemon acqfs mount did not start (mount.fuse.acqfs) may serve the
+  // layers: never remove them from under it.
+  for (const std::string& dir : {paths.upper, paths.work}) {
+    if (auto pid = LayersHolder(dir))
+      return Fail(kExitBadInput, "rm", a.name,
+                  dir + " is in use by " +
+                      (*pid > 0 ? "acqfs daemon pid " + std::to_string(*pid)
+                                : std::string("an acqfs daemon")) +
+                      "; unmount its mount first");
   }
   const bool git = gitbridge::IsGitCheckout(meta.lower);
   if (git) {
@@ -69,8 +80,16 @@ int RunRm(const RmArgs& a) {
                    a.name.c_str());
       PrintPending(*pending, "dropped");
     }
-    if (Status s = gitbridge::UnregisterRemote(meta.lower, a.name); !s)
-      return Fail(kExitFailed, "rm: remove remote", s.error());
+    auto foreign =
+        gitbridge::UnregisterRemote(meta.lower, a.name, paths.bridge);
+    if (!foreign)
+      return Fail(kExitFailed, "rm: remove remote", foreign.error());
+    if (!foreign->empty())
+      std::fprintf(stderr,
+                   "acqfs: rm: %s: left the host's remote %s in place: it "
+                   "points to %s, not to this sandbox's bridge\n",
+                   a.name.c_str(), gitbridge::RemoteName(a.name).c_str(),
+                   foreign->c_str());
   }
   Progress progress("rm " + a.name);
   Status removed = sys::RemoveTree(
