@@ -2,8 +2,11 @@
 // holds work that would be lost: changes never exported, or exported commits
 // the host has not fetched. --force removes anyway, after the same list.
 #include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cli/cli_util.h"
@@ -12,6 +15,7 @@
 #include "cli/liveness.h"
 #include "cli/progress.h"
 #include "cli/state.h"
+#include "common/handle.h"
 #include "common/sys.h"
 #include "fs/layer.h"
 #include "gitbridge/export.h"
@@ -51,8 +55,10 @@ int RunRm(const RmArgs& a) {
     if (Status s = WaitForDaemonExit(paths, 15.0); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
   }
-  // A daemon acqfs mount did not start (mount.fuse.acqfs) may serve the
-  // layers: never remove them from under it.
+  // From here on the sandbox is this command's: its lock keeps `acqfs
+  // mount` out, and the claim on its layers any other daemon (a daemon
+  // acqfs mount did not start, mount.fuse.acqfs, may serve them already:
+  // never remove them from under it).
   for (const std::string& dir : {paths.upper, paths.work}) {
     if (auto pid = LayersHolder(dir))
       return Fail(kExitBadInput, "rm", a.name,
@@ -61,6 +67,22 @@ int RunRm(const RmArgs& a) {
                                 : std::string("an acqfs daemon")) +
                       "; unmount its mount first");
   }
+  UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock)
+    return Fail(kExitFailed, "rm: lock", paths.lock, std::strerror(errno));
+  if (Status locked = LockSandbox(lock.get(), paths.lock); !locked) {
+    if (locked.err() == EWOULDBLOCK)
+      return Fail(
+          kExitBadInput, "rm", a.name,
+          "is being mounted right now (its lock " + paths.lock + " is held)");
+    return Fail(kExitFailed, "rm: lock", locked.error());
+  }
+  auto claim = LayersClaim::Take(paths.upper, paths.work, 0);
+  if (!claim && claim.err() == EBUSY)
+    return Fail(
+        kExitBadInput, "rm", a.name,
+        "a daemon took its layers meanwhile: " + claim.error().Message());
+  // Another failure (a folder without its layers) does not stop the removal.
   const bool git = gitbridge::IsGitCheckout(meta.lower);
   if (git) {
     auto pending = gitbridge::Pending(ExportConfigFor(paths, meta));
