@@ -167,8 +167,8 @@ int CleanUpStaleSandbox(const std::string& command, const SandboxPaths& paths,
   const std::string what = command + ": clean up a stale mount";
   auto live = ProbeSandbox(paths, meta);
   if (!live) return Fail(kExitFailed, what, live.error());
-  if (live->own_mount) {
-    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+  if (live->mount) {
+    if (Status s = DetachStaleMount(*live->mount); !s)
       return Fail(kExitFailed, what, s.error());
     std::fprintf(stderr,
                  "acqfs: %s: %s: cleaned up a stale mount of sandbox %s\n",

@@ -588,7 +588,7 @@ bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
     return false;
   }
   if (mounted) {
-    if (Status s = gitbridge::UnregisterRemote(repo_, name); !s)
+    if (auto s = gitbridge::UnregisterRemote(repo_, name, paths.bridge); !s)
       leftovers_.push_back(repo_ + ": remote " + gitbridge::RemoteName(name) +
                            ": " + s.error().Message());
     if (Status s = sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir); !s)

@@ -22,6 +22,7 @@
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
+#include "fs/layer.h"
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
@@ -134,9 +135,30 @@ int CheckOperands(const MountArgs& a, MountTarget* t) {
 
 // What is known of the sandbox before anything is written.
 struct SandboxFacts {
-  SandboxMeta meta;    // its metadata, when it exists
-  bool stale = false;  // its daemon died and left its mount behind
+  SandboxMeta meta;  // its metadata, when it exists (updated for this mount)
+  SandboxMeta original;  // the metadata as it was, to put back on failure
+  bool existed = false;  // meta.json was there
+  bool stale = false;    // its daemon died and left its mount behind
 };
+
+// A daemon that `acqfs mount` did not start (mount.fuse.acqfs) may serve
+// the sandbox's layers; it holds their claim (fs/layer.h, LayersClaim).
+int CheckLayersFree(const MountTarget& t, const SandboxPaths& paths) {
+  for (const std::string& dir : {paths.upper, paths.work}) {
+    auto pid = LayersHolder(dir);
+    if (!pid) continue;
+    return Fail(kExitBadInput, "mount: sandbox", t.name,
+                "its " +
+                    std::string(dir == paths.upper ? "upper layer "
+                                                   : "work directory ") +
+                    dir + " is served by " +
+                    (*pid > 0 ? "acqfs daemon pid " + std::to_string(*pid)
+                              : std::string("an acqfs daemon")) +
+                    ", which acqfs mount did not start (a mount through "
+                    "mount.fuse.acqfs?); unmount that mount first");
+  }
+  return 0;
+}
 
 // Reads the sandbox's metadata and liveness when it exists; refuses a
 // different lower and a sandbox that is mounted (or being mounted).
@@ -156,6 +178,8 @@ int CheckSandbox(const MountTarget& t, const SandboxPaths& paths,
     return Fail(kExitBadInput, "mount: sandbox", t.name,
                 "exists over a different lower directory (" + m->lower + ")");
   f->meta = *m;
+  f->original = *m;
+  f->existed = true;
   auto live = ProbeSandbox(paths, f->meta);
   if (!live) return Fail(kExitFailed, "mount: sandbox state", live.error());
   if (live->state == MountState::kMounted)
@@ -166,7 +190,7 @@ int CheckSandbox(const MountTarget& t, const SandboxPaths& paths,
                 "is being mounted or unmounted right now (its lock " +
                     paths.lock + " is held)");
   f->stale = live->state == MountState::kStale;
-  return 0;
+  return CheckLayersFree(t, paths);
 }
 
 // The mountpoint must be a directory and hold no acqfs mount, except the
@@ -302,11 +326,19 @@ int RunMount(const MountArgs& a) {
   UniqueFd lock;
   if (int rc = CreateAndLock(t, paths, &created, &lock)) return rc;
   const bool git = gitbridge::IsGitCheckout(t.lower);
+  bool meta_written = false;
   auto fail = [&](int rc) {
-    if (created && git) (void)gitbridge::UnregisterRemote(t.lower, t.name);
+    if (created && git)
+      (void)gitbridge::UnregisterRemote(t.lower, t.name, paths.bridge);
     if (created) (void)sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir);
+    if (!created && facts.existed && meta_written)
+      (void)WriteMeta(paths.meta, facts.original);
     return rc;
   };
+  // Only the sandbox's owner may reach its layers (docs/sandboxes.md): a
+  // folder made before, or by hand, with wider permissions is narrowed.
+  if (Status s = SecureSandboxDir(paths.dir); !s)
+    return fail(Fail(kExitFailed, "mount: state directory", s.error()));
   if (facts.stale) {
     if (int rc = CleanUpStaleSandbox("mount", paths, meta)) return fail(rc);
   }
@@ -316,6 +348,7 @@ int RunMount(const MountArgs& a) {
   meta.mountpoint = t.mountpoint;
   if (Status s = WriteMeta(paths.meta, meta); !s)
     return fail(Fail(kExitFailed, "mount: sandbox metadata", s.error()));
+  meta_written = true;
   if (git) {
     if (Status s = gitbridge::PrepareBridge(ExportConfigFor(paths, meta)); !s)
       return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
@@ -330,8 +363,11 @@ int RunMount(const MountArgs& a) {
   d.pid_path = paths.pid;
   d.log_level = a.log_level;
   d.foreground = a.foreground;
-  if (Status s = StartDaemon(d); !s)
-    return fail(Fail(kExitFailed, "mount", t.mountpoint, s.error().op));
+  if (Status s = StartDaemon(d); !s) {
+    // EBUSY: a daemon acqfs mount did not start took the layers meanwhile.
+    const int code = s.err() == EBUSY ? kExitBadInput : kExitFailed;
+    return fail(Fail(code, "mount", t.mountpoint, s.error().op));
+  }
   return 0;
 }
 

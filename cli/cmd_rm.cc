@@ -2,8 +2,11 @@
 // holds work that would be lost: changes never exported, or exported commits
 // the host has not fetched. --force removes anyway, after the same list.
 #include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cli/cli_util.h"
@@ -12,7 +15,9 @@
 #include "cli/liveness.h"
 #include "cli/progress.h"
 #include "cli/state.h"
+#include "common/handle.h"
 #include "common/sys.h"
+#include "fs/layer.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
 
@@ -40,16 +45,44 @@ int RunRm(const RmArgs& a) {
   auto live = ProbeSandbox(paths, meta);
   if (!live) return Fail(kExitFailed, "rm: sandbox state", live.error());
   if (live->state == MountState::kStale) {
-    if (Status s = DetachStaleMount(meta.mountpoint); !s)
+    if (Status s = DetachStaleMount(*live->mount); !s)
       return Fail(kExitFailed, "rm: clean up a stale mount", s.error());
   } else if (live->state == MountState::kMounted) {
-    if (Status s = Unmount(meta.mountpoint); !s)
+    if (Status s = Unmount(*live->mount); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
   }
   if (live->daemon_alive) {
     if (Status s = WaitForDaemonExit(paths, 15.0); !s)
       return Fail(kExitFailed, "rm: umount", s.error());
   }
+  // From here on the sandbox is this command's: its lock keeps `acqfs
+  // mount` out, and the claim on its layers any other daemon (a daemon
+  // acqfs mount did not start, mount.fuse.acqfs, may serve them already:
+  // never remove them from under it).
+  for (const std::string& dir : {paths.upper, paths.work}) {
+    if (auto pid = LayersHolder(dir))
+      return Fail(kExitBadInput, "rm", a.name,
+                  dir + " is in use by " +
+                      (*pid > 0 ? "acqfs daemon pid " + std::to_string(*pid)
+                                : std::string("an acqfs daemon")) +
+                      "; unmount its mount first");
+  }
+  UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock)
+    return Fail(kExitFailed, "rm: lock", paths.lock, std::strerror(errno));
+  if (Status locked = LockSandbox(lock.get(), paths.lock); !locked) {
+    if (locked.err() == EWOULDBLOCK)
+      return Fail(
+          kExitBadInput, "rm", a.name,
+          "is being mounted right now (its lock " + paths.lock + " is held)");
+    return Fail(kExitFailed, "rm: lock", locked.error());
+  }
+  auto claim = LayersClaim::Take(paths.upper, paths.work, 0);
+  if (!claim && claim.err() == EBUSY)
+    return Fail(
+        kExitBadInput, "rm", a.name,
+        "a daemon took its layers meanwhile: " + claim.error().Message());
+  // Another failure (a folder without its layers) does not stop the removal.
   const bool git = gitbridge::IsGitCheckout(meta.lower);
   if (git) {
     auto pending = gitbridge::Pending(ExportConfigFor(paths, meta));
@@ -69,8 +102,16 @@ int RunRm(const RmArgs& a) {
                    a.name.c_str());
       PrintPending(*pending, "dropped");
     }
-    if (Status s = gitbridge::UnregisterRemote(meta.lower, a.name); !s)
-      return Fail(kExitFailed, "rm: remove remote", s.error());
+    auto foreign =
+        gitbridge::UnregisterRemote(meta.lower, a.name, paths.bridge);
+    if (!foreign)
+      return Fail(kExitFailed, "rm: remove remote", foreign.error());
+    if (!foreign->empty())
+      std::fprintf(stderr,
+                   "acqfs: rm: %s: left the host's remote %s in place: it "
+                   "points to %s, not to this sandbox's bridge\n",
+                   a.name.c_str(), gitbridge::RemoteName(a.name).c_str(),
+                   foreign->c_str());
   }
   Progress progress("rm " + a.name);
   Status removed = sys::RemoveTree(

@@ -58,7 +58,7 @@ int Detach(const std::string& target, const SandboxPaths& paths,
     case MountState::kStale:
       return CleanUpStale(paths, meta);
     case MountState::kMounted:
-      if (Status s = Unmount(meta.mountpoint); !s)
+      if (Status s = Unmount(*live->mount); !s)
         return Fail(kExitFailed, "umount", s.error());
       break;
     case MountState::kNotMounted:
@@ -81,7 +81,7 @@ int RunUmount(const UmountArgs& a) {
   if (!FindTarget(state, a.target, &paths, &meta)) {
     std::string mnt = CanonicalPath(a.target);
     if (IsAcqfsMounted(mnt)) {  // a mount made outside the state dir
-      if (Status s = Unmount(mnt); !s)
+      if (Status s = UnmountAcqfsAt(mnt); !s)
         return Fail(kExitFailed, "umount", s.error());
       return 0;
     }

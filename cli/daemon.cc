@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -51,8 +52,19 @@ void WritePidFile(const std::string& path, const std::string& mountpoint) {
   DaemonRecord r;
   r.pid = ::getpid();
   if (!mountpoint.empty()) {
+    // The mount the mountpoint leads to now is the one just made: statx
+    // with AT_STATX_DONT_SYNC sends this daemon no request, which it could
+    // not answer before its loop runs.
     auto mounts = AcqfsMountsAt(mountpoint);
-    if (!mounts.empty()) r.mount_dev = mounts.back().dev;  // the topmost: ours
+    auto reached = MountReachedAt(mountpoint);
+    for (const auto& m : mounts) {
+      if (reached && m.id == reached->id && m.dev == reached->dev) {
+        r.mount_dev = m.dev;
+        r.mount_id = m.id;
+      }
+    }
+    if (!r.mount_dev && !mounts.empty())
+      r.mount_dev = mounts.back().dev;  // the topmost fuse.acqfs one: ours
   }
   const std::string tmp = path + ".tmp";
   const std::string text = FormatDaemonRecord(r);
@@ -108,7 +120,9 @@ void WriteAll(int fd, const std::string& s) {
   WritePidFile(o.pid_path, "");
   Status s = RunFilesystem(o.config, [&](const Status& r) {
     if (r) WritePidFile(o.pid_path, o.config.mountpoint);
-    WriteAll(report_fd, r ? std::string("OK\n") : "ERR " + r.error().Message());
+    WriteAll(report_fd,
+             r ? std::string("OK\n")
+               : "ERR " + std::to_string(r.err()) + " " + r.error().Message());
     ::close(report_fd);
     report_fd = -1;
   });
@@ -129,6 +143,8 @@ Status StartDaemon(const DaemonOptions& o) {
       if (r) WritePidFile(o.pid_path, o.config.mountpoint);
     });
     if (!o.pid_path.empty()) ::unlink(o.pid_path.c_str());
+    // The same shape as a detached daemon's report: its whole message.
+    if (!s) return Error::Of(s.err(), s.error().Message(), "");
     return s;
   }
   int fds[2];
@@ -152,7 +168,15 @@ Status StartDaemon(const DaemonOptions& o) {
   if (msg.rfind("OK", 0) == 0) return Ok();
   int status = 0;
   ::waitpid(pid, &status, 0);
-  if (msg.rfind("ERR ", 0) == 0) return Error::Of(EIO, msg.substr(4), "");
+  if (msg.rfind("ERR ", 0) == 0) {
+    // "ERR <errno> <message>": the daemon's own error, errno kept (EBUSY:
+    // another daemon serves these layers).
+    char* end = nullptr;
+    long err = std::strtol(msg.c_str() + 4, &end, 10);
+    if (end && *end == ' ' && err > 0)
+      return Error::Of(static_cast<int>(err), end + 1, "");
+    return Error::Of(EIO, msg.substr(4), "");
+  }
   return Error::Of(EIO, "the daemon ended before mounting; see its log",
                    o.log_path);
 }
@@ -240,29 +264,77 @@ Status WaitForDaemon(const std::string& pid_path, const std::string& lock_path,
 
 }  // namespace
 
-Status Unmount(const std::string& mountpoint) {
-  if (::geteuid() == 0) {
-    if (::umount2(mountpoint.c_str(), UMOUNT_NOFOLLOW) != 0)
-      return Error::Errno("umount", mountpoint);
-    return Ok();
-  }
-  return RunFusermount({"-u", "-q"}, mountpoint);
+namespace {
+
+// Is `own` (that mount id with that device) still in the mount table?
+bool StillMounted(const MountEntry& own) {
+  for (const auto& m : MountsAt(own.mountpoint))
+    if (m.id == own.id && m.dev == own.dev) return true;
+  return false;
 }
 
-Status DetachStaleMount(const std::string& mountpoint) {
+// After an unmount that reported success: `own` must be gone. If it is
+// not, the unmount took a mount made on top of it in the instant between
+// the proof and the unmount; say so rather than claim success.
+Status CheckGone(const MountEntry& own) {
+  if (!StillMounted(own)) return Ok();
+  return Error::Of(EIO,
+                   "unmount: the sandbox's mount is still there: a mount made "
+                   "on top of it meanwhile was unmounted instead",
+                   own.mountpoint);
+}
+
+}  // namespace
+
+Status Unmount(const MountEntry& own) {
+  const std::string& path = own.mountpoint;
+  ACQFS_TRY(CheckReaches(path, own));
   if (::geteuid() == 0) {
-    if (::umount2(mountpoint.c_str(), UMOUNT_NOFOLLOW) == 0) return Ok();
-    if (errno == EBUSY &&
-        ::umount2(mountpoint.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
-      return Ok();
-    Error e = Error::Errno("umount", mountpoint);
-    if (e.err == EINVAL && !IsAcqfsMounted(mountpoint)) return Ok();  // gone
-    return e;
+    if (::umount2(path.c_str(), UMOUNT_NOFOLLOW) != 0)
+      return Error::Errno("umount", path);
+  } else {
+    ACQFS_TRY(RunFusermount({"-u", "-q"}, path));
   }
-  Status s = RunFusermount({"-u", "-q"}, mountpoint);
-  if (!s) s = RunFusermount({"-u", "-q", "-z"}, mountpoint);
-  if (!s && !IsAcqfsMounted(mountpoint)) return Ok();
-  return s;
+  return CheckGone(own);
+}
+
+Status UnmountAcqfsAt(const std::string& mountpoint) {
+  auto reached = MountReachedAt(mountpoint);
+  if (!reached) return reached.error();
+  for (const auto& m : AcqfsMountsAt(mountpoint)) {
+    if (m.id == reached->id && m.dev == reached->dev) return Unmount(m);
+  }
+  auto mounts = AcqfsMountsAt(mountpoint);
+  if (mounts.empty())
+    return Error::Of(EINVAL, "umount (no acqfs mount there)", mountpoint);
+  return CheckReaches(mountpoint, mounts.back());  // says what covers it
+}
+
+Status DetachStaleMount(const MountEntry& own) {
+  const std::string& path = own.mountpoint;
+  if (!StillMounted(own)) return Ok();  // gone already
+  ACQFS_TRY(CheckReaches(path, own));
+  if (::geteuid() == 0) {
+    if (::umount2(path.c_str(), UMOUNT_NOFOLLOW) != 0) {
+      Error e = Error::Errno("umount", path);
+      if (e.err != EBUSY) return StillMounted(own) ? Status(e) : Ok();
+      // Still in use (a process's working directory): detach it, once the
+      // path is shown again to lead to it.
+      ACQFS_TRY(CheckReaches(path, own));
+      if (::umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
+        Error lazy = Error::Errno("umount -l", path);
+        return StillMounted(own) ? Status(lazy) : Ok();
+      }
+    }
+    return CheckGone(own);
+  }
+  Status s = RunFusermount({"-u", "-q"}, path);
+  if (!s && StillMounted(own)) {
+    ACQFS_TRY(CheckReaches(path, own));
+    s = RunFusermount({"-u", "-q", "-z"}, path);
+  }
+  if (!s) return StillMounted(own) ? s : Ok();
+  return CheckGone(own);
 }
 
 Status WaitForDaemonExit(const SandboxPaths& paths, double seconds) {

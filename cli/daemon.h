@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "cli/liveness.h"
 #include "cli/state.h"
 #include "common/error.h"
 #include "fs/mount.h"
@@ -27,19 +28,35 @@ struct DaemonOptions {
   bool foreground = false;
 };
 
+// On failure, the error's op holds the daemon's whole message ("<op>: <path>:
+// <reason>") and err its errno (EBUSY: another daemon serves the layers).
 Status StartDaemon(const DaemonOptions& options);
 
 // True when `mountpoint` (absolute, canonical) is an acqfs mount right now.
 bool IsAcqfsMounted(const std::string& mountpoint);
 
-// Unmounts `mountpoint` (umount2 as root, fusermount3 -u otherwise).
-Status Unmount(const std::string& mountpoint);
+// Every unmount below acts only on a mount it has proven to be the one
+// meant: CheckReaches (liveness.h) shows, right before the unmount, that
+// the mountpoint leads to that mount (its mount id and device), so a mount
+// made over it (a tmpfs over a dead sandbox's mountpoint) is never taken in
+// its place; EBUSY naming what covers it instead. Afterwards the mount must
+// be gone from the mount table (EIO otherwise: something mounted on top in
+// between was unmounted instead, which is said rather than hidden).
 
-// Detaches a dead acqfs mount (its daemon is gone): umount2, and
+// Unmounts the live mount `own` (umount2 as root, fusermount3 -u
+// otherwise).
+Status Unmount(const MountEntry& own);
+
+// Unmounts the fuse.acqfs mount `mountpoint` leads to (for `acqfs umount
+// MOUNTPOINT` of a mount made outside the state directory). EINVAL when
+// there is none; EBUSY when one there is covered by another mount.
+Status UnmountAcqfsAt(const std::string& mountpoint);
+
+// Detaches the dead mount `own` (its daemon is gone): umount2, and
 // umount2(MNT_DETACH) when something still uses it (EBUSY), as root;
-// fusermount3 -u, then -u -z, otherwise. Ok when nothing is mounted there
-// any more.
-Status DetachStaleMount(const std::string& mountpoint);
+// fusermount3 -u, then -u -z, otherwise. Ok when it is not mounted any
+// more.
+Status DetachStaleMount(const MountEntry& own);
 
 // Waits up to `seconds` for the sandbox's daemon to end, that is until no
 // process holds its lock (a pid alone may have been reused), then removes

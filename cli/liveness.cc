@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -55,14 +56,21 @@ bool Vanished(int err) {
   return err == ENOENT || err == ENOTDIR || err == ELOOP;
 }
 
-// Is one of `mounts` the one the sandbox's daemon recorded as its own?
-bool HasOwnMount(const std::vector<MountEntry>& mounts,
-                 const std::optional<DaemonRecord>& record) {
-  if (!record || !record->mount_dev) return false;
+// The one of `mounts` the sandbox's daemon recorded as its own: the same
+// device, and the same mount id when the record has one.
+std::optional<MountEntry> OwnMount(const std::vector<MountEntry>& mounts,
+                                   const std::optional<DaemonRecord>& record) {
+  if (!record || !record->mount_dev) return std::nullopt;
   for (const auto& m : mounts) {
-    if (m.dev == *record->mount_dev) return true;
+    if (m.dev != *record->mount_dev) continue;
+    if (record->mount_id && m.id != *record->mount_id) continue;
+    return m;
   }
-  return false;
+  return std::nullopt;
+}
+
+std::string DevText(dev_t dev) {
+  return std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
 }
 
 }  // namespace
@@ -84,26 +92,82 @@ const char* MountStateJsonName(MountState state) {
                                           : MountStateName(state);
 }
 
-std::vector<MountEntry> AcqfsMountsAt(const std::string& mountpoint) {
+std::vector<MountEntry> MountsAt(const std::string& mountpoint) {
   std::vector<MountEntry> found;
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   while (std::getline(in, line)) {
     // id parent maj:min root mountpoint opts [optional...] - fstype source ...
     std::istringstream ss(line);
-    std::string id, parent, dev, root, mp;
-    if (!(ss >> id >> parent >> dev >> root >> mp)) continue;
+    std::string dev, root, mp;
+    MountEntry e;
+    if (!(ss >> e.id >> e.parent >> dev >> root >> mp)) continue;
     auto dash = line.find(" - ");
     if (dash == std::string::npos) continue;
     std::istringstream rest(line.substr(dash + 3));
-    MountEntry e;
     rest >> e.fstype;
     e.mountpoint = UnescapeMountField(mp);
-    if (e.fstype != "fuse.acqfs" || e.mountpoint != mountpoint) continue;
+    if (e.mountpoint != mountpoint) continue;
     if (!ParseDev(dev, 10, &e.dev)) continue;
     found.push_back(std::move(e));
   }
   return found;
+}
+
+std::vector<MountEntry> AcqfsMountsAt(const std::string& mountpoint) {
+  std::vector<MountEntry> found;
+  for (auto& m : MountsAt(mountpoint))
+    if (m.fstype == "fuse.acqfs") found.push_back(std::move(m));
+  return found;
+}
+
+Result<ReachedMount> MountReachedAt(const std::string& path) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(),
+              AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
+              STATX_MNT_ID, &sx) != 0)
+    return Error::Errno("statx", path);
+  if (!(sx.stx_mask & STATX_MNT_ID))
+    return Error::Of(ENOTSUP, "statx (the kernel gives no mount id)", path);
+  ReachedMount r;
+  r.id = static_cast<int>(sx.stx_mnt_id);
+  r.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  return r;
+}
+
+Status CheckReaches(const std::string& path, const MountEntry& own) {
+  const std::string mine = "the sandbox's mount (fuse.acqfs, device " +
+                           DevText(own.dev) + ", mount id " +
+                           std::to_string(own.id) + ")";
+  auto reached = MountReachedAt(path);
+  if (!reached && (reached.err() == ENOENT || reached.err() == ENOTDIR ||
+                   reached.err() == ELOOP))
+    return Error::Of(EBUSY,
+                     mine +
+                         " is hidden: its mountpoint no longer leads to it (" +
+                         std::string(std::strerror(reached.err())) +
+                         "), as when another mount covers a directory above "
+                         "it; acqfs unmounts only its own mount",
+                     path);
+  if (!reached) return reached.error();
+  if (reached->id == own.id && reached->dev == own.dev) return Ok();
+  for (const auto& m : MountsAt(path)) {
+    if (m.id != reached->id) continue;
+    return Error::Of(EBUSY,
+                     mine + " is covered by a " + m.fstype + " mount (device " +
+                         DevText(m.dev) + ", mount id " + std::to_string(m.id) +
+                         ") on top of it; acqfs unmounts only its own mount: "
+                         "unmount that one first",
+                     path);
+  }
+  return Error::Of(EBUSY,
+                   mine +
+                       " is hidden: the path leads to another mount "
+                       "(device " +
+                       DevText(reached->dev) + ", mount id " +
+                       std::to_string(reached->id) +
+                       "); acqfs unmounts only its own mount",
+                   path);
 }
 
 Status LockSandbox(int fd, const std::string& path) {
@@ -134,9 +198,10 @@ Result<bool> LockHeld(const std::string& path) {
 
 std::string FormatDaemonRecord(const DaemonRecord& record) {
   std::string s = std::to_string(record.pid) + "\n";
-  if (record.mount_dev)
-    s += std::to_string(major(*record.mount_dev)) + ":" +
-         std::to_string(minor(*record.mount_dev)) + "\n";
+  if (record.mount_dev) {
+    s += DevText(*record.mount_dev) + "\n";
+    if (record.mount_id) s += std::to_string(*record.mount_id) + "\n";
+  }
   return s;
 }
 
@@ -148,7 +213,11 @@ std::optional<DaemonRecord> ReadDaemonRecord(const std::string& pid_path) {
   r.pid = static_cast<pid_t>(pid);
   std::string dev_text;
   dev_t dev;
-  if (in >> dev_text && ParseDev(dev_text, 10, &dev)) r.mount_dev = dev;
+  if (in >> dev_text && ParseDev(dev_text, 10, &dev)) {
+    r.mount_dev = dev;
+    long id = 0;
+    if (in >> id && id > 0) r.mount_id = static_cast<int>(id);
+  }
   return r;
 }
 
@@ -161,7 +230,8 @@ Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,
   auto record = ReadDaemonRecord(paths.pid);
   std::vector<MountEntry> mounts;
   if (!meta.mountpoint.empty()) mounts = AcqfsMountsAt(meta.mountpoint);
-  l.own_mount = HasOwnMount(mounts, record);
+  l.mount = OwnMount(mounts, record);
+  l.own_mount = l.mount.has_value();
   if (l.own_mount)
     l.state = l.daemon_alive ? MountState::kMounted : MountState::kStale;
   return l;

@@ -12,12 +12,15 @@
 // tests it with F_OFD_GETLK and never takes it, which would race with a
 // concurrent `acqfs mount`.
 //
-// The daemon records its pid, and once mounted the device number of its
-// mount, in daemon.pid ("<pid>\n<major>:<minor>\n"; see DaemonRecord), and
-// removes the file when it ends cleanly. The device tells the sandbox's own
-// mount apart from a later mount of another sandbox on the same mountpoint
-// (a dead mount keeps its device number until it is detached), so acqfs
-// never takes someone else's live mount for a dead one of its own.
+// The daemon records its pid, and once mounted the device number and the
+// mount id of its mount, in daemon.pid ("<pid>\n<major>:<minor>\n<id>\n";
+// see DaemonRecord), and removes the file when it ends cleanly. These tell
+// the sandbox's own mount apart from a later mount of another sandbox on the
+// same mountpoint (a dead mount keeps its device number and id until it is
+// detached), so acqfs never takes someone else's live mount for a dead one
+// of its own. Before it unmounts, acqfs also proves that the mountpoint
+// leads to that very mount (CheckReaches): one mounted over it (a tmpfs on
+// the dead mountpoint) is never unmounted in its place.
 //
 //   kMounted     meta.mountpoint holds a fuse.acqfs mount with the device
 //                daemon.pid records, and the lock is held;
@@ -50,14 +53,35 @@ const char* MountStateJsonName(MountState state);
 
 // One line of /proc/self/mountinfo.
 struct MountEntry {
+  int id = 0;              // the mount's id (statx STATX_MNT_ID)
+  int parent = 0;          // the id of the mount it is mounted on
   std::string mountpoint;  // unescaped
   std::string fstype;      // e.g. "fuse.acqfs"
   dev_t dev = 0;           // st_dev of the mounted filesystem
 };
 
-// The fuse.acqfs mounts whose mountpoint is `mountpoint` (absolute,
-// canonical), bottom to top; empty when /proc/self/mountinfo is unreadable.
+// Every mount whose mountpoint is `mountpoint` (absolute, canonical), in
+// the order of the mount table (bottom to top for mounts stacked there);
+// empty when /proc/self/mountinfo is unreadable.
+std::vector<MountEntry> MountsAt(const std::string& mountpoint);
+// The fuse.acqfs ones among them.
 std::vector<MountEntry> AcqfsMountsAt(const std::string& mountpoint);
+
+// The mount `path` leads to now (the one on top of any others there) and
+// its device, from statx(2) with AT_STATX_DONT_SYNC: no request reaches a
+// FUSE daemon, so a dead mount answers too. The last component is not
+// followed when it is a symlink.
+struct ReachedMount {
+  int id = 0;
+  dev_t dev = 0;
+};
+Result<ReachedMount> MountReachedAt(const std::string& path);
+
+// Proves, right before an unmount, that `path` leads to the mount `own`
+// (the same mount id and device): Ok, or an error that names what is there
+// instead, such as another mount covering it (EBUSY), which acqfs never
+// unmounts.
+Status CheckReaches(const std::string& path, const MountEntry& own);
 
 // Takes the sandbox lock on `fd` (open on the lock file `path`) without
 // waiting; EWOULDBLOCK when another open file holds it.
@@ -67,10 +91,12 @@ Status LockSandbox(int fd, const std::string& path);
 // file does not exist.
 Result<bool> LockHeld(const std::string& path);
 
-// The content of daemon.pid.
+// The content of daemon.pid: "<pid>\n", then once mounted
+// "<major>:<minor>\n<mount id>\n".
 struct DaemonRecord {
   pid_t pid = 0;
   std::optional<dev_t> mount_dev;  // set once the daemon has mounted
+  std::optional<int> mount_id;     // the same (missing in older records)
 };
 std::string FormatDaemonRecord(const DaemonRecord& record);
 // nullopt when the file is missing or holds no pid.
@@ -80,6 +106,10 @@ struct SandboxLiveness {
   MountState state = MountState::kNotMounted;
   bool daemon_alive = false;  // the sandbox's lock is held
   bool own_mount = false;     // meta.mountpoint holds the sandbox's mount
+  // That mount: the fuse.acqfs mount at meta.mountpoint whose device (and
+  // mount id, when recorded) daemon.pid records. It may be covered by
+  // another mount; CheckReaches tells.
+  std::optional<MountEntry> mount;
 };
 // Probes one sandbox; fails only when its lock cannot be tested.
 Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,

@@ -96,8 +96,13 @@ int main(int argc, char** argv) {
   // The upper layer of an acqfs sandbox (<state>/<name>/upper) comes with
   // the sandbox's policy in <state>/<name>/meta.json: it applies here too,
   // and layers whose policy cannot be read are not mounted without it.
-  const std::string meta = c.upper.substr(0, c.upper.rfind('/')) + "/meta.json";
+  const std::string sandbox_dir = c.upper.substr(0, c.upper.rfind('/'));
+  const std::string meta = sandbox_dir + "/meta.json";
   if (::access(meta.c_str(), F_OK) == 0) {
+    // As `acqfs mount` keeps it: only the sandbox's owner reaches its
+    // layers (docs/sandboxes.md).
+    if (Status s = cli::SecureSandboxDir(sandbox_dir); !s)
+      return Fail("mount: sandbox folder", sandbox_dir, s.error().Message());
     auto m = cli::ReadMeta(meta);
     if (!m)
       return Fail("mount: sandbox metadata (its policy must apply)", meta,

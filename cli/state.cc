@@ -175,6 +175,17 @@ Status MakeDirs(const std::string& path) {
   return Ok();
 }
 
+Status SecureSandboxDir(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return Error::Errno("open", dir);
+  auto st = sys::Fstat(fd.get(), dir);
+  if (!st) return st.error();
+  if ((st->st_mode & 07777) == (st->st_mode & 0700)) return Ok();
+  if (::fchmod(fd.get(), st->st_mode & 0700) != 0)
+    return Error::Errno("chmod (to keep other users out)", dir);
+  return Ok();
+}
+
 Result<std::string> RealPath(const std::string& path) {
   char buf[PATH_MAX];
   if (!::realpath(path.c_str(), buf)) return Error::Errno("resolve", path);

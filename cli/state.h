@@ -72,6 +72,12 @@ std::string FormatBytes(uint64_t n);
 // mkdir -p with mode 0700 for the directories it creates.
 Status MakeDirs(const std::string& path);
 
+// Makes a sandbox's folder reachable by its owner only: clears the group
+// and other permission bits (and set-id and sticky bits) of the directory
+// `dir`, so that no other user of the host can reach its upper layer, where
+// the sandbox may have made device nodes and set-id files.
+Status SecureSandboxDir(const std::string& dir);
+
 // realpath(3) as a Result.
 Result<std::string> RealPath(const std::string& path);
 

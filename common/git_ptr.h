@@ -39,6 +39,8 @@ using GitStatusList = GitPtr<git_status_list, git_status_list_free>;
 using GitSignature = GitPtr<git_signature, git_signature_free>;
 using GitReferenceIterator =
     GitPtr<git_reference_iterator, git_reference_iterator_free>;
+using GitConfigIterator = GitPtr<git_config_iterator, git_config_iterator_free>;
+using GitTransaction = GitPtr<git_transaction, git_transaction_free>;
 
 // An Error for a failed libgit2 call: `op` and `path` as for Error, the
 // library's own message appended to op, errno EIO (ENOENT for GIT_ENOTFOUND).

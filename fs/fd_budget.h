@@ -4,8 +4,9 @@
 //
 // Every descriptor the daemon holds is in one of these classes:
 //   fixed       standard streams, /dev/fuse (and PageDropper's duplicate),
-//               the log, the lock, the four
-//               layer roots (lower, upper, work, work/acqfs-tmp), slack;
+//               the log, the lock, the two claims on upper and work
+//               (LayersClaim), the four layer roots (lower, upper, work,
+//               work/acqfs-tmp), slack;
 //   per thread  a worker's directory cache (Layer::DirFd), the descriptors
 //               one request holds at once (no walk holds more than a
 //               constant, however deep or wide the tree: see

@@ -1,11 +1,19 @@
 #include "fs/layer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -125,9 +133,101 @@ Status Layer::StatIfExists(const std::string& rel, struct stat* st,
   return Ok();
 }
 
+namespace {
+
+// "maj:min:ino" of `st` as /proc/locks writes it (hexadecimal device
+// numbers, decimal inode).
+std::string LocksKey(const struct stat& st) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%02x:%02x:%llu", major(st.st_dev),
+                minor(st.st_dev), static_cast<unsigned long long>(st.st_ino));
+  return buf;
+}
+
+// The pid /proc/locks names for an flock on the inode `key`, if one is
+// listed.
+std::optional<pid_t> FlockHolderOf(const std::string& key) {
+  std::ifstream in("/proc/locks");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "1: FLOCK  ADVISORY  WRITE 1234 00:1f:5678 0 EOF"; a waiter's line
+    // starts with "1: -> FLOCK".
+    std::istringstream ss(line);
+    std::string id, type, flavour, mode, pid, inode;
+    if (!(ss >> id >> type)) continue;
+    if (type == "->") continue;
+    if (!(ss >> flavour >> mode >> pid >> inode)) continue;
+    if (type != "FLOCK" || inode != key) continue;
+    char* end = nullptr;
+    long n = std::strtol(pid.c_str(), &end, 10);
+    if (end == pid.c_str() || *end != '\0' || n < 0) n = 0;
+    return static_cast<pid_t>(n);
+  }
+  return std::nullopt;
+}
+
+// Locks `dir` exclusively (flock of the directory), waiting at most until
+// `deadline` for the holder to let go.
+Result<UniqueFd> ClaimDir(const std::string& dir, const char* what,
+                          std::chrono::steady_clock::time_point deadline) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return Error::Errno("open", dir);
+  auto step = std::chrono::milliseconds(1);
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return Error::Errno("lock", dir);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      auto st = sys::Fstat(fd.get(), dir);
+      std::optional<pid_t> pid;
+      if (st) pid = FlockHolderOf(LocksKey(*st));
+      std::string who = pid && *pid > 0
+                            ? "acqfs daemon pid " + std::to_string(*pid)
+                            : std::string(
+                                  "another acqfs daemon (its pid is "
+                                  "not visible here)");
+      return Error::Of(EBUSY,
+                       std::string("serve the layers: the ") + what +
+                           " is in use: " + who +
+                           " serves it (it holds the lock on the directory); "
+                           "unmount that mount first",
+                       dir);
+    }
+    std::this_thread::sleep_for(step);
+    step = std::min(step * 2, std::chrono::milliseconds(50));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<LayersClaim> LayersClaim::Take(const std::string& upper,
+                                      const std::string& work, int wait_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  LayersClaim c;
+  auto u = ClaimDir(upper, "upper layer", deadline);
+  if (!u) return u.error();
+  auto w = ClaimDir(work, "work directory", deadline);
+  if (!w) return w.error();
+  c.upper_ = std::move(*u);
+  c.work_ = std::move(*w);
+  return c;
+}
+
+std::optional<pid_t> LayersHolder(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  return FlockHolderOf(LocksKey(st));
+}
+
 Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
                             const std::string& work, XattrNamespace ns) {
   Layers l;
+  // Before anything in the work directory is touched: a daemon that serves
+  // these layers keeps its kept data in acqfs-tmp/.
+  auto claim = LayersClaim::Take(upper, work, kClaimWaitMs);
+  if (!claim) return claim.error();
+  l.claim = std::move(*claim);
   auto lo = Layer::Open(lower);
   if (!lo) return lo.error();
   auto up = Layer::Open(upper);

@@ -82,7 +82,41 @@ class Layer {
   uint64_t id_ = 0;  // tells Layer objects apart in the per-thread cache
 };
 
+// The exclusive claim a serving daemon holds on its upper and work
+// directories, so that two daemons never serve one upper layer or share one
+// work area (the second would empty acqfs-tmp/ under the first, and the
+// first's files held open after their last name would lose their data): an
+// flock(LOCK_EX) of each directory itself (upper first, then work), taken
+// by the daemon's own process before anything in the work directory is
+// touched and released when the last descriptor of it closes, that is when
+// the daemon ends. Every way of starting a daemon goes through
+// Layers::Open, which takes it. The descriptors are O_CLOEXEC: a program
+// the daemon runs (fusermount3) never holds it. A lock writes nothing to
+// disk, so the directories stay in the kernel overlayfs format.
+class LayersClaim {
+ public:
+  LayersClaim() = default;
+  // Takes the claim, waiting up to `wait_ms` for a daemon that is ending to
+  // let go; EBUSY naming the directory and the pid of the daemon holding
+  // it (see LayersHolder) when it stays taken.
+  static Result<LayersClaim> Take(const std::string& upper,
+                                  const std::string& work, int wait_ms);
+
+ private:
+  UniqueFd upper_, work_;
+};
+
+// The process holding the claim on `dir` (an upper or work directory), as
+// /proc/locks tells it, without taking or testing the lock: nullopt when
+// no process holds it (or /proc/locks does not show the holder, as from
+// another pid namespace); pid 0 when it is held by a process whose pid this
+// namespace cannot see.
+std::optional<pid_t> LayersHolder(const std::string& dir);
+
 struct Layers {
+  // Held for as long as this object lives; first, so that it is released
+  // last, after every other descriptor of the layers.
+  LayersClaim claim;
   Layer lower;
   Layer upper;
   Layer work;    // <workdir>
@@ -102,7 +136,10 @@ struct Layers {
     return policy && policy->HidesLower(rel, is_dir);
   }
 
-  // Opens the three directories, creates and empties <workdir>/acqfs-tmp.
+  // Takes the claim on upper and work (LayersClaim: EBUSY when another
+  // daemon holds it), then opens the three directories and creates and
+  // empties <workdir>/acqfs-tmp.
+  static constexpr int kClaimWaitMs = 2000;
   static Result<Layers> Open(const std::string& lower, const std::string& upper,
                              const std::string& work, XattrNamespace ns);
   // Opens lower and upper only, for readers (the git bridge, status) that

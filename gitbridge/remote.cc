@@ -1,12 +1,23 @@
 #include "gitbridge/remote.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/git_ptr.h"
@@ -16,12 +27,136 @@
 namespace acqfs::gitbridge {
 namespace {
 
+// How long an acqfs command waits for another acqfs command to finish its
+// change of the host's remotes (each takes milliseconds; many sandboxes
+// starting at once queue up), and for a lock file git holds.
+constexpr auto kHostLockWait = std::chrono::seconds(60);
+constexpr auto kGitLockWait = std::chrono::seconds(5);
+
+// Sleeps growing intervals (1 ms doubling to 50 ms, each with a random
+// quarter more or less, so waiters do not wake in step) until `limit` has
+// passed since it was made; then Wait() returns false without sleeping.
+class Backoff {
+ public:
+  explicit Backoff(std::chrono::milliseconds limit)
+      : deadline_(std::chrono::steady_clock::now() + limit),
+        rng_(std::random_device{}()) {}
+  bool Wait() {
+    if (std::chrono::steady_clock::now() >= deadline_) return false;
+    std::uniform_int_distribution<int> jitter(750, 1250);
+    std::this_thread::sleep_for(std::chrono::microseconds(
+        static_cast<int64_t>(step_.count()) * jitter(rng_)));
+    step_ = std::min(step_ * 2, std::chrono::milliseconds(50));
+    return true;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds step_{1};
+  std::minstd_rand rng_;
+};
+
+// Runs the libgit2 call `f` (returning its code) again while it fails with
+// GIT_ELOCKED (a lock file of git's exists), for at most kGitLockWait.
+template <class F>
+int RetryWhileLocked(F&& f) {
+  Backoff backoff(kGitLockWait);
+  for (;;) {
+    int rc = f();
+    if (rc != GIT_ELOCKED || !backoff.Wait()) return rc;
+  }
+}
+
+// The Error for a libgit2 call that failed; a lock that stayed held gets a
+// message that says what to do.
+Error GitFailure(int rc, const std::string& op, const std::string& shown) {
+  if (rc != GIT_ELOCKED) return GitError(rc, op, shown);
+  Error e = GitError(rc, op, shown);
+  e.op +=
+      ": a git command holds the lock file, or one that crashed left it"
+      " (remove it if no git command is running)";
+  return e;
+}
+
+// Holds back SIGINT, SIGTERM, SIGHUP and SIGQUIT for its lifetime: they are
+// delivered when it ends, once no lock file of ours is left to clean up.
+class HoldTerminationSignals {
+ public:
+  HoldTerminationSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+    held_ = ::pthread_sigmask(SIG_BLOCK, &set, &old_) == 0;
+  }
+  ~HoldTerminationSignals() {
+    if (held_) ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  HoldTerminationSignals(const HoldTerminationSignals&) = delete;
+  HoldTerminationSignals& operator=(const HoldTerminationSignals&) = delete;
+
+ private:
+  sigset_t old_;
+  bool held_ = false;
+};
+
+// The exclusive lock acqfs commands take on the host repository's
+// directory (the one holding `config`) around every change of its remotes:
+// an flock of the directory itself, whose inode stays when git replaces
+// .git/config, and which leaves nothing on disk. Waits at most
+// kHostLockWait.
+class HostLock {
+ public:
+  HostLock() = default;
+  HostLock(const HostLock&) = delete;
+  HostLock& operator=(const HostLock&) = delete;
+
+  Status Take(const std::string& dir) {
+    fd_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd_) return Error::Errno("open the host's git directory", dir);
+    Backoff backoff(kHostLockWait);
+    while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK)
+        return Error::Errno("lock the host's git directory", dir);
+      if (!backoff.Wait())
+        return Error::Of(ETIMEDOUT,
+                         "wait for other acqfs commands to finish changing "
+                         "the host's remotes (lock on the git directory)",
+                         dir);
+    }
+    return Ok();
+  }
+
+ private:
+  UniqueFd fd_;  // closing it releases the lock
+};
+
 Result<GitRepository> OpenHost(const std::string& workdir) {
   git_repository* raw = nullptr;
   int rc = git_repository_open_ext(&raw, workdir.c_str(),
                                    GIT_REPOSITORY_OPEN_NO_SEARCH, nullptr);
   if (rc < 0) return GitError(rc, "open git repository", workdir);
   return GitRepository(raw);
+}
+
+// Runs `edit` on the host repository with HostLock held and termination
+// signals held back; the repository is opened once the lock is held, so
+// libgit2 reads the configuration every earlier edit left.
+template <class Edit>
+auto WithHostLocked(const std::string& workdir, Edit&& edit)
+    -> decltype(edit(static_cast<git_repository*>(nullptr))) {
+  std::string dir;
+  {
+    auto probe = OpenHost(workdir);
+    if (!probe) return probe.error();
+    dir = git_repository_commondir(probe->get());
+  }
+  HostLock lock;
+  ACQFS_TRY(lock.Take(dir));
+  HoldTerminationSignals hold;
+  auto repo = OpenHost(workdir);
+  if (!repo) return repo.error();
+  return edit(repo->get());
 }
 
 // The URL of an existing remote, or "" when there is none.
@@ -34,6 +169,88 @@ Result<std::string> ExistingUrl(git_repository* repo, const std::string& name,
   if (rc < 0) return GitError(rc, "look up remote " + name, shown);
   const char* url = git_remote_url(remote.get());
   return std::string(url ? url : "");
+}
+
+// Does the remote URL `url` name the bridge at `bridge` (the same string,
+// or the same directory)?
+bool SameBridge(const std::string& url, const std::string& bridge) {
+  if (url == bridge) return true;
+  char a[PATH_MAX], b[PATH_MAX];
+  return ::realpath(url.c_str(), a) && ::realpath(bridge.c_str(), b) &&
+         std::string(a) == b;
+}
+
+// The host's own .git/config (never the user's or the system's).
+Result<GitConfig> LocalConfig(git_repository* repo, const std::string& shown) {
+  git_config* raw = nullptr;
+  int rc = git_repository_config(&raw, repo);
+  GitConfig all(raw);
+  if (rc < 0) return GitError(rc, "open config", shown);
+  raw = nullptr;
+  rc = git_config_open_level(&raw, all.get(), GIT_CONFIG_LEVEL_LOCAL);
+  GitConfig local(raw);
+  if (rc < 0) return GitError(rc, "open config (.git/config)", shown);
+  return local;
+}
+
+// Locks .git/config (git's config.lock) for a transaction: every set and
+// delete on `cfg` until the commit is written at once, by one rename.
+// Freeing the transaction uncommitted removes the lock file.
+Result<GitTransaction> BeginConfigEdit(git_config* cfg,
+                                       const std::string& shown) {
+  git_transaction* raw = nullptr;
+  int rc = RetryWhileLocked([&] {
+    raw = nullptr;
+    return git_config_lock(&raw, cfg);
+  });
+  GitTransaction tx(raw);
+  if (rc < 0) return GitFailure(rc, "lock the config", shown + "/config.lock");
+  return tx;
+}
+
+// Every value of the multivar `key` in `cfg`.
+Result<std::vector<std::string>> Values(git_config* cfg, const std::string& key,
+                                        const std::string& shown) {
+  std::vector<std::string> out;
+  git_config_iterator* raw = nullptr;
+  int rc = git_config_multivar_iterator_new(&raw, cfg, key.c_str(), nullptr);
+  GitConfigIterator it(raw);
+  if (rc == GIT_ENOTFOUND) return out;
+  if (rc < 0) return GitError(rc, "read config " + key, shown);
+  git_config_entry* e = nullptr;
+  while ((rc = git_config_next(&e, it.get())) == 0)
+    out.emplace_back(e->value ? e->value : "");
+  if (rc != GIT_ITEROVER && rc != GIT_ENOTFOUND)
+    return GitError(rc, "read config " + key, shown);
+  return out;
+}
+
+// The names of the entries of `cfg` matching the regular expression `re`,
+// with their values.
+Result<std::vector<std::pair<std::string, std::string>>> Entries(
+    git_config* cfg, const std::string& re, const std::string& shown) {
+  std::vector<std::pair<std::string, std::string>> out;
+  git_config_iterator* raw = nullptr;
+  int rc = git_config_iterator_glob_new(&raw, cfg, re.c_str());
+  GitConfigIterator it(raw);
+  if (rc < 0) return GitError(rc, "read config " + re, shown);
+  git_config_entry* e = nullptr;
+  while ((rc = git_config_next(&e, it.get())) == 0)
+    out.emplace_back(e->name, e->value ? e->value : "");
+  if (rc != GIT_ITEROVER) return GitError(rc, "read config " + re, shown);
+  return out;
+}
+
+// `s` with the characters a regular expression gives a meaning quoted (a
+// sandbox name may hold '.').
+std::string RegexQuote(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string(".^$|()[]{}*+?\\").find(c) != std::string::npos)
+      out += '\\';
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace
@@ -63,7 +280,7 @@ Status CheckRemoteFree(const std::string& host_workdir,
   if (!repo) return repo.error();
   auto url = ExistingUrl(repo->get(), RemoteName(sandbox), host_workdir);
   if (!url) return url.error();
-  if (!url->empty() && *url != bridge_path)
+  if (!url->empty() && !SameBridge(*url, bridge_path))
     return Error::Of(EEXIST,
                      "remote " + RemoteName(sandbox) +
                          " already exists and points to " + *url,
@@ -75,28 +292,47 @@ Status RegisterRemote(const std::string& host_workdir,
                       const std::string& sandbox,
                       const std::string& bridge_path) {
   GitLibrary lib;
-  auto repo = OpenHost(host_workdir);
-  if (!repo) return repo.error();
-  std::string name = RemoteName(sandbox);
-  auto url = ExistingUrl(repo->get(), name, host_workdir);
-  if (!url) return url.error();
-  if (*url == bridge_path) return Ok();
-  if (!url->empty())
-    return Error::Of(EEXIST,
-                     "remote " + name + " already exists and points to " + *url,
-                     host_workdir);
-  auto specs = RemoteFetchSpecs(sandbox);
-  git_remote* raw = nullptr;
-  int rc = git_remote_create_with_fetchspec(
-      &raw, repo->get(), name.c_str(), bridge_path.c_str(), specs[0].c_str());
-  GitRemote remote(raw);
-  if (rc < 0) return GitError(rc, "add remote " + name, host_workdir);
-  for (size_t i = 1; i < specs.size(); i++) {
-    rc = git_remote_add_fetch(repo->get(), name.c_str(), specs[i].c_str());
+  const std::string name = RemoteName(sandbox);
+  return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
+    auto url = ExistingUrl(repo, name, host_workdir);
+    if (!url) return url.error();
+    if (!url->empty() && !SameBridge(*url, bridge_path))
+      return Error::Of(
+          EEXIST, "remote " + name + " already exists and points to " + *url,
+          host_workdir);
+    auto cfg = LocalConfig(repo, host_workdir);
+    if (!cfg) return cfg.error();
+    const std::string fetch_key = "remote." + name + ".fetch";
+    auto have = Values(cfg->get(), fetch_key, host_workdir);
+    if (!have) return have.error();
+    std::vector<std::string> missing;
+    for (const auto& spec : RemoteFetchSpecs(sandbox)) {
+      if (std::find(have->begin(), have->end(), spec) == have->end())
+        missing.push_back(spec);
+    }
+    if (!url->empty() && missing.empty()) return Ok();  // registered already
+    const std::string shown = git_repository_commondir(repo);
+    auto tx = BeginConfigEdit(cfg->get(), shown);
+    if (!tx) return tx.error();
+    int rc = 0;
+    if (url->empty()) {
+      rc = git_config_set_string(
+          cfg->get(), ("remote." + name + ".url").c_str(), bridge_path.c_str());
+      if (rc < 0) return GitError(rc, "add remote " + name, host_workdir);
+    }
+    for (const auto& spec : missing) {
+      // "^$" matches no refspec: each is added as a value of its own.
+      rc = git_config_set_multivar(cfg->get(), fetch_key.c_str(), "^$",
+                                   spec.c_str());
+      if (rc < 0)
+        return GitError(rc, "add fetch refspec to " + name, host_workdir);
+    }
+    rc = git_transaction_commit(tx->get());
     if (rc < 0)
-      return GitError(rc, "add fetch refspec to " + name, host_workdir);
-  }
-  return Ok();
+      return GitError(rc, "write config (add remote " + name + ")",
+                      shown + "/config");
+    return Ok();
+  });
 }
 
 namespace {
@@ -114,29 +350,47 @@ Status DeleteRefs(git_repository* repo, const std::string& glob,
     names.emplace_back(name);
   if (rc != GIT_ITEROVER) return GitError(rc, "list refs " + glob, shown);
   for (const auto& n : names) {
-    rc = git_reference_remove(repo, n.c_str());
+    rc =
+        RetryWhileLocked([&] { return git_reference_remove(repo, n.c_str()); });
     if (rc < 0 && rc != GIT_ENOTFOUND)
-      return GitError(rc, "delete ref " + n, shown);
+      return GitFailure(rc, "delete ref " + n, shown);
   }
   return Ok();
 }
 
-// Removes the remote's section. libgit2 1.5's git_remote_delete fails on a
-// remote with several fetch refspecs ("entry is not unique due to being a
-// multivar"), so they go first; it then drops the whole section.
+// Removes every key of the remote's section, and the upstream settings
+// (branch.<b>.remote and .merge) of branches that track it, as
+// `git remote remove` does, in one write of .git/config.
 Status DeleteRemoteConfig(git_repository* repo, const std::string& name,
                           const std::string& shown) {
-  git_config* raw = nullptr;
-  int rc = git_repository_config(&raw, repo);
-  GitConfig cfg(raw);
-  if (rc < 0) return GitError(rc, "open config", shown);
-  std::string key = "remote." + name + ".fetch";
-  rc = git_config_delete_multivar(cfg.get(), key.c_str(), ".*");
-  if (rc < 0 && rc != GIT_ENOTFOUND)
-    return GitError(rc, "delete config " + key, shown);
-  rc = git_remote_delete(repo, name.c_str());
-  if (rc < 0 && rc != GIT_ENOTFOUND)
-    return GitError(rc, "remove remote " + name, shown);
+  auto cfg = LocalConfig(repo, shown);
+  if (!cfg) return cfg.error();
+  auto own =
+      Entries(cfg->get(), "^remote\\." + RegexQuote(name) + "\\.", shown);
+  if (!own) return own.error();
+  auto tracking = Entries(cfg->get(), "^branch\\..*\\.remote$", shown);
+  if (!tracking) return tracking.error();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : *own) keys.insert(key);
+  for (const auto& [key, value] : *tracking) {
+    if (value != name) continue;
+    const std::string branch = key.substr(0, key.size() - 7);  // ".remote"
+    keys.insert(key);
+    keys.insert(branch + ".merge");
+  }
+  if (keys.empty()) return Ok();
+  const std::string dir = git_repository_commondir(repo);
+  auto tx = BeginConfigEdit(cfg->get(), dir);
+  if (!tx) return tx.error();
+  for (const auto& key : keys) {
+    int rc = git_config_delete_multivar(cfg->get(), key.c_str(), ".*");
+    if (rc < 0 && rc != GIT_ENOTFOUND)
+      return GitError(rc, "delete config " + key, shown);
+  }
+  int rc = git_transaction_commit(tx->get());
+  if (rc < 0)
+    return GitError(rc, "write config (remove remote " + name + ")",
+                    dir + "/config");
   return Ok();
 }
 
@@ -147,25 +401,15 @@ std::string Trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-// libgit2 1.5 deletes a section's keys but leaves its header line, so the
-// host's config would keep an empty `[remote "sandbox-<name>"]`. Removes
-// that header when nothing but blank lines and comments follow it up to the
-// next section, under git's own lock file (config.lock, created
-// exclusively, so a concurrent git waits or fails rather than losing
-// either write), keeping the file's mode.
-Status DropEmptySection(git_repository* repo, const std::string& name) {
-  std::string path = std::string(git_repository_path(repo)) + "config";
-  std::string header = "[remote \"" + name + "\"]";
-  std::string all;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Error::Errno("read", path);
-    all.assign(std::istreambuf_iterator<char>(in),
-               std::istreambuf_iterator<char>());
-  }
-  const bool last_has_newline = all.empty() || all.back() == '\n';
+// `text` (a config file) without the header line `[remote "<name>"]` of a
+// section that holds nothing but blank lines and comments; nullopt when
+// there is no such header.
+std::optional<std::string> WithoutEmptySection(const std::string& text,
+                                               const std::string& name) {
+  const std::string header = "[remote \"" + name + "\"]";
+  const bool last_has_newline = text.empty() || text.back() == '\n';
   std::vector<std::string> lines;
-  std::istringstream split(all);
+  std::istringstream split(text);
   for (std::string l; std::getline(split, l);) lines.push_back(l);
   std::vector<std::string> out;
   bool changed = false;
@@ -186,41 +430,89 @@ Status DropEmptySection(git_repository* repo, const std::string& name) {
     }
     out.push_back(lines[i]);
   }
-  if (!changed) return Ok();
+  if (!changed) return std::nullopt;
+  std::string result;
+  for (size_t i = 0; i < out.size(); ++i) {
+    result += out[i];
+    if (i + 1 < out.size() || last_has_newline) result += "\n";
+  }
+  return result;
+}
+
+Result<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error::Errno("read", path);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+// libgit2 1.5 deletes a section's keys but leaves its header line, so the
+// host's config would keep an empty `[remote "sandbox-<name>"]`. Removes
+// that header (WithoutEmptySection) under git's own lock file (config.lock,
+// created exclusively and waited for while a git command holds it, so
+// neither write is lost), keeping the file's mode. Nothing is locked or
+// written when there is no such header; the lock file is renamed over the
+// config or removed on every path out.
+Status DropEmptySection(git_repository* repo, const std::string& name) {
+  const std::string path =
+      std::string(git_repository_commondir(repo)) + "config";
+  auto before = ReadWhole(path);
+  if (!before) return before.error();
+  if (!WithoutEmptySection(*before, name)) return Ok();
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Error::Errno("stat", path);
-  std::string lock = path + ".lock";
-  UniqueFd fd(::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                     st.st_mode & 07777));
-  if (!fd) return Error::Errno("lock", lock);
-  std::string text;
-  for (size_t i = 0; i < out.size(); ++i) {
-    text += out[i];
-    if (i + 1 < out.size() || last_has_newline) text += "\n";
+  const std::string lock = path + ".lock";
+  UniqueFd fd;
+  Backoff backoff(kGitLockWait);
+  for (;;) {
+    fd.reset(::open(lock.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                    st.st_mode & 07777));
+    if (fd || errno != EEXIST || !backoff.Wait()) break;
   }
-  Status w = sys::PwriteAll(fd.get(), text.data(), text.size(), 0, lock);
-  if (w && ::fsync(fd.get()) != 0) w = Error::Errno("fsync", lock);
-  if (w && ::rename(lock.c_str(), path.c_str()) != 0)
-    w = Error::Errno("rename", path);
-  if (!w) ::unlink(lock.c_str());
+  if (!fd) {
+    Error e = Error::Errno("lock the config", lock);
+    if (e.err == EEXIST)
+      e.op +=
+          ": a git command holds the lock file, or one that crashed left "
+          "it (remove it if no git command is running)";
+    return e;
+  }
+  // Read again under the lock: no write of git's can come in between.
+  auto text = ReadWhole(path);
+  std::optional<std::string> after;
+  if (text) after = WithoutEmptySection(*text, name);
+  Status w = text ? Ok() : Status(text.error());
+  if (w && after) {
+    w = sys::PwriteAll(fd.get(), after->data(), after->size(), 0, lock);
+    if (w && ::fsync(fd.get()) != 0) w = Error::Errno("fsync", lock);
+    if (w && ::rename(lock.c_str(), path.c_str()) != 0)
+      w = Error::Errno("rename", path);
+    if (w) return w;
+  }
+  if (::unlink(lock.c_str()) != 0 && w) return Error::Errno("remove", lock);
   return w;
 }
 
 }  // namespace
 
-Status UnregisterRemote(const std::string& host_workdir,
-                        const std::string& sandbox) {
+Result<std::string> UnregisterRemote(const std::string& host_workdir,
+                                     const std::string& sandbox,
+                                     const std::string& bridge_path) {
   GitLibrary lib;
-  auto repo = OpenHost(host_workdir);
-  if (!repo) return repo.error();
-  std::string name = RemoteName(sandbox);
-  auto url = ExistingUrl(repo->get(), name, host_workdir);
-  if (!url) return url.error();
-  if (url->empty()) return Ok();
-  ACQFS_TRY(
-      DeleteRefs(repo->get(), "refs/remotes/" + name + "/*", host_workdir));
-  ACQFS_TRY(DeleteRemoteConfig(repo->get(), name, host_workdir));
-  return DropEmptySection(repo->get(), name);
+  const std::string name = RemoteName(sandbox);
+  return WithHostLocked(
+      host_workdir, [&](git_repository* repo) -> Result<std::string> {
+        auto url = ExistingUrl(repo, name, host_workdir);
+        if (!url) return url.error();
+        if (!url->empty() && !SameBridge(*url, bridge_path))
+          return *url;  // someone else's remote of that name
+        if (!url->empty())
+          ACQFS_TRY(
+              DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
+        ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
+        ACQFS_TRY(DropEmptySection(repo, name));
+        return std::string();
+      });
 }
 
 }  // namespace acqfs::gitbridge

@@ -4,6 +4,15 @@
 // working-tree commit back as sandbox-<name>/... remote-tracking refs and
 // keep a copy under refs/sandboxes/<name>/..., which survives the removal of
 // the remote (docs/git-bridge.md).
+//
+// Many sandboxes of one checkout start and end at once, so every change to
+// the host's remotes is serialised: RegisterRemote and UnregisterRemote run
+// under an flock of the host repository's directory (held by acqfs
+// processes only; it writes nothing to disk), and each writes .git/config
+// once, atomically, under git's own config.lock. A config.lock held by
+// something else (a git command) is waited for, a bounded time, as git waits
+// for its own locks; termination signals are held back while the lock file
+// exists, so acqfs never leaves one behind.
 // Thread-safety: call from one thread.
 #ifndef ACQFS_GITBRIDGE_REMOTE_H_
 #define ACQFS_GITBRIDGE_REMOTE_H_
@@ -26,9 +35,10 @@ inline constexpr const char* kWorktreeBranchName = "acqfs-worktree";
 // The refspecs the remote is registered with.
 std::vector<std::string> RemoteFetchSpecs(const std::string& sandbox);
 
-// Adds the remote (URL = the bridge's absolute path). Refuses (EEXIST) when
-// a remote of that name exists with another URL; accepts one that already
-// points at `bridge_path`.
+// Adds the remote (URL = the bridge's absolute path) with all its refspecs
+// in one write. Refuses (EEXIST) when a remote of that name exists with
+// another URL; accepts one that already points at `bridge_path`, adding any
+// refspec it lacks.
 Status RegisterRemote(const std::string& host_workdir,
                       const std::string& sandbox,
                       const std::string& bridge_path);
@@ -36,10 +46,15 @@ Status RegisterRemote(const std::string& host_workdir,
 Status CheckRemoteFree(const std::string& host_workdir,
                        const std::string& sandbox,
                        const std::string& bridge_path);
-// Removes the remote's configuration and its refs/remotes/sandbox-<name>/
-// refs; refs/sandboxes/<name>/ stays. Ok when there is no such remote.
-Status UnregisterRemote(const std::string& host_workdir,
-                        const std::string& sandbox);
+// Removes the remote's configuration (its whole section, and the upstream
+// settings of branches that track it) and its refs/remotes/sandbox-<name>/
+// refs; refs/sandboxes/<name>/ stays. Only the remote that points at
+// `bridge_path` is removed: a remote of that name pointing elsewhere is
+// someone else's and is left alone; its URL is returned. Returns "" when
+// the remote was removed or did not exist.
+Result<std::string> UnregisterRemote(const std::string& host_workdir,
+                                     const std::string& sandbox,
+                                     const std::string& bridge_path);
 
 }  // namespace acqfs::gitbridge
 

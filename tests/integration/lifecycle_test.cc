@@ -4,12 +4,19 @@
 // SIGKILL leaving a stale mount that `acqfs ls` reports and `acqfs mount` or
 // `acqfs umount` cleans up, with every file closed before the kill intact;
 // SIGTERM and SIGINT ending a daemon cleanly; four sandboxes over one lower
-// building the same project at once; and what `acqfs ls` reports.
+// building the same project at once; 16 sandboxes of one checkout mounted
+// and removed at once; one daemon per upper layer, however started; clean-up
+// that unmounts only the sandbox's own mount, never one covering it; a
+// sandbox folder only its owner reaches; and what `acqfs ls` reports.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -883,6 +890,479 @@ TEST(LifecycleConcurrency, FourSandboxesBuildTheSameProjectAtOnce) {
     EXPECT_EQ(ls[i]["lower"], RealPath(lower));
     EXPECT_EQ(ls[i]["mountpoint"], shared.mnt(names[i]));
   }
+}
+
+// Many sandboxes of one checkout started and removed at once (issue 12,
+// item 4): each `acqfs mount` registers, and each `acqfs rm` removes, its
+// sandbox-<name> remote in the host's .git/config, which git replaces under
+// config.lock at every write. All must succeed, every remote must be
+// complete while its sandbox lives, and the config must end as it began
+// with no lock file left. Generations overlap (the removal of one with the
+// mounts of the next), for a few seconds, so a fixed race stays fixed.
+class ParallelSandboxes {
+ public:
+  ParallelSandboxes(TempDir* tmp, std::string lower)
+      : tmp_(tmp), lower_(std::move(lower)), state_(tmp->MakeDir("state")) {}
+  // In every outcome: nothing stays mounted, no daemon stays behind.
+  ~ParallelSandboxes() {
+    for (const auto& [name, mnt] : mnts_) {
+      const pid_t pid = ReadPidFile(state_ + "/" + name + "/daemon.pid");
+      if (FindMount(mnt)) {
+        std::string left = ForceUnmount(mnt);
+        if (!left.empty()) ADD_FAILURE() << left;
+      }
+      if (pid > 0 && !WaitForProcessExit(pid, 10)) KillIfAlive(pid, "acqfs");
+    }
+  }
+  ParallelSandboxes(const ParallelSandboxes&) = delete;
+  ParallelSandboxes& operator=(const ParallelSandboxes&) = delete;
+
+  std::vector<std::string> MountArgs(const std::string& name) {
+    if (!mnts_.count(name)) mnts_[name] = tmp_->MakeDir("mnt-" + name);
+    return {"mount", lower_,        mnts_[name], "--name",
+            name,    "--state-dir", state_};
+  }
+  std::vector<std::string> RmArgs(const std::string& name) const {
+    return {"rm", name, "--state-dir", state_};
+  }
+  // Runs every command at once; their results, in order.
+  static std::vector<CommandResult> RunAll(
+      const std::vector<std::vector<std::string>>& commands) {
+    std::vector<CommandResult> results(commands.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < commands.size(); i++)
+      threads.emplace_back([&, i] { results[i] = Acqfs(commands[i]); });
+    for (auto& t : threads) t.join();
+    return results;
+  }
+  std::string Bridge(const std::string& name) const {
+    return state_ + "/" + name + "/bridge.git";
+  }
+  const std::string& state() const { return state_; }
+  std::string mnt(const std::string& name) { return mnts_[name]; }
+
+ private:
+  TempDir* tmp_;
+  std::string lower_, state_;
+  std::map<std::string, std::string> mnts_;
+};
+
+TEST(LifecycleConcurrency, SixteenParallelMountsAndRemovalsOfOneCheckout) {
+  ASSERT_EQ(::geteuid(), 0u) << "integration tests run as root (as CI)";
+  constexpr int kParallel = 16;
+  TempDir tmp;
+  ASSERT_SYS_OK(::chmod(tmp.path().c_str(), 0755));
+  const std::string home = tmp.MakeDir("home");
+  const std::string lower = tmp.Sub("lower");
+  ASSERT_TRUE(MakeLowerRepo(lower));
+  const std::string config = lower + "/.git/config";
+  const std::string original = ContentOf(config);
+  ParallelSandboxes sb(&tmp, lower);
+  auto names = [&](int gen) {
+    std::vector<std::string> v;
+    for (int i = 0; i < kParallel; i++)
+      v.push_back("g" + std::to_string(gen) + "-" + std::to_string(i));
+    return v;
+  };
+  auto expect_ok = [](const std::vector<CommandResult>& results) {
+    size_t failed = 0;
+    for (const auto& r : results) {
+      EXPECT_TRUE(r.ok()) << r.Describe();
+      if (!r.ok()) failed++;
+    }
+    return failed;
+  };
+  // Every sandbox of `gen` is mounted and its remote complete.
+  auto expect_live = [&](int gen) {
+    for (const auto& n : names(gen)) {
+      EXPECT_TRUE(FindMount(sb.mnt(n)).has_value()) << n;
+      CommandResult url = RunGit(
+          lower, {"config", "--get", "remote.sandbox-" + n + ".url"}, home);
+      EXPECT_EQ(url.out, sb.Bridge(n) + "\n") << url.Describe();
+      CommandResult fetch = RunGit(
+          lower, {"config", "--get-all", "remote.sandbox-" + n + ".fetch"},
+          home);
+      EXPECT_EQ(std::count(fetch.out.begin(), fetch.out.end(), '\n'), 4)
+          << fetch.Describe();
+    }
+  };
+  std::vector<std::vector<std::string>> first;
+  for (const auto& n : names(0)) first.push_back(sb.MountArgs(n));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(expect_ok(ParallelSandboxes::RunAll(first)), 0u);
+  expect_live(0);
+  int gen = 0;
+  size_t failures = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  do {
+    std::vector<std::vector<std::string>> both;
+    for (const auto& n : names(gen)) both.push_back(sb.RmArgs(n));
+    for (const auto& n : names(gen + 1)) both.push_back(sb.MountArgs(n));
+    failures += expect_ok(ParallelSandboxes::RunAll(both));
+    gen++;
+    expect_live(gen);
+    for (const auto& n : names(gen - 1)) {
+      EXPECT_FALSE(FindMount(sb.mnt(n)).has_value()) << n;
+      EXPECT_FALSE(Exists(sb.state() + "/" + n)) << n;
+    }
+  } while (failures == 0 && std::chrono::steady_clock::now() < until);
+  std::vector<std::vector<std::string>> last;
+  for (const auto& n : names(gen)) last.push_back(sb.RmArgs(n));
+  failures += expect_ok(ParallelSandboxes::RunAll(last));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  std::cerr << (gen + 1) << " generations of " << kParallel
+            << " sandboxes mounted and removed in " << seconds << " s, "
+            << failures << " failures\n";
+  EXPECT_EQ(failures, 0u);
+  EXPECT_EQ(ContentOf(config), original);
+  EXPECT_FALSE(Exists(config + ".lock"));
+}
+
+// ---------------------------------------------------------------------------
+// One daemon per upper layer (issue 12, item 6): every way of starting a
+// daemon takes the same claim on the upper and work directories, and a
+// second one is refused, naming the upper and the pid holding it, before it
+// touches the work area.
+
+class LifecycleTwoDaemons : public Lifecycle {
+ protected:
+  std::string HelperOptions() const {
+    return "lowerdir=" + lower_ + ",upperdir=" + sandbox_->upper() +
+           ",workdir=" + sandbox_->work();
+  }
+  CommandResult Helper(const std::string& mnt) const {
+    return RunCommand(
+        {MountHelperBinary(), "acqfs", mnt, "-o", HelperOptions()},
+        kCommandSeconds);
+  }
+  // Unmounts a mount the helper made and waits for its daemons.
+  void HelperUnmount(const std::string& mnt) {
+    const std::vector<pid_t> daemons = PidsWithArgument(mnt);
+    CommandResult u = RunCommand({"fusermount3", "-u", mnt}, 30);
+    EXPECT_TRUE(u.ok()) << u.Describe();
+    for (pid_t pid : daemons) {
+      EXPECT_TRUE(WaitForProcessExit(pid, 20)) << "daemon " << pid;
+      KillIfAlive(pid, "acqfs");
+    }
+  }
+};
+
+TEST_F(LifecycleTwoDaemons, MountHelperRefusesTheUpperAcqfsMountServes) {
+  SandboxOptions o;
+  o.extra_umount_args = {"--no-export"};
+  Mount(o);
+  Sandbox& s = *sandbox_;
+  // A file held open across a rename over it: its data now lives only in
+  // what the daemon keeps (a descriptor, or a name in work/acqfs-tmp).
+  ASSERT_TRUE(WriteFile(s.M("f"), "the data a process holds\n"));
+  ScopedFd held(::open(s.M("f").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(held.valid());
+  ASSERT_TRUE(WriteFile(s.M("g"), "new\n"));
+  ASSERT_SYS_OK(::rename(s.M("g").c_str(), s.M("f").c_str()));
+  const std::string kept = s.work() + "/acqfs-tmp/#acqfs.kept-by-the-first";
+  ASSERT_TRUE(WriteFile(kept, "kept\n"));
+
+  const std::string second = tmp_.MakeDir("second-mnt");
+  MountGuard guard(second);
+  CommandResult r = Helper(second);
+  EXPECT_NE(r.exit_code, 0) << r.Describe();
+  EXPECT_FALSE(FindMount(second).has_value()) << "a second daemon mounted";
+  EXPECT_NE(r.err.find(s.upper()), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("pid " + std::to_string(s.daemon_pid())),
+            std::string::npos)
+      << r.Describe();
+  EXPECT_EQ(ContentOf(kept), "kept\n") << "the second daemon emptied acqfs-tmp";
+  char buf[64] = {};
+  EXPECT_EQ(::pread(held.get(), buf, sizeof buf - 1, 0), 25)
+      << ErrnoName(errno);
+  EXPECT_STREQ(buf, "the data a process holds\n");
+  EXPECT_EQ(ContentOf(s.M("f")), "new\n");
+  EXPECT_EQ(LsState(s.state_dir(), s.name()), "mounted");
+  // With -f (the daemon in the helper's own process) too.
+  CommandResult fg = RunCommand(
+      {MountHelperBinary(), "-f", "acqfs", second, "-o", HelperOptions()},
+      kCommandSeconds);
+  EXPECT_NE(fg.exit_code, 0) << fg.Describe();
+  EXPECT_NE(fg.err.find(s.upper()), std::string::npos) << fg.Describe();
+  EXPECT_FALSE(FindMount(second).has_value());
+  EXPECT_EQ(ContentOf(kept), "kept\n");
+}
+
+TEST_F(LifecycleTwoDaemons, AcqfsMountRefusesLayersTheMountHelperServes) {
+  SandboxOptions o;
+  o.extra_umount_args = {"--no-export"};
+  Mount(o);
+  Sandbox& s = *sandbox_;
+  ASSERT_TRUE(WriteFile(s.M("kept.txt"), "kept\n"));
+  ASSERT_TRUE(s.Unmount());
+  const std::string by_helper = tmp_.MakeDir("helper-mnt");
+  MountGuard guard(by_helper);
+  CommandResult h = Helper(by_helper);
+  ASSERT_TRUE(h.ok()) << h.Describe();
+  ASSERT_TRUE(FindMount(by_helper).has_value());
+  const std::vector<pid_t> helper_daemons = PidsWithArgument(by_helper);
+  ASSERT_EQ(helper_daemons.size(), 1u);
+  const std::string pid = std::to_string(helper_daemons[0]);
+  const std::string meta = ContentOf(s.layer_dir() + "/meta.json");
+  {
+    // acqfs mount of the sandbox: refused before anything is written.
+    Unchanged unchanged({s.layer_dir() + "/upper", lower_});
+    CommandResult r = MountAgain(s);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find("is served by acqfs daemon pid " + pid),
+              std::string::npos)
+        << r.Describe();
+    EXPECT_NE(r.err.find(s.upper()), std::string::npos) << r.Describe();
+    EXPECT_FALSE(FindMount(s.mountpoint()).has_value());
+    EXPECT_EQ(ContentOf(s.layer_dir() + "/meta.json"), meta);
+    EXPECT_TRUE(unchanged.Check());
+  }
+  // A second helper on the same layers: refused, naming the first's pid.
+  const std::string third = tmp_.MakeDir("third-mnt");
+  MountGuard guard3(third);
+  CommandResult h2 = Helper(third);
+  EXPECT_NE(h2.exit_code, 0) << h2.Describe();
+  EXPECT_NE(h2.err.find("pid " + pid), std::string::npos) << h2.Describe();
+  EXPECT_FALSE(FindMount(third).has_value());
+  // acqfs rm never removes the layers from under it.
+  CommandResult rm =
+      Acqfs({"rm", "--force", s.name(), "--state-dir", s.state_dir()});
+  EXPECT_EQ(rm.exit_code, 1) << rm.Describe();
+  EXPECT_NE(rm.err.find("acqfs daemon pid " + pid), std::string::npos)
+      << rm.Describe();
+  EXPECT_TRUE(Exists(s.upper() + "/kept.txt"));
+  EXPECT_EQ(ContentOf(by_helper + "/kept.txt"), "kept\n");
+  // Once it is unmounted and ended, acqfs mount serves the sandbox again.
+  HelperUnmount(by_helper);
+  ASSERT_TRUE(s.Remount());
+  EXPECT_EQ(ContentOf(s.M("kept.txt")), "kept\n");
+}
+
+// ---------------------------------------------------------------------------
+// Clean-up unmounts only the sandbox's own mount (issue 12, item 7): a
+// mount made over the mountpoint is never unmounted in its place.
+
+// A tmpfs mounted over `path` for the length of a test, with a marker file;
+// at the end, it alone is unmounted if it is still the one on top.
+class TmpfsOver {
+ public:
+  explicit TmpfsOver(std::string path) : path_(std::move(path)) {
+    CommandResult r = RunCommand(
+        {"mount", "-t", "tmpfs", "-o", "size=1m", kSource, path_}, 30);
+    ok_ = r.ok();
+    if (!ok_) ADD_FAILURE() << r.Describe();
+    if (ok_) ok_ = static_cast<bool>(WriteFile(marker(), "foreign\n"));
+  }
+  ~TmpfsOver() { Remove(); }
+  TmpfsOver(const TmpfsOver&) = delete;
+  TmpfsOver& operator=(const TmpfsOver&) = delete;
+
+  bool ok() const { return ok_; }
+  std::string marker() const { return path_ + "/foreign-marker"; }
+  // Is this tmpfs still the mount on top of the path, with its marker?
+  bool OnTop() const {
+    auto m = FindMount(path_);
+    return m && m->fs_type == "tmpfs" && m->source == kSource &&
+           ContentOf(marker()) == "foreign\n";
+  }
+  void Remove() {
+    auto m = FindMount(path_);
+    if (m && m->fs_type == "tmpfs" && m->source == kSource &&
+        ::umount2(path_.c_str(), UMOUNT_NOFOLLOW) != 0)
+      ADD_FAILURE() << "umount " << path_ << ": " << ErrnoName(errno);
+  }
+
+ private:
+  static constexpr const char* kSource = "acqfs-test-cover";
+  std::string path_;
+  bool ok_ = false;
+};
+
+TEST_F(LifecycleStale, CleanUpNeverUnmountsAMountCoveringTheDeadOne) {
+  SandboxOptions o;
+  o.extra_umount_args = {"--no-export"};
+  Mount(o);
+  Sandbox& s = *sandbox_;
+  ASSERT_TRUE(WriteFile(s.M("kept.txt"), "kept\n"));
+  KillDaemon();
+  ASSERT_EQ(LsState(s.state_dir(), s.name()), "stale");
+  TmpfsOver cover(s.mountpoint());
+  ASSERT_TRUE(cover.ok());
+  const std::string covered = "is covered by a tmpfs mount";
+  // By name and by mountpoint: refused, the tmpfs kept, the dead mount kept.
+  for (const std::string& target : {s.name(), s.mountpoint()}) {
+    SCOPED_TRACE("acqfs umount " + target);
+    CommandResult r =
+        Acqfs({"umount", target, "--state-dir", s.state_dir(), "--no-export"});
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find(covered), std::string::npos) << r.Describe();
+    EXPECT_EQ(r.err.find("cleaned up"), std::string::npos) << r.Describe();
+    EXPECT_TRUE(cover.OnTop()) << "the foreign tmpfs was unmounted";
+    EXPECT_EQ(LsState(s.state_dir(), s.name()), "stale");
+  }
+  // acqfs mount of the sandbox (which cleans up first) and rm: the same.
+  CommandResult m = MountAgain(s);
+  EXPECT_NE(m.exit_code, 0) << m.Describe();
+  EXPECT_NE(m.err.find(covered), std::string::npos) << m.Describe();
+  EXPECT_TRUE(cover.OnTop());
+  CommandResult rm =
+      Acqfs({"rm", "--force", s.name(), "--state-dir", s.state_dir()});
+  EXPECT_NE(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.err.find(covered), std::string::npos) << rm.Describe();
+  EXPECT_TRUE(cover.OnTop());
+  EXPECT_TRUE(Exists(s.upper() + "/kept.txt"));
+  // Once the foreign mount is gone, the dead one is cleaned up as usual.
+  cover.Remove();
+  ASSERT_TRUE(s.Unmount(/*by_name=*/true));
+  EXPECT_FALSE(FindMount(s.mountpoint()).has_value());
+  ASSERT_TRUE(s.Remount());
+  EXPECT_EQ(ContentOf(s.M("kept.txt")), "kept\n");
+}
+
+TEST_F(Lifecycle, UmountNeverUnmountsAMountCoveringALiveOne) {
+  SandboxOptions o;
+  o.extra_umount_args = {"--no-export"};
+  Mount(o);
+  Sandbox& s = *sandbox_;
+  ASSERT_TRUE(WriteFile(s.M("kept.txt"), "kept\n"));
+  TmpfsOver cover(s.mountpoint());
+  ASSERT_TRUE(cover.ok());
+  for (const std::string& target : {s.name(), s.mountpoint()}) {
+    SCOPED_TRACE("acqfs umount " + target);
+    CommandResult r =
+        Acqfs({"umount", target, "--state-dir", s.state_dir(), "--no-export"});
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("is covered by a tmpfs mount"), std::string::npos)
+        << r.Describe();
+    EXPECT_TRUE(cover.OnTop()) << "the foreign tmpfs was unmounted";
+    EXPECT_EQ(LsState(s.state_dir(), s.name()), "mounted");
+  }
+  cover.Remove();
+  EXPECT_EQ(ContentOf(s.M("kept.txt")), "kept\n");
+  ASSERT_TRUE(s.Unmount(/*by_name=*/true));
+}
+
+// A mount made outside the state directory (mount.fuse.acqfs), covered:
+// `acqfs umount MOUNTPOINT` refuses rather than unmount the cover.
+TEST_F(Lifecycle, UmountOfAHelperMountNeverUnmountsItsCover) {
+  const std::string upper = tmp_.MakeDir("h-upper");
+  const std::string work = tmp_.MakeDir("h-work");
+  const std::string mnt = tmp_.MakeDir("h-mnt");
+  MountGuard guard(mnt);
+  CommandResult h = RunCommand(
+      {MountHelperBinary(), "acqfs", mnt, "-o",
+       "lowerdir=" + lower_ + ",upperdir=" + upper + ",workdir=" + work},
+      kCommandSeconds);
+  ASSERT_TRUE(h.ok()) << h.Describe();
+  const std::vector<pid_t> daemons = PidsWithArgument(mnt);
+  {
+    TmpfsOver cover(mnt);
+    ASSERT_TRUE(cover.ok());
+    const std::string state = tmp_.MakeDir("empty-state");
+    CommandResult r = Acqfs({"umount", mnt, "--state-dir", state});
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("is covered by a tmpfs mount"), std::string::npos)
+        << r.Describe();
+    EXPECT_TRUE(cover.OnTop());
+  }
+  const std::string state = tmp_.MakeDir("empty-state2");
+  CommandResult r = Acqfs({"umount", mnt, "--state-dir", state});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  for (pid_t pid : daemons) {
+    EXPECT_TRUE(WaitForProcessExit(pid, 20)) << "daemon " << pid;
+    KillIfAlive(pid, "acqfs");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// A sandbox's folder is reachable by its owner only: device nodes and
+// set-id files the sandbox makes in its upper layer cannot be used by other
+// users of the host (docs/sandboxes.md).
+
+class LifecycleState : public Lifecycle {
+ protected:
+  // `argv` run as nobody (uid and gid 65534, no groups).
+  static CommandResult AsNobody(std::vector<std::string> argv) {
+    std::vector<std::string> full = {"setpriv", "--reuid=65534",
+                                     "--regid=65534", "--clear-groups"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return RunCommand(full, 30);
+  }
+  static mode_t ModeOf(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return 07777;
+    return st.st_mode & 07777;
+  }
+};
+
+TEST_F(LifecycleState, OnlyTheOwnerReachesTheSandboxFolder) {
+  SandboxOptions o;
+  o.extra_umount_args = {"--no-export"};
+  Mount(o);
+  Sandbox& s = *sandbox_;
+  EXPECT_EQ(ModeOf(s.layer_dir()) & 077, 0u)
+      << std::oct << ModeOf(s.layer_dir());
+  // What a sandbox (run as root) can make in its upper layer.
+  ASSERT_SYS_OK(::mknod(s.M("disk").c_str(), S_IFCHR | 0666, makedev(1, 3)));
+  CommandResult cp =
+      RunCommand({"cp", "/usr/bin/id", s.M("suid-id")}, kCommandSeconds);
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  ASSERT_SYS_OK(::chmod(s.M("suid-id").c_str(), 04755));
+  struct stat st {};
+  ASSERT_SYS_OK(::lstat(s.U("disk").c_str(), &st));
+  ASSERT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_SYS_OK(::lstat(s.U("suid-id").c_str(), &st));
+  ASSERT_EQ(st.st_mode & 04000, 04000u);
+  auto nobody_locked_out = [&] {
+    CommandResult dev = AsNobody({"cat", s.U("disk")});
+    EXPECT_NE(dev.exit_code, 0) << dev.Describe();
+    EXPECT_NE(dev.err.find("Permission denied"), std::string::npos)
+        << dev.Describe();
+    // Run by a shell that is nobody already (setpriv itself still holds
+    // root's capabilities when it looks the program up).
+    CommandResult suid = AsNobody({"sh", "-c", "exec \"$0\"", s.U("suid-id")});
+    EXPECT_NE(suid.exit_code, 0) << suid.Describe();
+    EXPECT_NE(suid.err.find("Permission denied"), std::string::npos)
+        << suid.Describe();
+  };
+  nobody_locked_out();
+  ASSERT_TRUE(s.Unmount());
+  // A folder with wider permissions (made by hand, or by an older acqfs):
+  // another user reaches the upper layer...
+  ASSERT_SYS_OK(::chmod(s.layer_dir().c_str(), 0755));
+  CommandResult reach = AsNobody({"stat", s.U("suid-id")});
+  EXPECT_TRUE(reach.ok()) << reach.Describe();
+  // ...until the next mount narrows it.
+  ASSERT_TRUE(s.Remount());
+  EXPECT_EQ(ModeOf(s.layer_dir()), 0700u) << std::oct << ModeOf(s.layer_dir());
+  nobody_locked_out();
+  ASSERT_TRUE(s.Unmount());
+  // The mount helper over the sandbox's layers narrows it too.
+  ASSERT_SYS_OK(::chmod(s.layer_dir().c_str(), 0750));
+  const std::string mnt = tmp_.MakeDir("helper-mnt");
+  {
+    MountGuard guard(mnt);
+    CommandResult h =
+        RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
+                    "lowerdir=" + lower_ + ",upperdir=" + s.upper() +
+                        ",workdir=" + s.work()},
+                   kCommandSeconds);
+    ASSERT_TRUE(h.ok()) << h.Describe();
+    const std::vector<pid_t> daemons = PidsWithArgument(mnt);
+    EXPECT_EQ(ModeOf(s.layer_dir()), 0700u)
+        << std::oct << ModeOf(s.layer_dir());
+    CommandResult u = RunCommand({"fusermount3", "-u", mnt}, 30);
+    EXPECT_TRUE(u.ok()) << u.Describe();
+    for (pid_t pid : daemons) {
+      EXPECT_TRUE(WaitForProcessExit(pid, 20)) << "daemon " << pid;
+      KillIfAlive(pid, "acqfs");
+    }
+  }
+  nobody_locked_out();
+  ASSERT_TRUE(s.Remount());
 }
 
 // ---------------------------------------------------------------------------

@@ -93,6 +93,41 @@ TEST(LayersOpen, ReopeningEmptiesAcqfsTmpAgain) {
   EXPECT_TRUE(ListDir(t.tmp()).empty());
 }
 
+// One daemon per upper layer and work area: a second Layers::Open of the
+// same directories (a second daemon) is refused, names the pid holding
+// them, and touches nothing in the work area, where the first keeps the
+// data of files held open after their last name.
+TEST(LayersOpen, ASecondOpenOfTheSameLayersIsRefusedAndTouchesNothing) {
+  TempTree t;
+  ASSERT_OK_AND_ASSIGN(Layers first, acqfs_test::OpenLayers(t));
+  WriteFile(t.tmp() + "/#acqfs.kept", "data of a file held open");
+  auto second = acqfs_test::OpenLayers(t);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.err(), EBUSY);
+  const std::string msg = second.error().Message();
+  EXPECT_NE(msg.find(t.upper()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos)
+      << msg;
+  EXPECT_EQ(ReadFile(t.tmp() + "/#acqfs.kept"), "data of a file held open");
+  auto holder = LayersHolder(t.upper());
+  ASSERT_TRUE(holder.has_value());
+  EXPECT_EQ(*holder, ::getpid());
+  // Another upper layer with the same work area: refused too.
+  MakeDir(t.root() + "/upper2");
+  auto shared_work = Layers::Open(t.lower(), t.root() + "/upper2", t.work(),
+                                  XattrNamespace::kUser);
+  ASSERT_FALSE(shared_work.ok());
+  EXPECT_EQ(shared_work.err(), EBUSY);
+  EXPECT_NE(shared_work.error().Message().find(t.work()), std::string::npos)
+      << shared_work.error().Message();
+  EXPECT_EQ(ReadFile(t.tmp() + "/#acqfs.kept"), "data of a file held open");
+  // Once the first is gone, the layers open again (and are emptied).
+  { Layers gone = std::move(first); }
+  EXPECT_FALSE(LayersHolder(t.upper()).has_value());
+  ASSERT_OK_AND_ASSIGN(Layers again, acqfs_test::OpenLayers(t));
+  EXPECT_TRUE(ListDir(t.tmp()).empty());
+}
+
 TEST(LayersOpen, MissingLowerFails) {
   TempTree t;
   auto r = Layers::Open(t.root() + "/nope", t.upper(), t.work(),

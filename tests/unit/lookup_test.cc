@@ -237,8 +237,11 @@ TEST_F(Lookup, WhiteoutInLowerIsNotSpecial) {
 TEST_F(Lookup, OpaqueDirStopsLowerInTrustedNamespace) {
   ASSERT_TRUE(acqfs_test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
-  ASSERT_OK_AND_ASSIGN(Layers trusted,
-                       acqfs_test::OpenLayers(t_, XattrNamespace::kTrusted));
+  // A reader's view (the fixture's Layers holds the layers' claim, which a
+  // second serving Layers::Open would be refused).
+  ASSERT_OK_AND_ASSIGN(
+      Layers trusted,
+      Layers::OpenForReading(t_.lower(), t_.upper(), XattrNamespace::kTrusted));
   MakeDir(t_.L("d"));
   WriteFile(t_.L("d/low"), "l");
   MakeDir(t_.U("d"));
