@@ -5,7 +5,8 @@
 //   0  success
 //   1  bad input: usage, a wrong path or name, a refused request
 //   2  the operation itself failed (mount, unmount, export, removal)
-//   3  export finished but refused some branches (unsafe trees, reserved names)
+//   3  export finished but left some of the sandbox's work out: refused
+//      branches, working-tree paths whose names git refuses
 // Thread-safety: plain functions.
 #ifndef ACQFS_CLI_CLI_UTIL_H_
 #define ACQFS_CLI_CLI_UTIL_H_

@@ -40,6 +40,10 @@ void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
                 Short(r.host_dirty_commit).c_str());
   for (const auto& why : r.refused)
     std::fprintf(stderr, "acqfs: export: refused branch: %s\n", why.c_str());
+  for (const auto& k : r.skipped)
+    std::fprintf(stderr, "acqfs: export: left out of the %s: %s: %s\n",
+                 k.host ? "host's working state" : "working tree",
+                 QuotePath(k.path).c_str(), k.reason.c_str());
   std::printf("fetch with: %s\n", r.fetch_command.c_str());
 }
 
@@ -47,16 +51,26 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
   nlohmann::json updates = nlohmann::json::array();
   for (const auto& u : r.updates)
     updates.push_back({{"ref", u.ref}, {"old", u.old_id}, {"new", u.new_id}});
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const auto& k : r.skipped)
+    skipped.push_back({{"path", k.path},
+                       {"reason", k.reason},
+                       {"from", k.host ? "host" : "sandbox"}});
   nlohmann::json j = {{"sandbox", name},
                       {"updates", updates},
                       {"refused", r.refused},
+                      {"skipped", skipped},
                       {"worktree_commit", r.worktree_commit},
                       {"worktree_parent", r.worktree_parent},
                       {"host_dirty_commit", r.host_dirty_commit},
                       {"changed_paths", r.changed_paths},
                       {"nothing_new", r.nothing_new()},
                       {"fetch_command", r.fetch_command}};
-  std::printf("%s\n", j.dump(2).c_str());
+  // Names that are not UTF-8 (a branch or path may hold any bytes) are
+  // printed with U+FFFD, as `acqfs status --json` prints them.
+  std::printf(
+      "%s\n",
+      j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 }  // namespace
@@ -91,7 +105,10 @@ int ExportAndReport(const std::string& what, const std::string& name,
     PrintJson(paths.name, *r);
   else
     PrintText(paths.name, *r);
-  return r->refused.empty() ? 0 : kExitRefused;
+  // Something the sandbox holds was not published: say so by the status.
+  bool lost = !r->refused.empty();
+  for (const auto& k : r->skipped) lost = lost || !k.host;
+  return lost ? kExitRefused : 0;
 }
 
 int RunExport(const ExportArgs& a) {

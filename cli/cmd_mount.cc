@@ -273,9 +273,7 @@ int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
   const bool exists = !meta->name.empty();
   if (a.policy.given() || !exists) {
     auto rec = ResolvePolicy(a.policy);
-    if (!rec)
-      return Fail(kExitBadInput, "mount: " + rec.error().op, rec.error().path,
-                  std::strerror(rec.err()));
+    if (!rec) return Fail(kExitBadInput, "mount", rec.error());
     if (exists && !(*rec == meta->policy))
       return Fail(kExitBadInput, "mount: sandbox", t.name,
                   "was created with the policy \"" + meta->policy.Summary() +

@@ -30,6 +30,8 @@ void PrintPending(const gitbridge::PendingWork& w, const char* verb) {
   for (const auto& u : w.unfetched)
     std::fprintf(stderr, "  %s (exported, not fetched by the host): %s\n", verb,
                  u.c_str());
+  for (const auto& u : w.unexportable)
+    std::fprintf(stderr, "  %s (cannot be exported): %s\n", verb, u.c_str());
 }
 
 }  // namespace

@@ -378,10 +378,11 @@ class Runner {
   std::string state_;        // the state directory, as given (absolute)
   std::string state_canon_;  // ... and canonical
   SandboxMeta meta_;         // the sandbox's, once it exists
-  std::string lower_;        // canonical
-  std::string mountpoint_;   // where the sandbox is (or will be) mounted
-  bool reuse_ = false;       // it was mounted already: leave it mounted
-  bool mounted_ = false;     // run mounted it: unmount it at the end
+  std::optional<PolicyRecord> policy_;  // the policy options, when given
+  std::string lower_;                   // canonical
+  std::string mountpoint_;  // where the sandbox is (or will be) mounted
+  bool reuse_ = false;      // it was mounted already: leave it mounted
+  bool mounted_ = false;    // run mounted it: unmount it at the end
   bool made_mountpoint_ = false;
   std::vector<std::pair<std::string, std::string>> usr_links_;  // to, at
   std::vector<Bound> bound_;         // read-only binds of host directories
@@ -447,6 +448,13 @@ int Runner::CheckArgs() {
   if (!ValidSandboxName(a_.name))
     return Fail(kExitBadInput, "run: sandbox name", "'" + a_.name + "'",
                 "use 1-64 letters, digits, '.', '_' or '-' (not . or ..)");
+  // The policy options are checked here, before anything is made, by the
+  // same code `acqfs mount` runs on them again.
+  if (a_.policy.given()) {
+    auto rec = ResolvePolicy(a_.policy);
+    if (!rec) return Fail(kExitBadInput, "run", rec.error());
+    policy_ = *rec;
+  }
   auto bwrap = FindInPath("bwrap");
   if (!bwrap) {
     const char* path = std::getenv("PATH");
@@ -551,12 +559,8 @@ int Runner::CheckReuse() {
                 where +
                     "; --allow-other and -o apply only when run mounts "
                     "it (drop them, or unmount it first)");
-  if (a_.policy.given()) {
-    auto rec = ResolvePolicy(a_.policy);
-    if (!rec)
-      return Fail(kExitBadInput, "run: " + rec.error().op, rec.error().path,
-                  std::strerror(rec.err()));
-    if (!(*rec == meta_.policy))
+  if (policy_) {
+    if (!(*policy_ == meta_.policy))
       return Fail(kExitBadInput, "run: sandbox", a_.name,
                   "was created with the policy \"" + meta_.policy.Summary() +
                       "\"; a running sandbox cannot change it (run without "
@@ -691,9 +695,8 @@ int Runner::Mount() {
   for (const auto& g : p.hide) args.push_back("--hide=" + g);
   for (const auto& g : p.read_only) args.push_back("--read-only=" + g);
   if (p.hide_secrets) args.push_back("--hide-secrets");
-  if (!p.quota.empty()) args.push_back("--quota=" + p.quota);
-  if (!p.policy_file.empty())
-    args.push_back("--policy=" + Absolute(p.policy_file));
+  if (p.quota) args.push_back("--quota=" + *p.quota);
+  if (p.policy_file) args.push_back("--policy=" + Absolute(*p.policy_file));
   int rc = Helper(args);
   if (rc != 0) {
     if (made_mountpoint_ && ::rmdir(mountpoint_.c_str()) != 0)

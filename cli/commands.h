@@ -3,20 +3,23 @@
 #ifndef ACQFS_CLI_COMMANDS_H_
 #define ACQFS_CLI_COMMANDS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace acqfs::cli {
 
 // The policy options of `mount` and `run` (docs/sandboxes.md, "Policy").
+// An option given with an empty value is given (and then refused as it
+// does not parse), never taken for "not given".
 struct PolicyArgs {
   std::vector<std::string> hide, read_only;
-  std::string quota;        // a size such as 500M; "" = none
-  std::string policy_file;  // --policy FILE (JSON); "" = none
+  std::optional<std::string> quota;        // --quota SIZE, such as 500M
+  std::optional<std::string> policy_file;  // --policy FILE (JSON)
   bool hide_secrets = false;
   bool given() const {
-    return !hide.empty() || !read_only.empty() || !quota.empty() ||
-           !policy_file.empty() || hide_secrets;
+    return !hide.empty() || !read_only.empty() || quota || policy_file ||
+           hide_secrets;
   }
 };
 

@@ -55,9 +55,16 @@ Status ProbeFormat(const Layers& layers) {
   return s;
 }
 
-// A whole decimal number, or a decimal fraction for `fraction`.
+// A whole decimal number, or a decimal fraction for `fraction`: digits and
+// at most one '.', nothing else (no sign, blank, exponent, hex, inf or nan,
+// which strtod and strtoul would take).
 bool ParseNumber(const std::string& text, bool fraction, double* out) {
-  if (text.empty()) return false;
+  if (text.empty() || text == ".") return false;
+  size_t dots = 0;
+  for (char ch : text) {
+    if (ch == '.' && fraction && ++dots == 1) continue;
+    if (ch < '0' || ch > '9') return false;
+  }
   char* end = nullptr;
   errno = 0;
   double v = fraction

@@ -11,7 +11,7 @@ namespace acqfs {
 namespace {
 
 Error BadPattern(const std::string& text, const std::string& why) {
-  return Error::Of(EINVAL, "policy pattern (" + why + ")", "'" + text + "'");
+  return Error::Of(EINVAL, "not a pattern: " + why, "'" + text + "'");
 }
 
 // The end of the character class opening at text[i] == '[', or npos.
@@ -51,8 +51,20 @@ bool MatchComponent(const std::string& pattern, const std::string& name) {
 Result<PathGlob> PathGlob::Parse(const std::string& text) {
   if (text.empty()) return BadPattern(text, "empty");
   for (char ch : text)
-    if (ch == '\0' || ch == '\n')
-      return BadPattern(text, "holds a NUL or newline");
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+      return BadPattern(text,
+                        "holds a control character; write ? to match one");
+  // gitignore drops trailing spaces; here they would be part of the name,
+  // so a pattern with them hides or protects something else than it seems.
+  if (text.back() == ' ') {
+    size_t escapes = 0;  // backslashes right before the last space
+    for (size_t i = text.size() - 1; i > 0 && text[i - 1] == '\\'; --i)
+      ++escapes;
+    if (escapes % 2 == 0)
+      return BadPattern(text,
+                        "ends with a space; write '\\ ' for a name that "
+                        "ends with one");
+  }
   if (text[0] == '!')
     return BadPattern(text,
                       "'!' negation is not supported; write '\\!' "
@@ -188,7 +200,7 @@ bool Policy::ReadOnly(std::string_view rel, bool is_dir) const {
 
 Result<uint64_t> ParseSize(const std::string& text) {
   auto bad = [&](const std::string& why) -> Error {
-    return Error::Of(EINVAL, "size (" + why + ")", "'" + text + "'");
+    return Error::Of(EINVAL, "not a size: " + why, "'" + text + "'");
   };
   size_t i = 0;
   while (i < text.size() &&
@@ -218,6 +230,8 @@ Result<uint64_t> ParseSize(const std::string& text) {
       return bad("unknown unit; use K, M, G or T");
     }
   }
+  if (mult == 1 && number.find('.') != std::string::npos)
+    return bad("a number of bytes is whole; use K, M, G or T for fractions");
   double bytes = std::floor(v * mult);
   if (!(bytes >= 1)) return bad("must be at least one byte");
   if (bytes >= 1.8e19) return bad("too large");

@@ -27,8 +27,9 @@ namespace acqfs {
 //     of components (none included): "**/id_rsa", "secrets/**", "a/**/b".
 // A match on a directory covers everything below it (see Policy).
 // Refused (EINVAL naming the pattern): an empty pattern, "!" negation, "."
-// or ".." components, an unclosed "[", a trailing backslash, a NUL or
-// newline.
+// or ".." components, an unclosed "[", a trailing backslash, a control
+// character (NUL, newline, tab, ...), an unescaped space at the end (which
+// gitignore would drop).
 class PathGlob {
  public:
   static Result<PathGlob> Parse(const std::string& text);
@@ -92,7 +93,8 @@ class Policy {
 
 // Parses a size such as "500M", "2G", "1.5GiB", "4096" (bytes; K/M/G/T
 // suffixes are powers of 1024, an optional "B" or "iB" after them).
-// EINVAL naming the text when it is not a positive size.
+// EINVAL naming the text when it is not a positive size: empty, blanks,
+// signs, exponents, a fraction of a byte, an unknown unit.
 Result<uint64_t> ParseSize(const std::string& text);
 
 }  // namespace acqfs

@@ -5,10 +5,8 @@
 #include <git2/sys/odb_backend.h>
 #include <unistd.h>
 
-#include <cctype>
-#include <cstdio>
-#include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "common/handle.h"
 #include "common/sys.h"
@@ -18,83 +16,6 @@ namespace {
 
 // git's core.maxTreeDepth default: deeper trees are refused.
 constexpr int kMaxTreeDepth = 2048;
-
-// ---- CheckTreeEntry ------------------------------------------------------
-
-// Length of the HFS+ ignorable code point (U+200C..U+200F, U+202A..U+202E,
-// U+206A..U+206F, U+FEFF) encoded in UTF-8 at s[i], or 0.
-size_t HfsIgnorableAt(std::string_view s, size_t i) {
-  if (i + 3 > s.size()) return 0;
-  auto b0 = static_cast<unsigned char>(s[i]);
-  auto b1 = static_cast<unsigned char>(s[i + 1]);
-  auto b2 = static_cast<unsigned char>(s[i + 2]);
-  if (b0 == 0xE2 && b1 == 0x80 &&
-      ((b2 >= 0x8C && b2 <= 0x8F) || (b2 >= 0xAA && b2 <= 0xAE)))
-    return 3;
-  if (b0 == 0xE2 && b1 == 0x81 && b2 >= 0xAA && b2 <= 0xAF) return 3;
-  if (b0 == 0xEF && b1 == 0xBB && b2 == 0xBF) return 3;
-  return 0;
-}
-
-// The name as HFS+ and NTFS would compare it: HFS ignorables dropped, an
-// NTFS stream suffix (":...") and trailing dots and spaces cut, ASCII
-// lowercased.
-std::string FoldName(std::string_view name) {
-  std::string out;
-  for (size_t i = 0; i < name.size();) {
-    if (size_t n = HfsIgnorableAt(name, i)) {
-      i += n;
-      continue;
-    }
-    if (name[i] == ':') break;
-    out.push_back(
-        static_cast<char>(std::tolower(static_cast<unsigned char>(name[i]))));
-    ++i;
-  }
-  while (!out.empty() && (out.back() == '.' || out.back() == ' '))
-    out.pop_back();
-  return out;
-}
-
-// An NTFS 8.3 short name of a long name starting with `prefix6`: the first
-// k (1..6) characters of it, '~', a digit 1-9, then digits up to 8 chars.
-bool NtfsShortName(const std::string& folded, std::string_view prefix6) {
-  if (folded.size() != 8) return false;
-  size_t tilde = folded.find('~');
-  if (tilde == std::string::npos || tilde == 0 || tilde > 6) return false;
-  if (folded.compare(0, tilde, prefix6.substr(0, tilde)) != 0) return false;
-  if (folded[tilde + 1] < '1' || folded[tilde + 1] > '9') return false;
-  for (size_t i = tilde + 2; i < folded.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(folded[i]))) return false;
-  return true;
-}
-
-bool IsDotGit(const std::string& folded) {
-  return folded == ".git" || folded == "git~1";
-}
-
-bool IsDotGitmodules(const std::string& folded) {
-  if (folded == ".gitmodules") return true;
-  if (folded.size() == 8 && folded.compare(0, 7, "gitmod~") == 0 &&
-      folded[7] >= '1' && folded[7] <= '4')
-    return true;
-  return NtfsShortName(folded, "gi7eba");  // git's fallback short name
-}
-
-// The name with control bytes escaped, for messages.
-std::string Printable(const std::string& name) {
-  std::string out;
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
 
 // ---- Bridge creation -----------------------------------------------------
 
@@ -225,7 +146,6 @@ class ObjectCopier {
 
  private:
   Status CopyTree(const git_oid& id, const std::string& where, int depth);
-  Status CheckEntries(const git_tree* tree, const std::string& where);
   Status CopyRaw(const git_oid& id, git_object_t type,
                  const std::string& where);
 
@@ -260,33 +180,28 @@ Status ObjectCopier::CopyRaw(const git_oid& id, git_object_t type,
   return Ok();
 }
 
-Status ObjectCopier::CheckEntries(const git_tree* tree,
-                                  const std::string& where) {
-  std::unordered_set<std::string> names;
-  size_t n = git_tree_entrycount(tree);
-  for (size_t i = 0; i < n; ++i) {
-    const git_tree_entry* e = git_tree_entry_byindex(tree, i);
-    std::string name = git_tree_entry_name(e);
-    std::string path = where.back() == ':' ? where + name : where + "/" + name;
-    ACQFS_TRY(CheckTreeEntry(name, git_tree_entry_filemode(e), path));
-    if (!names.insert(name).second)
-      return Error::Of(EPERM, "duplicate tree entry '" + Printable(name) + "'",
-                       path);
-  }
-  return Ok();
-}
-
 // `where` is "<commit>:<path>" of this tree.
 Status ObjectCopier::CopyTree(const git_oid& id, const std::string& where,
                               int depth) {
   if (Have(id)) return Ok();
   if (depth > kMaxTreeDepth)
     return Error::Of(EPERM, "refused tree nested too deeply", where);
+  {
+    // The raw object is what is copied, so that is what is checked.
+    git_odb_object* oraw = nullptr;
+    int rc = git_odb_read(&oraw, src_, &id);  // hash-verified by libgit2
+    GitOdbObject obj(oraw);
+    if (rc < 0) return GitError(rc, "read tree " + OidHex(id), where);
+    if (git_odb_object_type(obj.get()) != GIT_OBJECT_TREE)
+      return Error::Of(EIO, "object " + OidHex(id) + " is not a tree", where);
+    ACQFS_TRY(
+        CheckRawTree(static_cast<const char*>(git_odb_object_data(obj.get())),
+                     git_odb_object_size(obj.get()), where));
+  }
   git_tree* raw = nullptr;
   int rc = git_tree_lookup(&raw, src_repo_, &id);
   GitTree tree(raw);
   if (rc < 0) return GitError(rc, "read tree " + OidHex(id), where);
-  ACQFS_TRY(CheckEntries(tree.get(), where));
   size_t n = git_tree_entrycount(tree.get());
   for (size_t i = 0; i < n; ++i) {
     const git_tree_entry* e = git_tree_entry_byindex(tree.get(), i);
@@ -364,23 +279,34 @@ Result<GitOdb> OdbOf(git_repository* repo, const std::string& shown) {
   return odb;
 }
 
-}  // namespace
-
-Status CheckTreeEntry(const std::string& name, git_filemode_t mode,
-                      const std::string& where) {
-  auto refuse = [&]() {
-    return Error::Of(EPERM, "refused tree entry '" + Printable(name) + "'",
-                     where);
-  };
-  if (name.empty() || name == "." || name == ".." ||
-      name.find('/') != std::string::npos ||
-      name.find('\0') != std::string::npos)
-    return refuse();
-  std::string folded = FoldName(name);
-  if (IsDotGit(folded)) return refuse();
-  if (mode == GIT_FILEMODE_LINK && IsDotGitmodules(folded)) return refuse();
-  return Ok();
+// An object database of the bridge's own objects/ only (loose and packed),
+// without the alternates.
+Result<GitOdb> OwnOdb(const std::string& bridge) {
+  const std::string objects = bridge + "/objects";
+  git_odb* raw = nullptr;
+  int rc = git_odb_new(&raw);
+  GitOdb odb(raw);
+  if (rc < 0) return GitError(rc, "new object database", objects);
+  git_odb_backend* loose = nullptr;
+  rc = git_odb_backend_loose(&loose, objects.c_str(), -1, 0, 0, 0);
+  if (rc < 0) return GitError(rc, "open loose objects", objects);
+  rc = git_odb_add_backend(odb.get(), loose, 1);
+  if (rc < 0) {
+    loose->free(loose);
+    return GitError(rc, "open loose objects", objects);
+  }
+  git_odb_backend* packed = nullptr;
+  rc = git_odb_backend_pack(&packed, objects.c_str());
+  if (rc < 0) return GitError(rc, "open packs", objects);
+  rc = git_odb_add_backend(odb.get(), packed, 2);
+  if (rc < 0) {
+    packed->free(packed);
+    return GitError(rc, "open packs", objects);
+  }
+  return odb;
 }
+
+}  // namespace
 
 Result<BridgeRepo> BridgeRepo::OpenOrCreate(
     const std::string& path, const std::string& host_objects_dir) {
@@ -423,6 +349,90 @@ Status BridgeRepo::CopyReachable(git_repository* source,
     if (rc < 0) return GitError(rc, "walk commits", path_);
     ACQFS_TRY(copier.CopyCommit(id));
   }
+}
+
+Status BridgeRepo::VerifyPublished(const std::vector<git_oid>& tips) const {
+  auto own = OwnOdb(path_);
+  if (!own) return own.error();
+  auto all = OdbOf(repo(), path_);
+  if (!all) return all.error();
+  auto damaged = [&](const std::string& hex, const std::string& where,
+                     const std::string& what) {
+    return Error::Of(EIO,
+                     "damaged bridge repository: object " + hex + " (" + where +
+                         ") " + what +
+                         "; remove the bridge and export again to rebuild it "
+                         "from the layers",
+                     path_);
+  };
+  struct Pending {
+    git_oid id;
+    git_object_t type;
+    std::string where;  // how it was reached, for the message
+  };
+  std::vector<Pending> todo;
+  for (const git_oid& t : tips)
+    todo.push_back({t, GIT_OBJECT_COMMIT, "commit " + OidHex(t)});
+  std::unordered_set<std::string> seen;
+  while (!todo.empty()) {
+    Pending p = std::move(todo.back());
+    todo.pop_back();
+    std::string hex = OidHex(p.id);
+    if (!seen.insert(hex).second) continue;
+    // Its packs were listed when it was opened: a miss needs no rescan.
+    if (git_odb_exists_ext(own->get(), &p.id, GIT_ODB_LOOKUP_NO_REFRESH) != 1) {
+      // Not the bridge's own: the host's, through the alternates.
+      if (git_odb_exists_ext(all->get(), &p.id, GIT_ODB_LOOKUP_NO_REFRESH) !=
+              1 &&
+          git_odb_exists(all->get(), &p.id) != 1)
+        return damaged(hex, p.where, "is missing");
+      continue;
+    }
+    {
+      git_odb_object* raw = nullptr;
+      int rc = git_odb_read(&raw, own->get(), &p.id);  // checks the hash
+      GitOdbObject obj(raw);
+      if (rc < 0) {
+        const git_error* e = git_error_last();
+        return damaged(hex, p.where,
+                       std::string("cannot be read") +
+                           (e && e->message ? std::string(": ") + e->message
+                                            : std::string()));
+      }
+      git_object_t type = git_odb_object_type(obj.get());
+      if (type != p.type)
+        return damaged(hex, p.where,
+                       std::string("is a ") + TypeName(type) + ", expected a " +
+                           TypeName(p.type));
+    }
+    if (p.type == GIT_OBJECT_COMMIT) {
+      git_commit* raw = nullptr;
+      int rc = git_commit_lookup(&raw, repo(), &p.id);
+      GitCommit c(raw);
+      if (rc < 0) return damaged(hex, p.where, "cannot be parsed");
+      todo.push_back({*git_commit_tree_id(c.get()), GIT_OBJECT_TREE,
+                      "tree of commit " + hex});
+      for (unsigned i = 0; i < git_commit_parentcount(c.get()); ++i)
+        todo.push_back({*git_commit_parent_id(c.get(), i), GIT_OBJECT_COMMIT,
+                        "parent of commit " + hex});
+    } else if (p.type == GIT_OBJECT_TREE) {
+      git_tree* raw = nullptr;
+      int rc = git_tree_lookup(&raw, repo(), &p.id);
+      GitTree t(raw);
+      if (rc < 0) return damaged(hex, p.where, "cannot be parsed");
+      size_t n = git_tree_entrycount(t.get());
+      for (size_t i = 0; i < n; ++i) {
+        const git_tree_entry* e = git_tree_entry_byindex(t.get(), i);
+        git_object_t type = git_tree_entry_type(e);
+        if (type != GIT_OBJECT_TREE && type != GIT_OBJECT_BLOB) continue;
+        todo.push_back({*git_tree_entry_id(e), type,
+                        std::string("entry '") +
+                            PrintableName(git_tree_entry_name(e)) +
+                            "' of tree " + hex});
+      }
+    }
+  }
+  return Ok();
 }
 
 Result<std::map<std::string, git_oid>> BridgeRepo::Refs(

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/git_ptr.h"
+#include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
 
@@ -36,10 +37,20 @@ class BridgeRepo {
   // commits reachable from `hide`. Each object is read from `source`
   // (hash-verified), checked, and written; the id written must equal the id
   // read. Trees are refused (EPERM, naming the commit and the path) when
-  // CheckTreeEntry refuses an entry. Nothing is written when a check fails
-  // before the copy of that object.
+  // CheckRawTree refuses them (git_names.h: the rules git's fsck applies).
+  // Nothing is written when a check fails before the copy of that object.
   Status CopyReachable(git_repository* source, const std::vector<git_oid>& tips,
                        const std::vector<git_oid>& hide);
+
+  // Checks that `git fetch` can read from the bridge what `tips` (commits
+  // about to be published) need: every object reachable from them that the
+  // bridge stores itself (loose or packed in its objects/, not through the
+  // alternates) is read and its hash checked; the walk continues through
+  // those and stops at objects only the alternates (the host) hold, which
+  // must exist. Gitlinks are not followed. Cost: the bridge's own objects
+  // reachable from `tips`, never the host's history. EIO naming the bridge
+  // and the object when one is missing, unreadable or damaged.
+  Status VerifyPublished(const std::vector<git_oid>& tips) const;
 
   // refs under `prefix` (e.g. "refs/heads/"), names without the prefix.
   Result<std::map<std::string, git_oid>> Refs(const std::string& prefix) const;
@@ -53,13 +64,6 @@ class BridgeRepo {
   GitRepository repo_;
   std::string path_;
 };
-
-// The names a published tree may not contain: ".git" and its HFS (ignorable
-// Unicode) and NTFS ("git~1", trailing dots/spaces, ":stream") spellings,
-// "." and "..", names with "/" or NUL, and a ".gitmodules" (any spelling)
-// that is a symlink. Returns EPERM with a message naming the entry.
-Status CheckTreeEntry(const std::string& name, git_filemode_t mode,
-                      const std::string& where);
 
 }  // namespace acqfs::gitbridge
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/sys.h"
+#include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -33,6 +34,13 @@ struct ScanState {
 };
 
 Status ScanDir(ScanState* s, const DirScan& dir);
+
+// The mode git records for an object of `st_mode`.
+uint32_t GitMode(mode_t st_mode) {
+  if (S_ISDIR(st_mode)) return kModeTree;
+  if (S_ISLNK(st_mode)) return kModeLink;
+  return (st_mode & S_IXUSR) ? kModeExecutable : kModeBlob;
+}
 
 // Hashes a whole file with XXH3-64, streaming.
 Result<XXH64_hash_t> HashFile(const Layer& layer, const std::string& rel,
@@ -159,6 +167,14 @@ Status ScanEntry(ScanState* s, const DirScan& dir, const std::string& name) {
   if (*whiteout) {
     s->out.push_back(Change{Change::kDelete, rel});
     return Ok();
+  }
+  if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) {
+    // A name git refuses is never published, so nothing below it is read.
+    std::string why = UnsafeTreeEntry(name, GitMode(st.st_mode));
+    if (!why.empty()) {
+      s->out.push_back(Change{Change::kUnsafe, rel, st.st_mode, 0, why});
+      return Ok();
+    }
   }
   if (S_ISDIR(st.st_mode)) return ScanSubdir(s, dir, name);
   if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))

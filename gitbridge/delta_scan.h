@@ -9,6 +9,11 @@
 //            copy-up left byte-for-byte equal to the lower object at the same
 //            path (same type, same size, same xxHash64 of content or link
 //            target, same executable bit): those are not changes.
+//   kUnsafe  a regular file, symlink or directory whose name git refuses
+//            in a tree (git_names.h: UnsafeTreeEntry; ".GIT", "git~1", a
+//            symlinked ".gitmodules.", ...), with the reason; the scan does
+//            not look below such a directory. The other kinds never name a
+//            path below a kUnsafe one.
 // Directories themselves (empty or not), fifos, sockets and devices are not
 // reported: git does not record them.
 // Thread-safety: reentrant.
@@ -28,11 +33,12 @@
 namespace acqfs::gitbridge {
 
 struct Change {
-  enum Kind { kDelete, kUpsert };
+  enum Kind { kDelete, kUpsert, kUnsafe };
   Kind kind;
-  std::string path;   // relative, '/'-separated
-  mode_t mode = 0;    // kUpsert: the upper object's st_mode
-  uint64_t size = 0;  // kUpsert: its size
+  std::string path;      // relative, '/'-separated
+  mode_t mode = 0;       // kUpsert, kUnsafe: the upper object's st_mode
+  uint64_t size = 0;     // kUpsert: its size
+  std::string reason{};  // kUnsafe: why git refuses the name
 };
 
 struct ScanStats {

@@ -9,6 +9,7 @@
 #include "common/git_ptr.h"
 #include "fs/layer.h"
 #include "gitbridge/bridge_repo.h"
+#include "gitbridge/git_names.h"
 #include "gitbridge/host_repo.h"
 #include "gitbridge/remote.h"
 #include "gitbridge/sandbox_repo.h"
@@ -64,6 +65,7 @@ bool Reserved(const std::string& branch) {
 struct Plan {
   std::map<std::string, git_oid> publish;  // branch -> tip
   std::vector<std::string> refused;
+  std::vector<SkippedExport> skipped;
   std::map<std::string, git_oid> bridge_heads;  // before this export
   std::optional<git_oid> host_dirty;
   std::optional<git_oid> base;  // the snapshot's 1st parent
@@ -100,6 +102,11 @@ Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
                               "tree commit");
       continue;
     }
+    if (std::string why = BadBranchName(name); !why.empty()) {
+      plan->refused.push_back(PrintableName(name) + ": " + why +
+                              " (git check-ref-format --branch refuses it)");
+      continue;
+    }
     Report(s.progress, "copying the objects of branch " + name);
     // Whatever stops the copy (an unsafe tree, a missing or corrupt object
     // in the sandbox) stops this branch only.
@@ -129,8 +136,11 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   if (s.sandbox) head = s.sandbox->Head();
   if (!head) return head.error();
   Report(s.progress, "reading the host's working tree");
-  auto dirty = s.host->DirtyCommit(bridge);
+  std::vector<SkippedPath> host_skipped;
+  auto dirty = s.host->DirtyCommit(bridge, &host_skipped);
   if (!dirty) return dirty.error();
+  for (SkippedPath& k : host_skipped)
+    plan->skipped.push_back({std::move(k.path), std::move(k.reason), true});
   plan->host_dirty = *dirty;
   bool head_moved =
       *head && (!host_head || !git_oid_equal(&**head, &*host_head));
@@ -168,6 +178,8 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   }
   plan->tree = *tree;
   plan->changes = stats.changes;
+  for (SkippedPath& k : stats.skipped)
+    plan->skipped.push_back({std::move(k.path), std::move(k.reason), false});
 
   auto refs = s.bridge->Refs("refs/acqfs/");
   if (!refs) return refs.error();
@@ -275,6 +287,18 @@ Status PublishBranches(Session& s, const Plan& plan, ExportResult* r) {
   return Ok();
 }
 
+// The commits the bridge's refs will name once this export is published.
+std::vector<git_oid> PublishedTips(const Plan& plan,
+                                   const std::optional<git_oid>& snapshot) {
+  std::vector<git_oid> tips;
+  for (const auto& [name, tip] : plan.publish) tips.push_back(tip);
+  if (snapshot)
+    tips.push_back(*snapshot);
+  else if (plan.prev)
+    tips.push_back(*plan.prev);
+  return tips;
+}
+
 }  // namespace
 
 bool IsGitCheckout(const std::string& dir) {
@@ -301,18 +325,28 @@ Result<ExportResult> Export(const ExportConfig& c) {
   if (!plan) return plan.error();
   ExportResult r;
   r.refused = plan->refused;
+  r.skipped = plan->skipped;
   r.changed_paths = plan->changes;
   r.host_dirty_commit = Hex(plan->host_dirty);
   r.fetch_command = "git -C " + c.lower + " fetch " + RemoteName(c.sandbox);
-  ACQFS_TRY(PublishBranches(s, *plan, &r));
-  r.worktree_commit = Hex(plan->prev);
+  std::optional<git_oid> snapshot;
   if (plan->worktree_changed) {
     Report(s.progress, "writing the snapshot commit");
     auto id = CommitSnapshot(s, c, *plan);
     if (!id) return id.error();
-    ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *id, "acqfs export"));
-    r.updates.push_back(RefUpdate{kWorktreeRef, Hex(plan->prev), OidHex(*id)});
-    r.worktree_commit = OidHex(*id);
+    snapshot = *id;
+  }
+  // What `git fetch` will read must be readable: checked before any ref
+  // moves, so a damaged bridge fails the export and keeps its refs.
+  Report(s.progress, "verifying the bridge's objects");
+  ACQFS_TRY(s.bridge->VerifyPublished(PublishedTips(*plan, snapshot)));
+  ACQFS_TRY(PublishBranches(s, *plan, &r));
+  r.worktree_commit = Hex(plan->prev);
+  if (snapshot) {
+    ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *snapshot, "acqfs export"));
+    r.updates.push_back(
+        RefUpdate{kWorktreeRef, Hex(plan->prev), OidHex(*snapshot)});
+    r.worktree_commit = OidHex(*snapshot);
   }
   r.worktree_parent = r.worktree_commit.empty() ? "" : Hex(plan->base);
   return r;
@@ -333,8 +367,12 @@ Result<PendingWork> Pending(const ExportConfig& c) {
   if (plan->worktree_changed)
     w.unexported.push_back("working tree changes (" +
                            std::to_string(plan->changes) + " paths)");
-  // What an export refuses cannot be brought back either.
-  for (const auto& r : plan->refused) w.unexported.push_back("refused " + r);
+  for (const std::string& why : plan->refused)
+    w.unexportable.push_back("refused " + why);
+  for (const SkippedExport& k : plan->skipped)
+    if (!k.host)
+      w.unexportable.push_back("path " + PrintableName(k.path) + ": " +
+                               k.reason);
   std::map<std::string, git_oid> published = plan->bridge_heads;
   auto refs = s.bridge->Refs("refs/acqfs/");
   if (!refs) return refs.error();

@@ -42,25 +42,42 @@ struct RefUpdate {
   std::string new_id;  // "" when deleted
 };
 
+// A path left out of what an export publishes because git refuses its name
+// in a tree (git_names.h).
+struct SkippedExport {
+  std::string path;    // relative to the checkout; its first refused part
+  std::string reason;  // why git refuses it
+  bool host = false;   // in the host's own uncommitted work (not the sandbox)
+};
+
 struct ExportResult {
-  std::vector<RefUpdate> updates;    // what changed in the bridge
-  std::vector<std::string> refused;  // "<branch>: <reason>"
-  std::string worktree_commit;       // current refs/acqfs/worktree
-  std::string worktree_parent;       // its first parent (the base)
-  std::string host_dirty_commit;     // the host's own work, "" if clean
-  uint64_t changed_paths = 0;        // changes the upper layer holds
-  std::string fetch_command;         // what the host runs to fetch
+  std::vector<RefUpdate> updates;      // what changed in the bridge
+  std::vector<std::string> refused;    // "<branch>: <reason>"
+  std::vector<SkippedExport> skipped;  // left out of the commits
+  std::string worktree_commit;         // current refs/acqfs/worktree
+  std::string worktree_parent;         // its first parent (the base)
+  std::string host_dirty_commit;       // the host's own work, "" if clean
+  uint64_t changed_paths = 0;          // changes the upper layer holds
+  std::string fetch_command;           // what the host runs to fetch
   bool nothing_new() const { return updates.empty(); }
 };
 
-// Exports the sandbox. A refused branch (unsafe tree, reserved name) is
-// listed in `refused` and not published; everything else still is.
+// Exports the sandbox. A refused branch (unsafe tree, reserved name, a name
+// `git check-ref-format --branch` refuses) is listed in `refused` and not
+// published; a path whose name git refuses is left out of the working-tree
+// (or host working state) commit and listed in `skipped`; everything else
+// still is. Before any ref moves, what the refs will name is verified in
+// the bridge (BridgeRepo::VerifyPublished): a damaged bridge fails the
+// export (EIO naming it) and leaves its refs as they were.
 Result<ExportResult> Export(const ExportConfig& config);
 
 struct PendingWork {
-  std::vector<std::string> unexported;  // what an export would publish
-  std::vector<std::string> unfetched;   // bridge refs the host lacks
-  bool empty() const { return unexported.empty() && unfetched.empty(); }
+  std::vector<std::string> unexported;    // what an export would publish
+  std::vector<std::string> unfetched;     // bridge refs the host lacks
+  std::vector<std::string> unexportable;  // refused branches, skipped paths
+  bool empty() const {
+    return unexported.empty() && unfetched.empty() && unexportable.empty();
+  }
 };
 Result<PendingWork> Pending(const ExportConfig& config);
 

@@ -243,7 +243,7 @@ bool HostRepo::HasObject(const git_oid& id) const {
 }
 
 Result<std::optional<git_oid>> HostRepo::DirtyCommit(
-    git_repository* bridge) const {
+    git_repository* bridge, std::vector<SkippedPath>* skipped) const {
   auto list = HostStatus(repo(), workdir_);
   if (!list) return list.error();
   std::set<std::string> paths = ChangedPaths(list->get());
@@ -260,16 +260,31 @@ Result<std::optional<git_oid>> HostRepo::DirtyCommit(
   // Removals first, so that a path that became a directory (or stopped
   // being one) is cleared before what replaces it is put.
   std::vector<TreeEdit> removals, puts;
+  std::set<std::string> refused;  // first refused components, reported once
   for (const std::string& path : paths) {
     auto edit = WorkingEdit(repo(), odb.get(), root->get(), path,
                             workdir_ + "/" + path);
     if (!edit) return edit.error();
+    if (edit->kind == TreeEdit::kPut) {
+      if (auto bad = UnsafeTreePath(path, static_cast<uint32_t>(edit->mode))) {
+        // Left out means absent: not HEAD's version of the path either.
+        removals.push_back(TreeEdit{TreeEdit::kRemove, bad->path});
+        if (refused.insert(bad->path).second && skipped)
+          skipped->push_back(std::move(*bad));
+        continue;
+      }
+    }
     (edit->kind == TreeEdit::kRemove ? removals : puts).push_back(*edit);
   }
   removals.insert(removals.end(), puts.begin(), puts.end());
   const git_oid* base = *head ? git_commit_tree_id(head->get()) : nullptr;
+  const bool any_put = !puts.empty();
   auto tree = ApplyTreeEdits(bridge, base, removals);
   if (!tree) return tree.error();
+  // Nothing but paths left out (or changes that undo themselves): no
+  // working state to record.
+  if (base ? git_oid_equal(&*tree, base) : !any_put)
+    return std::optional<git_oid>();
   auto id = CommitDirty(bridge, *tree, head->get(), workdir_);
   if (!id) return id.error();
   return std::optional<git_oid>(*id);

@@ -10,9 +10,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/git_ptr.h"
+#include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
 
@@ -39,8 +41,12 @@ class HostRepo {
   // tree = HEAD's tree + staged and unstaged changes of tracked files +
   // untracked files that are not ignored (by the host's rules); parent =
   // HEAD. nullopt when the working tree and index equal HEAD. The host's
-  // index and files are read, never written.
-  Result<std::optional<git_oid>> DirtyCommit(git_repository* bridge) const;
+  // index and files are read, never written. A path whose name git refuses
+  // in a tree (git_names.h) is left out and added to `skipped` (when not
+  // null), once for its first refused component.
+  Result<std::optional<git_oid>> DirtyCommit(
+      git_repository* bridge,
+      std::vector<SkippedPath>* skipped = nullptr) const;
 
  private:
   HostRepo(GitRepository repo, std::string workdir)

@@ -1,11 +1,10 @@
 #include "gitbridge/tree_build.h"
 
-#include <strings.h>
-
 #include <map>
 
 #include "common/git_ptr.h"
 #include "common/sys.h"
+#include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -44,27 +43,31 @@ Result<std::vector<std::string>> SplitEditPath(const std::string& path) {
   }
 }
 
-Status CheckPut(const TreeEdit& e, const std::string& last) {
+Status CheckPut(const TreeEdit& e) {
   switch (e.mode) {
     case GIT_FILEMODE_BLOB:
     case GIT_FILEMODE_BLOB_EXECUTABLE:
     case GIT_FILEMODE_COMMIT:
-      return Ok();
     case GIT_FILEMODE_LINK:
-      // libgit2 accepts a symlinked .gitmodules; git's fsck refuses it.
-      if (::strcasecmp(last.c_str(), ".gitmodules") == 0)
-        return Error::Of(EINVAL, "tree edit (.gitmodules symlink)", e.path);
-      return Ok();
+      break;
     default:
       return Error::Of(EINVAL, "tree edit (bad file mode)", e.path);
   }
+  // git_treebuilder refuses only some of what git refuses (and then fails
+  // with a bare "invalid name"): the bridge's one rule set is applied here.
+  if (auto bad = UnsafeTreePath(e.path, static_cast<uint32_t>(e.mode)))
+    return Error::Of(EPERM,
+                     "tree edit (" + PrintableName(sys::Basename(bad->path)) +
+                         ": " + bad->reason + ")",
+                     bad->path);
+  return Ok();
 }
 
 // Records one edit in the trie rooted at `root`.
 Status AddEdit(EditNode* root, const TreeEdit& e) {
   auto parts = SplitEditPath(e.path);
   if (!parts) return parts.error();
-  if (e.kind == TreeEdit::kPut) ACQFS_TRY(CheckPut(e, parts->back()));
+  if (e.kind == TreeEdit::kPut) ACQFS_TRY(CheckPut(e));
   EditNode* node = root;
   for (size_t i = 0; i + 1 < parts->size(); ++i) {
     EditNode* child = &node->children[(*parts)[i]];

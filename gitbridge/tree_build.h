@@ -3,7 +3,9 @@
 // git_treebuilder, which refuses unsafe entry names. Handles a path that
 // turns from a file into a directory or back within one call (the case
 // git_tree_create_updated refuses as a "D/F conflict"), drops subtrees left
-// empty, and writes the new trees into `repo`.
+// empty, and writes the new trees into `repo`. A kPut whose path git would
+// refuse (git_names.h: UnsafeTreePath) is refused with EPERM naming it;
+// callers leave such paths out first and report them.
 // Thread-safety: one repo per thread (libgit2 rule).
 #ifndef ACQFS_GITBRIDGE_TREE_BUILD_H_
 #define ACQFS_GITBRIDGE_TREE_BUILD_H_

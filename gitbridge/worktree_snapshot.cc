@@ -1,6 +1,7 @@
 #include "gitbridge/worktree_snapshot.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,6 +131,20 @@ Status AddChange(Snapshot* s, const Change& c) {
   auto base = ClassifyBase(s->base, c.path);
   if (!base) return base.error();
   if (base->in_gitlink) return Ok();  // submodules are kept as they are
+  if (c.kind == Change::kUnsafe) {
+    // Left out means absent: not the base's version of the path either.
+    s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
+    if (!base->tracked) {
+      auto ignored = s->ignore.IsIgnored(c.path, S_ISDIR(c.mode));
+      if (!ignored) return ignored.error();
+      if (*ignored) {
+        ++s->stats.ignored_skipped;
+        return Ok();
+      }
+    }
+    s->stats.skipped.push_back(SkippedPath{c.path, c.reason});
+    return Ok();
+  }
   if (c.kind == Change::kDelete) {
     s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
     return Ok();

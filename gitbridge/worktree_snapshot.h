@@ -9,7 +9,11 @@
 //     as links (the blob is the target, never followed);
 //   - gitlink (submodule) entries of the base are kept as they are, and the
 //     scan never descends into them;
-//   - blobs are hashed from the upper files and written into `repo`.
+//   - blobs are hashed from the upper files and written into `repo`;
+//   - a path whose name git refuses in a tree (git_names.h; ".GIT/x", a
+//     symlinked "GITMOD~1") is left out (also the base's entry there) and
+//     listed in `skipped`, unless it is untracked and the sandbox's ignore
+//     rules ignore it (git add -A would not add it either).
 // Thread-safety: one repo per thread.
 #ifndef ACQFS_GITBRIDGE_WORKTREE_SNAPSHOT_H_
 #define ACQFS_GITBRIDGE_WORKTREE_SNAPSHOT_H_
@@ -17,17 +21,20 @@
 #include <git2.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "common/error.h"
 #include "common/progress_fn.h"
 #include "fs/layer.h"
+#include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
 
 struct SnapshotStats {
-  uint64_t changes = 0;          // changes the scan reported
-  uint64_t blobs_written = 0;    // upper files hashed into the repository
-  uint64_t ignored_skipped = 0;  // untracked, ignored paths left out
+  uint64_t changes = 0;              // changes the scan reported
+  uint64_t blobs_written = 0;        // upper files hashed into the repository
+  uint64_t ignored_skipped = 0;      // untracked, ignored paths left out
+  std::vector<SkippedPath> skipped;  // left out: names git refuses
 };
 
 // `base_tree` may be null (empty). Returns the new tree's id.

@@ -1,7 +1,9 @@
 // Tests of BridgeRepo and CheckTreeEntry: the bridge is created bare, without
 // hooks, with the protect settings and the host's objects as alternates;
 // CopyReachable copies exactly the objects the bridge lacks, verifies them
-// and refuses unsafe trees without writing them; refs are plain refs.
+// and refuses unsafe trees without writing them; refs are plain refs;
+// VerifyPublished finds damaged, missing and wrong objects of the bridge's
+// own, and reads none of the host's.
 #include "gitbridge/bridge_repo.h"
 
 #include <gtest/gtest.h>
@@ -294,17 +296,23 @@ TEST_P(BridgeRefusalTest, UnsafeTreeIsRefusedAndNothingOfItWritten) {
 
 INSTANTIATE_TEST_SUITE_P(
     Names, BridgeRefusalTest,
-    ::testing::Values(Refusal{"100644", ".git"}, Refusal{"40000", ".git"},
-                      Refusal{"100644", ".GIT"}, Refusal{"100644", "git~1"},
-                      Refusal{"100644", "GIT~1"}, Refusal{"100644", ".git. "},
-                      Refusal{"100644", ".git::$INDEX_ALLOCATION"},
-                      Refusal{"100644", ".g\xE2\x80\x8Cit"},
-                      Refusal{"100644", "\xEF\xBB\xBF.git"},
-                      Refusal{"120000", ".gitmodules"},
-                      Refusal{"120000", ".GitModules"},
-                      Refusal{"120000", "gitmod~1"},
-                      Refusal{"120000", ".gitmodules "},
-                      Refusal{"100644", ".."}, Refusal{"100644", "."}));
+    ::testing::Values(
+        Refusal{"100644", ".git"}, Refusal{"40000", ".git"},
+        Refusal{"100644", ".GIT"}, Refusal{"100644", "git~1"},
+        Refusal{"100644", "GIT~1"}, Refusal{"100644", ".git. "},
+        Refusal{"100644", ".git::$INDEX_ALLOCATION"},
+        Refusal{"100644", ".g\xE2\x80\x8Cit"},
+        Refusal{"100644", "\xEF\xBB\xBF.git"}, Refusal{"120000", ".gitmodules"},
+        Refusal{"120000", ".GitModules"}, Refusal{"120000", "gitmod~1"},
+        Refusal{"120000", ".gitmodules "}, Refusal{"100644", ".."},
+        Refusal{"100644", "."},
+        // The rest of git fsck's rules (git_names.h).
+        Refusal{"120000", "GITMOD~1 ."}, Refusal{"120000", "~1234567"},
+        Refusal{"120000", "a\\.gitmodules"}, Refusal{"100644", "a\\.git"},
+        Refusal{"120000", ".gitignore"}, Refusal{"120000", "gi7d29~1"},
+        Refusal{"120000", ".MAILMAP."}, Refusal{"40000", ".gitmodules"},
+        Refusal{"160000", ".gitattributes"}, Refusal{"120755", "link"},
+        Refusal{"100600", "f"}, Refusal{"0100644", "padded"}));
 
 TEST_F(BridgeRepoTest, SafeLookalikesAreCopied) {
   git_oid blob = WriteObject(source_.get(), "x\n", GIT_OBJECT_BLOB);
@@ -392,6 +400,124 @@ TEST_F(BridgeRepoTest, SetListAndDeleteRefs) {
             work + "\trefs/heads/x");
 }
 
+// The bridge's own objects, as loose files: id -> path.
+std::map<std::string, std::string> LooseFiles(const std::string& objects) {
+  std::map<std::string, std::string> out;
+  for (const std::string& id : LooseObjects(objects))
+    out[id] = objects + "/" + id.substr(0, 2) + "/" + id.substr(2);
+  return out;
+}
+
+void Truncate(const std::string& path) {
+  ::chmod(path.c_str(), 0644);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0) << path;
+}
+
+TEST_F(BridgeRepoTest, VerifyPublishedPassesAnIntactBridge) {
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
+  ASSERT_OK(bridge_->VerifyPublished({Oid(base_)}));  // the host's own
+  ASSERT_OK(bridge_->VerifyPublished({}));
+}
+
+TEST_F(BridgeRepoTest, VerifyPublishedFindsEveryDamagedLooseObject) {
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  auto files = LooseFiles(BridgeObjects());
+  ASSERT_GE(files.size(), 6u);  // 2 commits, trees, blobs
+  // Each object on its own: truncated, then put back.
+  for (const auto& [id, path] : files) {
+    std::string saved = ReadFile(path);
+    Truncate(path);
+    Status s = bridge_->VerifyPublished({Oid(work)});
+    EXPECT_EQ(s.err(), EIO) << id;
+    if (!s.ok()) {
+      EXPECT_EQ(s.error().path, bridge_path_);
+      EXPECT_NE(s.error().op.find(id), std::string::npos) << s.error().op;
+      EXPECT_NE(s.error().op.find("damaged bridge"), std::string::npos);
+    }
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    Write(path, saved);
+  }
+  ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
+}
+
+TEST_F(BridgeRepoTest, VerifyPublishedFindsMissingAndAlteredObjects) {
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  std::string blob = Git(scratch_, "rev-parse work:d.txt");
+  std::string path = LooseFiles(BridgeObjects()).at(blob);
+  // Another object's valid bytes under this name: the hash check finds it.
+  std::string other = LooseFiles(BridgeObjects())
+                          .at(Git(scratch_, "rev-parse work:new/deep/c.txt"));
+  std::string saved = ReadFile(path);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  Write(path, ReadFile(other));
+  Status s = bridge_->VerifyPublished({Oid(work)});
+  EXPECT_EQ(s.err(), EIO);
+  EXPECT_NE(s.error().op.find(blob), std::string::npos) << s.error().op;
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  s = bridge_->VerifyPublished({Oid(work)});
+  EXPECT_EQ(s.err(), EIO);
+  EXPECT_NE(s.error().op.find("missing"), std::string::npos) << s.error().op;
+  Write(path, saved);
+  ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
+  // What no published ref reaches is not looked at.
+  git_oid stray = WriteObject(bridge_->repo(), "stray\n", GIT_OBJECT_BLOB);
+  Truncate(LooseFiles(BridgeObjects()).at(OidHex(stray)));
+  ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
+}
+
+TEST_F(BridgeRepoTest, VerifyPublishedFindsADamagedPack) {
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  ASSERT_OK(bridge_->SetRef("refs/heads/work", Oid(work), "test"));
+  // git itself packs the bridge's own objects (-l: not the alternates').
+  Git(bridge_path_, "repack -q -a -d -l");
+  ASSERT_TRUE(LooseObjects(BridgeObjects()).empty());
+  std::string pack;
+  for (const auto& e : fs::directory_iterator(BridgeObjects() + "/pack"))
+    if (e.path().extension() == ".pack") pack = e.path().string();
+  ASSERT_FALSE(pack.empty());
+  {
+    auto fresh = BridgeRepo::Open(bridge_path_);
+    ASSERT_TRUE(fresh.ok());
+    ASSERT_OK(fresh->VerifyPublished({Oid(work)}));
+  }
+  Truncate(pack);
+  auto fresh = BridgeRepo::Open(bridge_path_);
+  ASSERT_TRUE(fresh.ok());
+  Status s = fresh->VerifyPublished({Oid(work)});
+  EXPECT_EQ(s.err(), EIO);
+  EXPECT_NE(s.error().op.find("damaged bridge"), std::string::npos)
+      << s.error().Message();
+}
+
+// Cost: only the bridge's own objects are read; the host's are only looked
+// up. With the host's objects unreadable, verification still passes.
+TEST_F(BridgeRepoTest, VerifyPublishedNeverReadsTheHostsObjects) {
+  std::string work = MakeWork();
+  ASSERT_OK(bridge_->CopyReachable(source_.get(), {Oid(work)}, {}));
+  std::vector<std::string> host_files;
+  for (const auto& [id, path] : LooseFiles(host_ + "/.git/objects"))
+    host_files.push_back(path);
+  ASSERT_FALSE(host_files.empty());
+  std::map<std::string, std::string> saved;
+  for (const std::string& f : host_files) {
+    saved[f] = ReadFile(f);
+    Truncate(f);
+  }
+  auto fresh = BridgeRepo::Open(bridge_path_);
+  ASSERT_TRUE(fresh.ok());
+  Status s = fresh->VerifyPublished({Oid(work)});
+  for (const auto& [f, data] : saved) {
+    ::unlink(f.c_str());
+    Write(f, data);
+  }
+  ASSERT_OK(s);
+}
+
 TEST(CheckTreeEntry, RefusesGitDirectorySpellings) {
   for (const char* name : {".git",
                            ".GIT",
@@ -437,9 +563,8 @@ TEST(CheckTreeEntry, RefusesSymlinkedGitmodules) {
 }
 
 TEST(CheckTreeEntry, AcceptsOrdinaryNames) {
-  for (const char* name :
-       {"a", ".github", ".gitignore", ".gitattributes", "git", "git~2",
-        ".git~1", "a:b", "x.git", ".gitx", "gitmod~5", "...", " "}) {
+  for (const char* name : {"a", ".github", "git", "git~2", ".git~1", "a:b",
+                           "x.git", ".gitx", "gitmod~5", "...", " "}) {
     EXPECT_TRUE(CheckTreeEntry(name, GIT_FILEMODE_BLOB, "w").ok()) << name;
     EXPECT_TRUE(CheckTreeEntry(name, GIT_FILEMODE_LINK, "w").ok()) << name;
   }

@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 // "D path" or "U path mode size": a compact form of a Change for asserts.
 std::string Show(const Change& c) {
   if (c.kind == Change::kDelete) return "D " + c.path;
+  if (c.kind == Change::kUnsafe) return "X " + c.path;
   char mode[16];
   std::snprintf(mode, sizeof mode, "%o", c.mode);
   return "U " + c.path + " " + mode + " " + std::to_string(c.size);
@@ -264,6 +265,37 @@ TEST_F(DeltaScanTest, StatsCountUpperEntries) {
   EXPECT_EQ(Scan(&stats), (V{"U a/b/c 100644 1", "D a/w"}));
   EXPECT_EQ(stats.upper_entries, 5u);  // a, a/b, a/b/c, a/w, a/same
   EXPECT_EQ(stats.unchanged_copies, 1u);
+}
+
+// A name git refuses in a tree is reported once, as kUnsafe, and nothing
+// below it is read; the top-level .git and .git below stay out silently.
+TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
+  Write(U(".GIT/config"), "x");
+  Write(U("git~1/a/b"), "x");
+  Write(U("sub/.git./hooks/post-checkout"), "x", 0755);
+  Write(U("sub/.GIT"), "a file");
+  Write(U(".gitmodules/x"), "a directory named .gitmodules");
+  Symlink("target", U("GITMOD~1"));
+  Symlink("target", U(".gitmodules."));
+  Symlink("target", U("d/.gitignore"));
+  Write(U("GITMOD~2"), "a file of that name is fine");
+  Write(U(".git/config"), "the sandbox's repository");
+  Write(U("d/.git/HEAD"), "a nested repository");
+  ScanStats stats;
+  std::vector<std::string> got = Scan(&stats);
+  EXPECT_EQ(got, (V{"X .GIT", "X .gitmodules", "X .gitmodules.", "X GITMOD~1",
+                    "U GITMOD~2 100644 27", "X d/.gitignore", "X git~1",
+                    "X sub/.GIT", "X sub/.git."}));
+  // Eight entries at the top (.git aside), two in sub, one in d: nothing
+  // below a refused directory was visited.
+  EXPECT_EQ(stats.upper_entries, 11u);
+  auto r = ScanUpper(layers_);
+  ASSERT_TRUE(r.ok());
+  for (const Change& c : *r) {
+    if (c.kind == Change::kUnsafe) {
+      EXPECT_FALSE(c.reason.empty()) << c.path;
+    }
+  }
 }
 
 }  // namespace

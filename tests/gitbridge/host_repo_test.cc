@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -269,6 +270,39 @@ TEST_F(HostRepoTest, OnlyDeletionsLeaveAnEmptyTree) {
   GitCommit c = LookupCommit(bridge, *dirty);
   ASSERT_TRUE(c);
   EXPECT_EQ(OidHex(*git_commit_tree_id(c.get())), want);
+}
+
+// The host's own untracked files with names git refuses are left out of
+// its working-state commit and listed once each; the rest is committed, and
+// the host's git fsck is content with it.
+TEST_F(HostRepoTest, DirtyCommitLeavesOutNamesGitRefuses) {
+  CommitBaseline();
+  // (libgit2's status does not list a ".GIT" directory at all.)
+  Write(host_ + "/GIT~1/config", "[core]\n");
+  Write(host_ + "/GIT~1/other", "x\n");
+  Write(host_ + "/.git. /x", "x\n");
+  Write(host_ + "/sub/git~1", "x\n");
+  ASSERT_EQ(::symlink("target", (host_ + "/GITMOD~1").c_str()), 0);
+  Write(host_ + "/fine.txt", "fine\n");
+  HostRepo host = OpenHost();
+  git_repository* bridge = Bridge(host);
+  std::vector<SkippedPath> skipped;
+  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge, &skipped));
+  ASSERT_TRUE(dirty.has_value());
+  std::vector<std::string> paths;
+  for (const auto& k : skipped) paths.push_back(k.path);
+  std::sort(paths.begin(), paths.end());
+  EXPECT_EQ(paths, (std::vector<std::string>{".git. ", "GITMOD~1", "GIT~1",
+                                             "sub/git~1"}));
+  std::string tree = OidHex(*dirty);
+  EXPECT_EQ(Git(root_ + "/bridge.git", "show " + tree + ":fine.txt"), "fine");
+  Git(root_ + "/bridge.git", "fsck --strict --no-dangling " + tree);
+  // Only refused names: no commit at all.
+  fs::remove(host_ + "/fine.txt");
+  skipped.clear();
+  ASSERT_OK_AND_ASSIGN(none, host.DirtyCommit(bridge, &skipped));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_EQ(skipped.size(), 4u);
 }
 
 }  // namespace

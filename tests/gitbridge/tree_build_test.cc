@@ -270,13 +270,22 @@ TEST_F(TreeBuildTest, BadModesAreEinval) {
 }
 
 TEST_F(TreeBuildTest, UnsafeNamesAreRefused) {
-  for (const char* bad : {".git/config", "a/.git/hooks/x", ".GIT/x"}) {
+  // The bridge's one rule set (git_names.h), not libgit2's "invalid name".
+  for (const char* bad : {".git/config", "a/.git/hooks/x", ".GIT/x", "git~1/x",
+                          ".git./x", "sub/.GIT", "a\\.git", ".gitmodules/x"}) {
     auto r = ApplyTreeEdits(repo_.get(), nullptr, {Put(bad, "x")});
-    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.err(), EPERM) << bad;
   }
-  auto link = ApplyTreeEdits(repo_.get(), nullptr,
-                             {Put("sub/.gitmodules", "x", GIT_FILEMODE_LINK)});
-  EXPECT_EQ(link.err(), EINVAL);
+  for (const char* bad : {"sub/.gitmodules", "GITMOD~1", ".gitmodules.",
+                          ".gitmodules ", ".gitignore", "gi250a~1"}) {
+    auto link = ApplyTreeEdits(repo_.get(), nullptr,
+                               {Put(bad, "x", GIT_FILEMODE_LINK)});
+    EXPECT_EQ(link.err(), EPERM) << bad;
+  }
+  auto named = ApplyTreeEdits(repo_.get(), nullptr, {Put("a/.GIT/x", "x")});
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.error().path, "a/.GIT");
+  EXPECT_NE(named.error().op.find("hasDotgit"), std::string::npos);
   auto file = ApplyTreeEdits(repo_.get(), nullptr,
                              {Put(".gitmodules", "[submodule]\n")});
   EXPECT_TRUE(file.ok());

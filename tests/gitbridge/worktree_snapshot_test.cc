@@ -368,5 +368,40 @@ TEST_F(WorktreeSnapshotTest, MissingBaseIsAnError) {
   EXPECT_FALSE(r.ok());
 }
 
+// Names git refuses are left out of the tree and listed, once each (a
+// directory once for all it holds), and the rest of the change is still
+// recorded; nothing fails on a name. An ignored one is left out silently.
+TEST_F(WorktreeSnapshotTest, NamesGitRefusesAreSkippedAndListed) {
+  Tracked("a", "1");
+  Tracked(".gitignore", "ignored-dir/\n");
+  git_oid base = Base();
+  Write(U(".GIT/config"), "[core]\n");
+  Write(U(".GIT/hooks/post-checkout"), "#!/bin/sh\n", 0755);
+  Write(U("git~1/x"), "x");
+  Write(U(".git./x"), "x");
+  Write(U("sub/.GIT/x"), "x");
+  Write(U("sub/fine.txt"), "fine");
+  Symlink("target", U("GITMOD~1"));
+  Symlink("target", U(".gitmodules."));
+  Symlink("target", U(".gitmodules "));
+  Write(U("ignored-dir/.GIT/x"), "x");
+  Write(U("a"), "2");
+  SnapshotStats stats;
+  git_oid t = Snapshot(&base, &stats);
+  EXPECT_EQ(Content(t, "a"), "2");
+  EXPECT_EQ(Content(t, "sub/fine.txt"), "fine");
+  std::vector<std::string> skipped;
+  for (const SkippedPath& k : stats.skipped) {
+    skipped.push_back(k.path);
+    EXPECT_FALSE(k.reason.empty());
+    EXPECT_FALSE(At(t, k.path)) << k.path;
+  }
+  EXPECT_EQ(skipped, (std::vector<std::string>{".GIT", ".git.", ".gitmodules ",
+                                               ".gitmodules.", "GITMOD~1",
+                                               "git~1", "sub/.GIT"}));
+  EXPECT_FALSE(At(t, "ignored-dir"));
+  EXPECT_EQ(stats.blobs_written, 2u);  // a, sub/fine.txt
+}
+
 }  // namespace
 }  // namespace acqfs::gitbridge

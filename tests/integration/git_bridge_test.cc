@@ -2,8 +2,11 @@
 // over a dirty host checkout, agent work inside it, `acqfs export`, `git
 // fetch sandbox-<name>` on the host, and what arrives; the crossing's safety
 // (no hook, config or unsafe tree reaches the host); and `acqfs rm`.
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -450,6 +453,301 @@ TEST_F(GitBridge, MountRefusesAWorktreeWhoseRepositoryLivesOutsideIt) {
             std::string::npos)
       << r.Describe();
   EXPECT_FALSE(Exists(state + "/mnt"));
+}
+
+// ---- names git refuses (issue 12, item 2) ----------------------------------
+
+// The host's own `git fsck` is the oracle: what it reports about any object
+// (its quiet notes about symlinked dotfiles included), "" when nothing.
+std::string FsckReports(const std::string& repo, const std::string& home) {
+  CommandResult r = RunGit(
+      repo,
+      {"-c", "fsck.gitignoreSymlink=error", "-c",
+       "fsck.gitattributesSymlink=error", "-c", "fsck.mailmapSymlink=error",
+       "fsck", "--no-dangling", "--no-progress"},
+      home);
+  std::string out;
+  std::istringstream lines(r.out + r.err);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("error") != std::string::npos ||
+        line.find("warning") != std::string::npos)
+      out += line + "\n";
+  if (!r.ok()) out += "exit " + std::to_string(r.exit_code) + "\n";
+  return out;
+}
+
+// The paths `skipped` names, sorted, after checking each entry's fields.
+std::vector<std::string> SkippedPaths(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.contains("skipped") || !j["skipped"].is_array()) return out;
+  for (const auto& k : j["skipped"]) {
+    EXPECT_FALSE(k["reason"].get<std::string>().empty()) << k.dump();
+    EXPECT_EQ(k["from"], "sandbox") << k.dump();
+    out.push_back(k["path"].get<std::string>());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(GitBridge, SymlinkedDotfilesInEverySpellingStayOutOfTheWorkingTree) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(R"SH(
+    for n in GITMOD~1 .gitmodules. '.gitmodules ' gi7eba~1 .gitignore \
+             sub/.gitattributes .MAILMAP gi250a~1; do
+      mkdir -p "$(dirname "$n")"
+      rm -f "$n"  # the host tracks a .gitignore
+      ln -s /etc/passwd "$n"
+    done
+    echo fine > fine.txt
+    git checkout -q -b agent
+    echo agent > agent.txt && git add agent.txt && git commit -q -m agent
+  )SH");
+  CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.Describe();
+  EXPECT_EQ(SkippedPaths(j),
+            (std::vector<std::string>{".MAILMAP", ".gitignore", ".gitmodules ",
+                                      ".gitmodules.", "GITMOD~1", "gi250a~1",
+                                      "gi7eba~1", "sub/.gitattributes"}))
+      << j.dump();
+  EXPECT_TRUE(j["refused"].empty()) << j.dump();
+  Fetch();
+  std::string wt = remote() + "/acqfs-worktree";
+  EXPECT_EQ(Git(lower_, {"show", wt + ":fine.txt"}), "fine");
+  EXPECT_EQ(Git(lower_, {"rev-parse", remote() + "/agent"}),
+            Git(M(""), {"rev-parse", "agent"}));
+  EXPECT_EQ(Git(lower_, {"ls-tree", "--name-only", wt, "GITMOD~1", "sub"}), "");
+  // Left out means absent: the host's tracked .gitignore, which the sandbox
+  // replaced by a symlink, is not in the commit either.
+  EXPECT_EQ(Git(lower_, {"ls-tree", "--name-only", wt, ".gitignore"}), "");
+  EXPECT_EQ(FsckReports(lower_, home()), "");
+  // The human report names each path.
+  r = Acqfs({"export", sandbox_->name()});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  EXPECT_NE(r.err.find("left out of the working tree: GITMOD~1: .gitmodules "
+                       "as a symlink"),
+            std::string::npos)
+      << r.Describe();
+}
+
+TEST_F(GitBridge, DotGitSpellingsInTheWorkingTreeNeitherFailNorBlockBranches) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(R"(
+    git checkout -q -b agent
+    echo agent > agent.txt && git add agent.txt && git commit -q -m agent
+    for d in .GIT git~1 .git. '.git ' sub/.GIT GIT~1 .Git; do
+      mkdir -p "$d/hooks"
+      printf '#!/bin/sh\ntouch /tmp/pwned\n' > "$d/hooks/post-checkout"
+      printf '[core]\n\tfsmonitor = touch /tmp/pwned\n' > "$d/config"
+    done
+    mkdir -p .gitmodules && echo x > .gitmodules/inside
+    echo kept > sub/kept.txt
+  )");
+  CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  EXPECT_EQ(r.err.find("Input/output error"), std::string::npos)
+      << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.Describe();
+  EXPECT_EQ(SkippedPaths(j), (std::vector<std::string>{
+                                 ".GIT", ".Git", ".git ", ".git.",
+                                 ".gitmodules", "GIT~1", "git~1", "sub/.GIT"}))
+      << j.dump();
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"rev-parse", remote() + "/agent"}),
+            Git(M(""), {"rev-parse", "agent"}));
+  std::string wt = remote() + "/acqfs-worktree";
+  EXPECT_EQ(Git(lower_, {"show", wt + ":sub/kept.txt"}), "kept");
+  std::istringstream names(Git(lower_, {"ls-tree", "-r", "--name-only", wt}));
+  for (std::string n; std::getline(names, n);)
+    for (const std::string& bad : SkippedPaths(j))
+      EXPECT_NE(n.rfind(bad, 0), 0u) << n;
+  EXPECT_EQ(FsckReports(lower_, home()), "");
+  // Checking the commit out on the host writes none of it.
+  Git(lower_, {"stash", "-q", "-u"});
+  Git(lower_, {"checkout", "-q", "--detach", wt});
+  EXPECT_FALSE(Exists(lower_ + "/.GIT"));
+  EXPECT_FALSE(Exists(lower_ + "/sub/.GIT"));
+  EXPECT_TRUE(Exists(lower_ + "/sub/kept.txt"));
+  // rm names what would be lost: paths git refuses are never exported.
+  ASSERT_TRUE(sandbox_->Unmount());
+  CommandResult rm = Acqfs({"rm", sandbox_->name()});
+  EXPECT_EQ(rm.exit_code, 1) << rm.Describe();
+  EXPECT_NE(rm.err.find("would lose (cannot be exported): path sub/.GIT: "),
+            std::string::npos)
+      << rm.Describe();
+}
+
+TEST_F(GitBridge, BranchNamesCheckRefFormatRefusesAreRefusedByName) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(R"(
+    git checkout -q -b good
+    echo good > good.txt && git add good.txt && git commit -q -m good
+    git update-ref refs/heads/HEAD good
+    git update-ref refs/heads/-x good
+    git update-ref refs/heads/topic/-ok good
+  )");
+  CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.Describe();
+  std::string refused;
+  for (const auto& why : j["refused"]) refused += why.get<std::string>() + "\n";
+  EXPECT_NE(refused.find("HEAD: "), std::string::npos) << refused;
+  EXPECT_NE(refused.find("-x: "), std::string::npos) << refused;
+  EXPECT_NE(refused.find("check-ref-format"), std::string::npos) << refused;
+  Fetch();
+  std::string heads = Git(lower_, {"for-each-ref", "--format=%(refname)",
+                                   "refs/remotes/" + remote() + "/"});
+  EXPECT_NE(heads.find("/good"), std::string::npos) << heads;
+  EXPECT_NE(heads.find("/topic/-ok"), std::string::npos) << heads;
+  EXPECT_EQ(heads.find("/-x"), std::string::npos) << heads;
+  EXPECT_EQ(heads.find(remote() + "/HEAD"), std::string::npos) << heads;
+  std::string bridge = sandbox_->layer_dir() + "/bridge.git";
+  EXPECT_EQ(Git(bridge, {"for-each-ref", "--format=%(refname)", "refs/heads/"}),
+            "refs/heads/good\nrefs/heads/topic/-ok");
+}
+
+// The branches' trees are held to the same rules, all of git fsck's: each
+// branch below names a tree that git's own tools would not write, made
+// with plumbing in the sandbox. None is published; the host's fsck stays
+// clean after the fetch.
+TEST_F(GitBridge, BranchTreesAreHeldToEveryRuleGitFsckApplies) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  // <branch> <raw tree entries as mode/name pairs, the object a blob or the
+  // empty tree> written with `git hash-object --literally`.
+  InMount(R"SH(
+    git checkout -q -b fine
+    echo fine > fine.txt && git add fine.txt && git commit -q -m fine
+    python3 - <<'PY'
+import subprocess
+def git(*args, data=None):
+    return subprocess.run(["git", *args], input=data, check=True,
+                          capture_output=True).stdout.strip()
+blob = bytes.fromhex(git("hash-object", "-w", "--stdin", data=b"x\n").decode())
+sub = git("hash-object", "-w", "-t", "tree", "--stdin", data=b"")
+sub = bytes.fromhex(git("mktree", data=b"100644 blob " + blob.hex().encode() +
+                        b"\tf\n").decode())
+cases = {
+    "ignore-link": [(b"120000", b".gitignore", blob)],
+    "attributes-link": [(b"120000", b"GITATT~1", blob)],
+    "mailmap-link": [(b"120000", b".mailmap.", blob)],
+    "fallback-short-name": [(b"120000", b"~1234567", blob)],
+    "backslash-gitmodules": [(b"120000", b"a\\.gitmodules", blob)],
+    "backslash-dotgit": [(b"100644", b"a\\.git", blob)],
+    "link-mode-bits": [(b"120755", b".gitmodules", blob)],
+    "gitmodules-directory": [(b"40000", b".gitmodules", sub)],
+    "zero-padded": [(b"040000", b"dir", sub)],
+    "unsorted": [(b"100644", b"b", blob), (b"100644", b"a", blob)],
+    "twice": [(b"100644", b"a", blob), (b"100644", b"a", blob)],
+}
+head = git("rev-parse", "HEAD").decode()
+for branch, entries in cases.items():
+    raw = b"".join(m + b" " + n + b"\0" + i for m, n, i in entries)
+    tree = git("hash-object", "-w", "-t", "tree", "--literally", "--stdin",
+               data=raw).decode()
+    commit = git("commit-tree", tree, "-p", head, "-m", branch).decode()
+    git("update-ref", "refs/heads/" + branch, commit)
+PY
+  )SH");
+  CommandResult r = Acqfs({"export", sandbox_->name(), "--json"});
+  EXPECT_EQ(r.exit_code, 3) << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.Describe();
+  std::set<std::string> refused;
+  for (const auto& why : j["refused"]) {
+    std::string w = why.get<std::string>();
+    refused.insert(w.substr(0, w.find(':')));
+  }
+  EXPECT_EQ(refused,
+            (std::set<std::string>{
+                "attributes-link", "backslash-dotgit", "backslash-gitmodules",
+                "fallback-short-name", "gitmodules-directory", "ignore-link",
+                "link-mode-bits", "mailmap-link", "twice", "unsorted",
+                "zero-padded"}))
+      << j.dump();
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"for-each-ref", "--format=%(refname:short)",
+                         "refs/remotes/" + remote() + "/"}),
+            remote() + "/acqfs-worktree\n" + remote() + "/fine");
+  EXPECT_EQ(FsckReports(lower_, home()), "");
+}
+
+// ---- a damaged bridge (issue 12, item 5) -----------------------------------
+
+TEST_F(GitBridge, ADamagedBridgeFailsTheExportAndExportingAnewRebuildsIt) {
+  SandboxOptions opts;
+  opts.extra_umount_args = {"--no-export"};
+  Mount(opts);
+  InMount(R"(
+    git checkout -q -b agent
+    echo agent > agent-only.txt && git add agent-only.txt
+    git commit -q -m agent
+    git checkout -q -
+    echo wt > wt.txt
+  )");
+  nlohmann::json first = ExportJson();
+  std::string agent = Git(M(""), {"rev-parse", "agent"});
+  std::string wt = first["worktree_commit"];
+  const std::string bridge = sandbox_->layer_dir() + "/bridge.git";
+  // The agent branch's own objects, truncated to nothing: no export reads
+  // them again, but `git fetch` needs them.
+  std::vector<std::string> ids;
+  for (const std::string& rev :
+       {agent, agent + "^{tree}", agent + ":agent-only.txt"})
+    ids.push_back(Git(bridge, {"rev-parse", rev}));
+  for (const std::string& id : ids) {
+    ASSERT_EQ(id.size(), 40u);
+    std::string file =
+        bridge + "/objects/" + id.substr(0, 2) + "/" + id.substr(2);
+    ASSERT_TRUE(Exists(file)) << file;
+    ASSERT_EQ(::truncate(file.c_str(), 0), 0) << file;
+  }
+  CommandResult r = Acqfs({"export", sandbox_->name()});
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find(bridge), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("damaged bridge repository"), std::string::npos)
+      << r.Describe();
+  EXPECT_NE(r.err.find("export again to rebuild"), std::string::npos)
+      << r.Describe();
+  // Indeed the host could not fetch it.
+  EXPECT_NE(RunGit(lower_, {"fetch", "-q", remote()}, home()).exit_code, 0);
+  // Recovery (docs/git-bridge.md): remove the bridge, export again.
+  ASSERT_TRUE(RunShell("rm -rf " + ShellQuote(bridge), 30).ok());
+  nlohmann::json rebuilt = ExportJson();
+  EXPECT_TRUE(rebuilt["refused"].empty()) << rebuilt.dump();
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"rev-parse", remote() + "/agent"}), agent);
+  EXPECT_EQ(Git(lower_, {"show", remote() + "/acqfs-worktree:wt.txt"}), "wt");
+  EXPECT_EQ(FsckReports(lower_, home()), "");
+  EXPECT_EQ(Git(lower_, {"remote", "get-url", remote()}), bridge);
+  // A pack that git made in the bridge, truncated: the same.
+  InMount("echo more > more.txt");
+  ExportJson();
+  Git(bridge, {"repack", "-q", "-a", "-d", "-l"});
+  std::string pack =
+      RunShell("ls " + ShellQuote(bridge) + "/objects/pack/*.pack", 30).out;
+  while (!pack.empty() && pack.back() == '\n') pack.pop_back();
+  ASSERT_FALSE(pack.empty());
+  ASSERT_EQ(::truncate(pack.c_str(), 0), 0) << pack;
+  r = Acqfs({"export", sandbox_->name()});
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_NE(r.err.find(bridge), std::string::npos) << r.Describe();
+  ASSERT_TRUE(RunShell("rm -rf " + ShellQuote(bridge), 30).ok());
+  ExportJson();
+  Fetch();
+  EXPECT_EQ(Git(lower_, {"show", remote() + "/acqfs-worktree:more.txt"}),
+            "more");
+  (void)wt;
 }
 
 TEST(GitBridgeNoRepo, ExportOfADirectoryThatIsNotACheckoutSaysSo) {

@@ -444,6 +444,124 @@ TEST_F(PolicyRefusal, ABadPatternOrSizeMountsNothing) {
   }
 }
 
+// Every option value of mount that is empty or malformed is refused, named
+// with its value, before anything exists: no state folder, no mount, no
+// remote on the host.
+TEST_F(PolicyRefusal, EmptyOrMalformedValuesAreRefusedBeforeAnything) {
+  const std::string mnt = tmp().MakeDir("bad-mnt");
+  const std::string state = tmp().Sub("bad-state");
+  auto file = [&](const std::string& name, const std::string& text) {
+    std::string path = tmp().Sub(name);
+    EXPECT_TRUE(WriteFile(path, text));
+    return path;
+  };
+  const std::string empty = file("empty.json", "");
+  const std::string blank = file("blank.json", " \n\t\n");
+  const std::string empty_quota = file("q.json", R"({"quota": ""})");
+  const std::string bad_quota = file("q2.json", R"({"quota": "5 M"})");
+  const std::string zero_quota = file("q3.json", R"({"quota": 0})");
+  const std::string empty_glob = file("g.json", R"({"hide": [""]})");
+  const std::string blank_glob =
+      file("g2.json", R"({"read_only": ["*.pem "]})");
+  const std::string twice =
+      file("twice.json", R"({"hide": [".env"], "hide": []})");
+  const std::string not_list = file("nl.json", R"({"hide": ".env"})");
+  const std::string dir = tmp().MakeDir("a-directory");
+  MountGuard guard(mnt);  // should an old acqfs mount one of them
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;  // the option and its value, as printed
+  };
+  const std::vector<Case> cases = {
+      {{"--quota", ""}, "--quota ''"},
+      {{"--quota="}, "--quota: 1 required"},  // CLI11: no value at all
+      {{"--quota", " 5M"}, "--quota ' 5M'"},
+      {{"--quota", "5M "}, "--quota '5M '"},
+      {{"--quota", "1.5"}, "--quota '1.5'"},
+      {{"--quota", "-1M"}, "--quota '-1M'"},
+      {{"--quota", "1e9"}, "--quota '1e9'"},
+      {{"--quota", "0"}, "--quota '0'"},
+      {{"--quota", "0x10M"}, "--quota '0x10M'"},
+      {{"--hide", ""}, "--hide ''"},
+      {{"--hide", "*.pem "}, "--hide '*.pem '"},
+      {{"--hide", "a\tb"}, "--hide 'a\tb'"},
+      {{"--read-only", ""}, "--read-only ''"},
+      {{"--read-only", "/"}, "--read-only '/'"},
+      {{"--hide", ".env", "--hide", "[x"}, "--hide '[x'"},
+      {{"--policy", ""}, "--policy ''"},
+      {{"--policy", empty}, "--policy '" + empty + "'"},
+      {{"--policy", blank}, "--policy '" + blank + "'"},
+      {{"--policy", empty_quota}, "\"quota\": ''"},
+      {{"--policy", bad_quota}, "\"quota\": '5 M'"},
+      {{"--policy", zero_quota}, "\"quota\": '0'"},
+      {{"--policy", empty_glob}, "\"hide\": ''"},
+      {{"--policy", blank_glob}, "\"read_only\": '*.pem '"},
+      {{"--policy", twice}, "\"hide\" twice"},
+      {{"--policy", not_list}, "\"hide\" must be a list"},
+      {{"--policy", dir}, "--policy '" + dir + "'"},
+      {{"--policy", tmp().Sub("missing.json")}, "missing.json"},
+      {{"--policy", "/dev/zero"}, "--policy '/dev/zero'"},
+      // A valid --quota does not excuse a bad one in the file.
+      {{"--quota", "1M", "--policy", empty_quota}, "\"quota\": ''"},
+      {{"-o", "timeout="}, "timeout="},
+      {{"-o", "timeout=nan"}, "timeout=nan"},
+      {{"-o", "timeout=inf"}, "timeout=inf"},
+      {{"-o", "timeout= 5"}, "timeout= 5"},
+      {{"-o", "threads=+4"}, "threads=+4"},
+      {{"-o", "threads=0x4"}, "threads=0x4"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {AcqfsBinary(), "mount",  lower(),
+                                     mnt,           "--name", "bad",
+                                     "--state-dir", state};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    CommandResult r = RunCommand(argv, 30);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find(c.says), std::string::npos)
+        << "expected " << c.says << " in: " << r.Describe();
+    EXPECT_FALSE(FindMount(mnt).has_value()) << r.Describe();
+    if (FindMount(mnt)) RunCommand({"fusermount3", "-u", mnt}, 30);
+    EXPECT_FALSE(Exists(state + "/bad")) << r.Describe();
+    CommandResult remotes = RunGit(lower(), {"remote"}, home());
+    EXPECT_EQ(remotes.out.find("sandbox-bad"), std::string::npos)
+        << r.Describe();
+    if (Exists(state + "/bad")) {
+      RunCommand({AcqfsBinary(), "rm", "--force", "bad", "--state-dir", state},
+                 60);
+    }
+  }
+}
+
+// The well-formed neighbours of those values still mount.
+TEST_F(PolicyRefusal, WellFormedValuesStillMount) {
+  const std::string mnt = tmp().MakeDir("good-mnt");
+  const std::string state = tmp().Sub("good-state");
+  const std::string policy = tmp().Sub("good.json");
+  ASSERT_TRUE(WriteFile(
+      policy,
+      R"({"hide": ["a\\ "], "read_only": ["docs/"], "quota": 1048576})"));
+  MountGuard guard(mnt);
+  CommandResult r =
+      RunCommand({AcqfsBinary(), "mount", lower(), mnt, "--name", "good",
+                  "--state-dir", state, "--policy", policy, "--quota", "1.5K",
+                  "-o", "timeout=0.5", "-o", "threads=2"},
+                 30);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  CommandResult ls =
+      RunCommand({AcqfsBinary(), "ls", "--json", "--state-dir", state}, 30);
+  ASSERT_TRUE(ls.ok()) << ls.Describe();
+  auto j = nlohmann::json::parse(ls.out, nullptr, false);
+  ASSERT_TRUE(j.is_array() && j.size() == 1) << ls.out;
+  EXPECT_EQ(j[0]["policy"]["quota_bytes"], 1536u);  // --quota wins
+  EXPECT_EQ(j[0]["policy"]["hide"], nlohmann::json::array({"a\\ "}));
+  CommandResult un = RunCommand(
+      {AcqfsBinary(), "umount", "good", "--no-export", "--state-dir", state},
+      60);
+  EXPECT_TRUE(un.ok()) << un.Describe();
+  RunCommand({AcqfsBinary(), "rm", "--force", "good", "--state-dir", state},
+             60);
+}
+
 TEST_F(PolicyRefusal, ARemountCannotChangeThePolicy) {
   const std::string mnt = tmp().MakeDir("pol-mnt");
   const std::string state = tmp().Sub("pol-state");

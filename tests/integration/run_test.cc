@@ -512,5 +512,32 @@ TEST_F(RunTest, PolicyOptionsApplyWhenRunCreatesTheSandbox) {
   EXPECT_FALSE(Exists(DefaultMountpoint("guarded")));
 }
 
+// Empty or malformed policy values are refused by run itself, with the
+// option and value named, before it makes a mountpoint, a sandbox or a
+// remote, and before the command runs.
+TEST_F(RunTest, EmptyOrMalformedPolicyValuesAreRefusedBeforeAnything) {
+  const std::string empty = tmp_.Sub("empty.json");
+  ASSERT_TRUE(WriteFile(empty, ""));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--quota", ""}, "--quota ''"},
+      {{"--quota", "10 M"}, "--quota '10 M'"},
+      {{"--hide", ""}, "--hide ''"},
+      {{"--read-only", ".env "}, "--read-only '.env '"},
+      {{"--policy", ""}, "--policy ''"},
+      {{"--policy", empty}, "--policy '" + empty + "'"},
+  };
+  for (const auto& [args, says] : cases) {
+    std::vector<std::string> argv = {"--repo", lower_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const char* w : {"--", "echo", "the command ran"}) argv.push_back(w);
+    CommandResult r = Run("bad-value", argv);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_EQ(r.err.rfind("acqfs: run: " + says + ": ", 0), 0u)
+        << "expected " << says << " in: " << r.Describe();
+    EXPECT_EQ(r.out, "") << r.Describe();
+    EXPECT_TRUE(NothingCreated()) << r.Describe();
+  }
+}
+
 }  // namespace
 }  // namespace acqfs::test

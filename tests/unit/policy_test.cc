@@ -80,15 +80,28 @@ TEST(PathGlob, BackslashQuotes) {
 }
 
 TEST(PathGlob, UnparseablePatternsAreRefusedByName) {
-  for (std::string bad :
-       std::vector<std::string>{"", "!negated", "a/../b", "./x", "key[0-9",
-                                "trailing\\", "a//b", "/", "a\nb"}) {
+  for (std::string bad : std::vector<std::string>{
+           "", "!negated", "a/../b", "./x", "key[0-9", "trailing\\", "a//b",
+           "/", "a\nb", "a\tb", std::string("a\0b", 3), "a\x7f", "*.pem ",
+           ".env  ", "a\\\\ ", " "}) {
     auto g = PathGlob::Parse(bad);
     ASSERT_FALSE(g.ok()) << bad;
     EXPECT_EQ(g.err(), EINVAL);
     EXPECT_NE(g.error().Message().find("'" + bad + "'"), std::string::npos)
         << g.error().Message();
   }
+}
+
+// A space gitignore would keep: escaped, or not at the end.
+TEST(PathGlob, EscapedOrInnerSpacesAreFine) {
+  for (const char* ok : {"a\\ ", "my file.txt", " lead", "a\\  b"}) {
+    auto g = PathGlob::Parse(ok);
+    EXPECT_TRUE(g.ok()) << ok << ": " << g.error().Message();
+  }
+  auto g = PathGlob::Parse("name\\ ");
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->Matches("name ", false));
+  EXPECT_FALSE(g->Matches("name", false));
 }
 
 TEST(Policy, AHiddenDirectoryHidesEverythingBelowIt) {
@@ -150,7 +163,9 @@ TEST(ParseSize, UnitsArePowersOf1024) {
 }
 
 TEST(ParseSize, BadSizesAreRefused) {
-  for (const char* bad : {"", "0", "M", "-5M", "5X", "5MM", "1.2.3G", "0.1"}) {
+  for (const char* bad : {"",    "0",    "M",   "-5M", "5X",  "5MM", "1.2.3G",
+                          "0.1", " 5M",  "5M ", "5 M", "+5M", "1e9", "0x10",
+                          "1.5", "1.5B", ".",   "inf", "nan", "5\nM"}) {
     auto s = ParseSize(bad);
     EXPECT_FALSE(s.ok()) << bad;
     if (!s.ok()) {
