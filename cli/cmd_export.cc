@@ -39,7 +39,7 @@ void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
     std::printf("  host's own uncommitted work: %s\n",
                 Short(r.host_dirty_commit).c_str());
   for (const auto& why : r.refused)
-    std::fprintf(stderr, "acqfs: export: refused branch: %s\n", why.c_str());
+    std::fprintf(stderr, "acqfs: export: refused: %s\n", why.c_str());
   for (const auto& k : r.skipped)
     std::fprintf(stderr, "acqfs: export: left out of the %s: %s: %s\n",
                  k.host ? "host's working state" : "working tree",
