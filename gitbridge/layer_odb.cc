@@ -407,6 +407,33 @@ std::string TempRoot() {
   return dir;
 }
 
+constexpr char kLinkDirPrefix[] = "acqfs-packs-";
+
+// Removes the link directories that exports killed before their clean-up
+// left behind: "acqfs-packs-<pid>-*" of ours whose process is gone. Best
+// effort: what cannot be removed stays for the system's tmp cleaner.
+void RemoveStaleLinkDirs(const std::string& root) {
+  auto dir = sys::OpenDirPath(root, O_RDONLY);
+  if (!dir) return;
+  auto ents = sys::ReadDir(dir->get(), root);
+  if (!ents) return;
+  const std::string prefix = kLinkDirPrefix;
+  for (const auto& e : *ents) {
+    if (e.type != DT_DIR || e.name.rfind(prefix, 0) != 0) continue;
+    std::string rest = e.name.substr(prefix.size());
+    size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos) continue;
+    std::string pid = rest.substr(0, dash);
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st;
+    if (::fstatat(dir->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != ::geteuid())
+      continue;
+    if (::access(("/proc/" + pid).c_str(), F_OK) == 0) continue;  // alive
+    (void)sys::RemoveTree(dir->get(), e.name, root + "/" + e.name);
+  }
+}
+
 // The packs of `rel`, or nullptr when it holds none.
 Result<std::unique_ptr<PackBackend>> OpenPacks(const Layer& layer,
                                                const std::string& rel) {
@@ -445,7 +472,9 @@ Result<std::unique_ptr<PackBackend>> OpenPacks(const Layer& layer,
   }
   if (opened.empty()) return std::unique_ptr<PackBackend>();
 
-  std::string tmpl = TempRoot() + "/acqfs-packs-XXXXXX";
+  RemoveStaleLinkDirs(TempRoot());
+  std::string tmpl = TempRoot() + "/" + kLinkDirPrefix +
+                     std::to_string(::getpid()) + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return Error::Errno("mkdtemp", tmpl);
   p->links = tmpl;
   std::string links_pack = tmpl + "/pack";

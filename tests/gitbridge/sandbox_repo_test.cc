@@ -608,6 +608,46 @@ TEST_F(SandboxRepoTest, APackShrunkWhileMappedEndsWithAMessage) {
       ::testing::ExitedWithCode(2), "shrank while it was read");
 }
 
+// The private link directory goes when the object database does; one that
+// a killed export left behind is removed by the next one, and a live
+// process's is left alone.
+TEST_F(SandboxRepoTest, PackLinkDirectoriesDoNotOutliveTheirExport) {
+  MakeSandboxCommits(false);
+  Git(scratch_, "gc -q");
+  std::string packs = upper_ + "/.git/objects/pack";
+  fs::create_directories(packs);
+  for (const auto& e : fs::directory_iterator(scratch_ + "/.git/objects/pack"))
+    fs::copy_file(e.path(), packs + "/" + e.path().filename().string());
+  std::string tmp = root_ + "/tmp";
+  // Beyond any pid_max: never a live process.
+  std::string stale = tmp + "/acqfs-packs-4194305-abc";
+  std::string live = tmp + "/acqfs-packs-" + std::to_string(::getpid()) + "-x";
+  fs::create_directories(stale + "/pack");
+  fs::create_directories(live);
+  fs::create_symlink("/proc/self/fd/3", stale + "/pack/pack-1.idx");
+  const char* old = ::getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  {
+    Layers layers = OpenLayers();
+    ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+    EXPECT_TRUE(HasCommit(repo, c2_));
+    EXPECT_FALSE(fs::exists(stale));
+    EXPECT_TRUE(fs::exists(live));
+    size_t ours = 0;
+    for (const auto& e : fs::directory_iterator(tmp)) ours += e.path() != live;
+    EXPECT_EQ(ours, 1u);  // this open's own
+  }
+  if (old)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp))
+    left.push_back(e.path().string());
+  EXPECT_EQ(left, std::vector<std::string>{live});
+}
+
 TEST_F(SandboxRepoTest, CorruptUpperObjectIsNotRead) {
   MakeSandboxCommits(true);
   // c2's object file now holds c3's bytes: hash verification refuses it.
