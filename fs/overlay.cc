@@ -600,18 +600,18 @@ Status Overlay::EnsureUpper(Node* node) {
   // Reserved before: what the copy is sure to take; settled after: the
   // copy's blocks and what its parent directory (and acqfs-tmp, where it is
   // built) grew.
-  Quota::Change ch(quota_.get());
   auto st = layers_.lower.Stat(rel);
   if (!st) return st.error();
-  ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "/" + rel));
   auto pfd = UpperDir(node->parent);
   if (!pfd) return pfd.error();
   std::string shown = layers_.upper.Shown(rel);
+  Quota::Change ch(quota_.get());  // after pfd, which it watches
+  ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "/" + rel));
   ACQFS_TRY(ch.Watch(pfd->get(), shown));
   ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
   ACQFS_TRY(acqfs::CopyUp(layers_, rel));
   node->upper = true;
-  uint64_t made = ch.AddEntry(pfd->get(), node->name, shown);
+  uint64_t made = ch.AddNew(pfd->get(), node->name, shown);
   if (S_ISREG(st->st_mode)) quota_->Seen(&node->charged, made);
   return Ok();
 }
@@ -748,7 +748,10 @@ Status Overlay::FixNewMode(int dirfd, const std::string& name, mode_t mode,
 }
 
 Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
-                        const Creds* creds, mode_t mode, const Maker& make) {
+                        const Creds* creds, mode_t mode, const Maker& make,
+                        uint64_t* made) {
+  uint64_t unused = 0;
+  if (!made) made = &unused;
   std::string rel = sys::Join(PathLocked(parent), name);
   std::string shown = layers_.upper.Shown(rel);
   auto c = ResolveChild(layers_, ViewOf(parent), name);
@@ -780,7 +783,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
       }
       return Ok();
     }();
-    ch.AddEntry(pfd->get(), name, shown);  // made, even if a step failed
+    *made = ch.AddNew(pfd->get(), name, shown);  // even if a step failed
     return s;
   }
   // Replace the whiteout atomically with an entry built in the work area.
@@ -802,7 +805,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
                        shown);
   if (s) {
     ch.Sub(whiteout);
-    ch.AddEntry(pfd->get(), name, shown);
+    *made = ch.AddNew(pfd->get(), name, shown);
   }
   if (!s || is_dir) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   return s;
@@ -866,22 +869,21 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
     // serve every later read and write with this descriptor (creating a
     // file grants the access whatever its mode).
     const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    ACQFS_TRY(Publish(parent, name, false, &creds, mode,
-                      [&](int d, const std::string& n) -> Status {
-                        int f = ::openat(d, n.c_str(), oflags, mode & 07777);
-                        if (f < 0) return Error::Errno("create", shown);
-                        file.fd.reset(f);
-                        return Ok();
-                      }));
+    uint64_t made = 0;
+    ACQFS_TRY(Publish(
+        parent, name, false, &creds, mode,
+        [&](int d, const std::string& n) -> Status {
+          int f = ::openat(d, n.c_str(), oflags, mode & 07777);
+          if (f < 0) return Error::Errno("create", shown);
+          file.fd.reset(f);
+          return Ok();
+        },
+        &made));
     auto found = LookupLocked(parent, name, true);
     if (!found) return found.error();
     node = *found;
     AddOpen(node);
-    if (quota_) {
-      struct stat st;
-      if (::fstat(file.fd.get(), &st) == 0)
-        quota_->Seen(&node->charged, Quota::Bytes(st));
-    }
+    if (quota_) quota_->Seen(&node->charged, made);
   }
   file.readable = file.writable = true;
   return std::make_pair(node, files_.Put(node, std::move(file)));
@@ -1069,7 +1071,7 @@ Status Overlay::ClearUpperDir(Quota::Change* ch, int pfd,
   Status s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s) s = sys::Renameat2(tfd, tmp, pfd, name, RENAME_EXCHANGE, shown);
   if (s) {
-    ch->AddEntry(pfd, name, shown);
+    ch->AddNew(pfd, name, shown);
     ch->SubEntry(tfd, tmp, layers_.tmp_path);
   }
   Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);

@@ -340,8 +340,11 @@ class Overlay {
   // replacing a whiteout atomically (opaque for directories).
   using Maker = std::function<Status(int dirfd, const std::string& name)>;
   // `mode`: the mode the new entry must have exactly (0: as made).
+  // `made`, when given, gets what the new entry holds (its blocks), for the
+  // quota.
   Status Publish(Node* parent, const std::string& name, bool is_dir,
-                 const Creds* creds, mode_t mode, const Maker& make);
+                 const Creds* creds, mode_t mode, const Maker& make,
+                 uint64_t* made = nullptr);
   Status FixNewMode(int dirfd, const std::string& name, mode_t mode,
                     const std::string& shown);
   Status ChownNew(int dirfd, const std::string& name, int pfd,

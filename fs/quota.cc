@@ -229,10 +229,7 @@ Status Quota::Change::Watch(int dirfd, const std::string& shown) {
   if (!st) return st.error();
   for (const Watched& w : dirs_)
     if (w.dev == st->st_dev && w.ino == st->st_ino) return Ok();
-  int fd = sys::OpenRelievingPressure(
-      [&] { return ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0); });
-  if (fd < 0) return Error::Errno("dup (the quota's measure)", shown);
-  dirs_.push_back(Watched{UniqueFd(fd), st->st_dev, st->st_ino, Bytes(*st)});
+  dirs_.push_back(Watched{dirfd, st->st_dev, st->st_ino, Bytes(*st)});
   return Ok();
 }
 
@@ -246,6 +243,19 @@ uint64_t Quota::Change::AddEntry(int dirfd, const std::string& name,
   }
   Add(*b);
   return *b;
+}
+
+uint64_t Quota::Change::AddNew(int dirfd, const std::string& name,
+                               const std::string& shown) {
+  if (!q_) return 0;
+  struct stat st;
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    unsure_ = true;
+    return 0;
+  }
+  const uint64_t b = !S_ISDIR(st.st_mode) && st.st_nlink > 1 ? 0 : Bytes(st);
+  Add(b);
+  return b;
 }
 
 uint64_t Quota::Change::SubEntry(int dirfd, const std::string& name,
@@ -265,7 +275,7 @@ void Quota::Change::Settle() {
   int64_t actual = delta_;
   for (const Watched& w : dirs_) {
     struct stat st;
-    if (::fstat(w.fd.get(), &st) != 0) {
+    if (::fstat(w.fd, &st) != 0) {
       unsure_ = true;
       continue;
     }

@@ -161,15 +161,17 @@ class Quota::Change {
   bool active() const { return q_ != nullptr; }
   // Reserves `bytes` (0: admits only while the quota is not passed).
   Status Reserve(uint64_t bytes, const std::string& shown);
-  // Measures the directory open as `dirfd` now and when the change settles
-  // (it keeps a descriptor of its own). A directory watched twice counts
-  // once.
+  // Measures the directory open as `dirfd` now and when the change settles.
+  // The descriptor is borrowed: it must stay open until then (declare the
+  // Change after it). A directory watched twice counts once.
   Status Watch(int dirfd, const std::string& shown);
   void Add(uint64_t bytes) { delta_ += static_cast<int64_t>(bytes); }
   void Sub(uint64_t bytes) { delta_ -= static_cast<int64_t>(bytes); }
   // Adds / subtracts SoleBytes of `name` in `dirfd`; returns it.
   uint64_t AddEntry(int dirfd, const std::string& name,
                     const std::string& shown);
+  // The same for an object just made, with nothing below it (one stat).
+  uint64_t AddNew(int dirfd, const std::string& name, const std::string& shown);
   uint64_t SubEntry(int dirfd, const std::string& name,
                     const std::string& shown);
   // Settles now (done by the destructor otherwise); the change is empty
@@ -178,7 +180,7 @@ class Quota::Change {
 
  private:
   struct Watched {
-    UniqueFd fd;
+    int fd;  // borrowed
     dev_t dev;
     ino_t ino;
     uint64_t before;

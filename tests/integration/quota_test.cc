@@ -556,6 +556,72 @@ TEST_P(QuotaRoutes, Symlinks) {
   ExpectWritableAgain(kQuota - kMiB);
 }
 
+// Every route at once, from several threads, three times over: the quota
+// holds against all of them together, and emptying the sandbox brings the
+// count back to where it started (it does not drift).
+TEST_P(QuotaRoutes, AllRoutesAtOnce) {
+  for (int round = 0; round < 3; round++) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (const char* d : {"w", "d", "x", "k"})
+      ASSERT_EQ(::mkdir(M(d).c_str(), 0755), 0) << d;
+    std::vector<std::thread> threads;
+    std::vector<int> last(7, 0);
+    auto until_refused = [&](int slot, const std::function<int(int i)>& make) {
+      threads.emplace_back([&, slot, make] {
+        for (int i = 0; i < 20000; i++)
+          if (int e = make(i); e != 0) {
+            last[slot] = e;
+            return;
+          }
+      });
+    };
+    const std::string chunk = Pattern(256 << 10, 'c');
+    for (int w = 0; w < 4; w++)
+      until_refused(w, [&, w](int i) {
+        std::string p = M("w/" + std::to_string(w) + "." + std::to_string(i));
+        ScopedFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+        if (!fd.valid()) return errno;
+        return ::write(fd.get(), chunk.data(), chunk.size()) ==
+                       static_cast<ssize_t>(chunk.size())
+                   ? 0
+                   : errno;
+      });
+    until_refused(4, [&](int i) {
+      return ::mkdir(M("d/" + std::to_string(i)).c_str(), 0755) == 0 ? 0
+                                                                     : errno;
+    });
+    until_refused(5, [&](int i) {
+      std::string p = M("x/" + std::to_string(i));
+      ScopedFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+      if (!fd.valid()) return errno;
+      std::string v = std::to_string(i) + Pattern(3000, 'x');
+      return ::fsetxattr(fd.get(), "user.v", v.data(), v.size(), 0) == 0
+                 ? 0
+                 : errno;
+    });
+    until_refused(6, [&](int i) {
+      std::string p = M("k/" + std::to_string(i));
+      ScopedFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+      if (!fd.valid()) return errno;
+      return ::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, 0, 300 << 10) == 0
+                 ? 0
+                 : errno;
+    });
+    for (auto& t : threads) t.join();
+    for (int slot = 0; slot < 7; slot++)
+      EXPECT_EQ(last[slot], EDQUOT)
+          << "route " << slot << ": " << ErrnoName(last[slot]);
+    ExpectBounded("every route at once");
+    for (const char* d : {"w", "d", "x", "k"}) {
+      CommandResult rm = RunCommand({"rm", "-rf", M(d)}, 120);
+      ASSERT_TRUE(rm.ok()) << rm.Describe();
+    }
+    EXPECT_TRUE(DaemonDropsTo(daemon0_ + (64 << 10)));
+    EXPECT_EQ(Daemon(), Upper());
+  }
+  ExpectWritableAgain(kQuota - kMiB);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, QuotaRoutes,
                          ::testing::Values(std::string(), "handles"), ModeName);
 

@@ -177,10 +177,19 @@ TEST_F(OverlayQuota, CountsTheBlocksTheUpperHolds) {
   EXPECT_EQ(Used(), OnDisk());
   ASSERT_OK(ov_->RemoveXattr(e, "user.big"));
   EXPECT_EQ(Used(), OnDisk());
-  // Renaming a lower directory copies it.
+  // Renaming a merged directory copies what the lower holds of it (here
+  // f3; f1 is in the upper already, f2 whited out) and replaces its upper
+  // directory.
+  WriteFile(t_.L("tree/f3"), std::string(40 << 10, '3'));
+  ASSERT_OK_AND_ASSIGN(Node * f1, Walk("tree/f1"));
+  ASSERT_OK(ov_->CopyUp(f1));
+  ASSERT_OK_AND_ASSIGN(Node * tree, Walk("tree"));
+  ASSERT_OK(ov_->Unlink(tree, "f2"));
+  EXPECT_EQ(Used(), OnDisk());
+  const uint64_t merged = Used();
   ASSERT_OK(ov_->Rename(root(), "tree", d, "tree2", 0));
   EXPECT_EQ(Used(), OnDisk());
-  EXPECT_GT(Used(), before + (80u << 10));
+  EXPECT_GE(Used(), merged + (40u << 10));
   // Removals give back what they free, once nothing can reach the data (the
   // kernel forgets the node; until then the file cache may hold it).
   ASSERT_OK(ov_->Unlink(root(), "a"));
@@ -188,7 +197,8 @@ TEST_F(OverlayQuota, CountsTheBlocksTheUpperHolds) {
   EXPECT_EQ(Used(), OnDisk());
   ASSERT_OK_AND_ASSIGN(Node * t2, Walk("d/tree2"));
   ASSERT_OK(ov_->Unlink(t2, "f1"));
-  ASSERT_OK(ov_->Unlink(t2, "f2"));
+  ov_->Forget(f1, 1);
+  ASSERT_OK(ov_->Unlink(t2, "f3"));
   ASSERT_OK(ov_->Rmdir(d, "tree2"));
   EXPECT_EQ(Used(), OnDisk());
   ASSERT_OK(ov_->CopyUp(b));  // fits now
@@ -224,6 +234,25 @@ TEST_F(OverlayQuota, RenameOverGivesBackWhenTheDataGoes) {
   ASSERT_OK(ov_->Unlink(root(), "x"));
   EXPECT_EQ(Used(), OnDisk());
   EXPECT_EQ(Used(), empty);
+}
+
+// A file with two names is counted once, and given back with its last name.
+TEST_F(OverlayQuota, HardLinksCountOnceAndGoWithTheLastName) {
+  ASSERT_NO_FATAL_FAILURE(StartWithQuota(1 << 20));
+  const uint64_t empty = Used();
+  ASSERT_OK_AND_ASSIGN(auto x, ov_->Create(root(), "x", 0644, O_WRONLY, Me()));
+  ASSERT_OK(Write(x.first, 0, 300 << 10));
+  x.second.reset();
+  ov_->ReleaseOpen(x.first);
+  ASSERT_OK(ov_->Link(x.first, root(), "y"));
+  EXPECT_EQ(Used(), OnDisk());
+  ASSERT_OK(ov_->Unlink(root(), "x"));
+  EXPECT_EQ(Used(), OnDisk());
+  EXPECT_GE(Used(), empty + (300u << 10));
+  ASSERT_OK(ov_->Unlink(root(), "y"));
+  ov_->Forget(x.first, 2);
+  EXPECT_EQ(Used(), OnDisk());
+  EXPECT_LT(Used(), empty + (300u << 10));
 }
 
 // A write into blocks the file already holds needs no room: an overwrite,
