@@ -490,7 +490,8 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
     int rc = datasync ? ::fdatasync(f->get()) : ::fsync(f->get());
     if (rc != 0) return (void)fuse_reply_err(req, errno);
     // Written back now: the blocks the file system allocated for it on the
-    // way (ext4's extent tree) count from here (Quota::CatchUp).
+    // way (ext4's extent tree) count from here (Quota::CatchUp). Should the
+    // fstat fail, its next call sees them; the fsync itself succeeded.
     if (Quota* q = Ctx(req)->overlay->quota()) {
       struct stat st;
       if (::fstat(f->get(), &st) == 0)

@@ -289,6 +289,8 @@ void Overlay::ReapDoomed() {
     }
   }
   for (auto& [f, record] : seen) {
+    // Best effort, with no one to tell: a file that cannot be seen now is
+    // seen at its next call or removal.
     struct stat st;
     if (::fstat(f.get(), &st) == 0) quota_->CatchUp(&record, Quota::Bytes(st));
   }
