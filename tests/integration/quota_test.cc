@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -159,6 +160,9 @@ class QuotaRoutes : public ::testing::TestWithParam<std::string> {
     const uint64_t disk = Disk();
     const uint64_t upper = Upper();
     const uint64_t daemon = Daemon();
+    std::cout << "[ quota ] " << when << ": du " << upper << ", disk "
+              << disk - disk0_ + upper0_ << ", daemon " << daemon << " (+"
+              << unseen << " kept); quota " << kQuota << "\n";
     EXPECT_LE(upper, kQuota + kSlack) << "du of the upper layer";
     EXPECT_LE(disk - disk0_ + upper0_, kQuota + kSlack)
         << "blocks the file system lost";
