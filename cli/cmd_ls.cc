@@ -43,6 +43,7 @@
 #include "cli/state.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
+#include "fs/layer_format.h"
 #include "fs/quota.h"
 #include "gitbridge/export.h"
 
@@ -61,14 +62,24 @@ struct Row {
   std::optional<uint64_t> quota_used;  // when the policy sets a quota
 };
 
-// What the quota counts of the upper layer now (fs/quota.h).
+// What the quota counts now (fs/quota.h): the blocks of the upper layer
+// and of work/acqfs-tmp, as on disk. A mounted sandbox's daemon also counts
+// the nameless files it keeps for processes that hold them, which no
+// directory shows.
 std::optional<uint64_t> QuotaUse(const SandboxPaths& paths) {
   UniqueFd fd(::open(paths.upper.c_str(),
                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return std::nullopt;
   auto used = Quota::Measure(fd.get(), paths.upper);
   if (!used) return std::nullopt;
-  return *used;
+  const std::string tmp = paths.work + "/" + LayerFormat::kTempDirName;
+  UniqueFd tfd(
+      ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!tfd)
+    return errno == ENOENT ? std::optional<uint64_t>(*used) : std::nullopt;
+  auto parked = Quota::Measure(tfd.get(), tmp);
+  if (!parked) return std::nullopt;
+  return *used + *parked;
 }
 
 std::optional<uint64_t> CountChanges(const SandboxPaths& paths,

@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <new>
@@ -423,14 +425,14 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   });
 }
 
-// Runs `op`, which may grow the file open as `fd` up to `end`, through the
-// sandbox's quota when it has one (Quota::Charged). A refusal names the
-// node's path, built only then.
-Result<int64_t> Charged(Overlay* ov, Node* node, int fd, off_t end,
+// Runs `op`, which may allocate what `charge` says in the file open as
+// `fd`, through the sandbox's quota when it has one (Quota::Charged). A
+// refusal names the node's path, built only then.
+Result<int64_t> Charged(Overlay* ov, Node* node, int fd, Quota::Charge charge,
                         const std::function<int64_t()>& op) {
   Quota* q = ov->quota();
   if (!q) return op();
-  auto r = q->Charged(node, fd, end, op, "");
+  auto r = q->Charged(&node->charged, fd, charge, op, "");
   if (r) return r;
   Error e = r.error();
   e.path = "/" + ov->PathOf(node);
@@ -461,8 +463,8 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     auto copy = [&]() -> int64_t {
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
-    auto r =
-        Charged(ov, NodeOf(req, ino), fd, off + static_cast<off_t>(len), copy);
+    auto r = Charged(ov, NodeOf(req, ino), fd,
+                     Quota::Charge::Span(off, static_cast<off_t>(len)), copy);
     if (!r) return refuse(r.error());
     int64_t n = *r;
     if (n < 0) {
@@ -498,7 +500,16 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
     if (!f) return ReplyError(req, f.error());
     if ((*f)->from_lower) return (void)fuse_reply_err(req, 0);  // unchanged
     int rc = datasync ? ::fdatasync(f->get()) : ::fsync(f->get());
-    fuse_reply_err(req, rc == 0 ? 0 : errno);
+    if (rc != 0) return (void)fuse_reply_err(req, errno);
+    // Written back now: the blocks the file system allocated for it on the
+    // way (ext4's extent tree) count from here (Quota::CatchUp). Should the
+    // fstat fail, its next call sees them; the fsync itself succeeded.
+    if (Quota* q = Ctx(req)->overlay->quota()) {
+      struct stat st;
+      if (::fstat(f->get(), &st) == 0)
+        q->CatchUp(&NodeOf(req, ino)->charged, Quota::Bytes(st));
+    }
+    fuse_reply_err(req, 0);
   });
 }
 
@@ -669,8 +680,19 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
       ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
       return n < 0 ? -errno : n;
     };
+    // It can copy no more than the source holds past off_in.
+    off_t most = static_cast<off_t>(std::min<size_t>(
+        len, static_cast<size_t>(std::numeric_limits<off_t>::max())));
+    if (ov->quota()) {
+      struct stat src;
+      if (::fstat(in, &src) != 0)
+        return ReplyError(req,
+                          Error::Errno("fstat (copy_file_range source)",
+                                       "/" + ov->PathOf(NodeOf(req, ino_in))));
+      most = std::min<off_t>(most, std::max<off_t>(0, src.st_size - off_in));
+    }
     auto r = Charged(ov, NodeOf(req, ino_out), out,
-                     off_out + static_cast<off_t>(len), copy);
+                     Quota::Charge::Span(off_out, most), copy);
     if (!r) return ReplyError(req, r.error());
     int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -688,9 +710,15 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
     auto alloc = [&]() -> int64_t {
       return ::fallocate(fd, mode, offset, length) == 0 ? 0 : -errno;
     };
-    // Only a size change counts (the quota counts apparent sizes).
-    off_t end = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : offset + length;
-    auto r = Charged(ov, NodeOf(req, ino), fd, end, alloc);
+    // Punching or collapsing frees blocks and allocates none; inserting a
+    // range shifts extents (new tree blocks at most); every other mode,
+    // KEEP_SIZE included, may allocate the whole range.
+    Quota::Charge charge = Quota::Charge::Span(offset, length);
+    if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE))
+      charge = Quota::Charge::Settled();
+    else if (mode & FALLOC_FL_INSERT_RANGE)
+      charge = Quota::Charge::Admitted();
+    auto r = Charged(ov, NodeOf(req, ino), fd, charge, alloc);
     if (!r) return ReplyError(req, r.error());
     int64_t rc = *r;
     fuse_reply_err(req, static_cast<int>(-rc));

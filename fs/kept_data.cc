@@ -201,15 +201,14 @@ Result<struct stat> KeptStore::Stat(const KeptData& k) const {
   return Error::Of(ENOENT, "stat", "(unlinked)");
 }
 
-uint64_t KeptStore::FreedByRelease(const KeptData& k) const {
-  if (k.empty() || k.in_lower()) return 0;
+std::optional<uint64_t> KeptStore::FreedByRelease(const KeptData& k) const {
+  if (k.empty() || k.in_lower()) return std::nullopt;
   auto st = Stat(k);
-  if (!st) return 0;
+  if (!st) return std::nullopt;
   // A kept name in acqfs-tmp is one link of its own.
   nlink_t own = k.where_ == KeptData::Where::kTmpName ? 1 : 0;
-  if (!(S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) || st->st_nlink > own)
-    return 0;
-  return static_cast<uint64_t>(st->st_size);
+  if (S_ISDIR(st->st_mode) || st->st_nlink > own) return std::nullopt;
+  return static_cast<uint64_t>(st->st_blocks) * 512;
 }
 
 void KeptStore::Release(KeptData k) {

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,9 +114,10 @@ class KeptStore {
   // lower-kept data is refused (EROFS): MakeChangeable first.
   Result<UniqueFd> Open(const KeptData& k, int flags) const;
   Result<struct stat> Stat(const KeptData& k) const;
-  // Bytes the upper layer frees when `k` is given up (its size when no
-  // name of its inode is left, else 0; lower-kept data frees nothing).
-  uint64_t FreedByRelease(const KeptData& k) const;
+  // What the upper layer frees when `k` is given up: the blocks its inode
+  // holds (st_blocks in bytes) when no other name of it is left; nothing
+  // when one is, or for lower-kept data.
+  std::optional<uint64_t> FreedByRelease(const KeptData& k) const;
 
   // Gives the data up. What it held is closed or removed by Reap(), which
   // the caller runs once it has released its locks: the last reference to

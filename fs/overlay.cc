@@ -8,6 +8,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/sys.h"
 #include "fs/copy_up.h"
 
@@ -31,6 +33,8 @@ using TableLock = std::lock_guard<std::mutex>;
 // ---------------------------------------------------------------- set-up
 
 const KeptData Node::kNoData;
+// docs/architecture.md, "Memory": a node is 128 bytes.
+static_assert(sizeof(Node) <= 128, "a Node grew past 128 bytes");
 
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
 
@@ -88,9 +92,17 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   ov->root_ = node.get();
   ov->AddNodeLocked(std::move(node));
   if (l.policy && l.policy->quota_bytes() > 0) {
+    // The upper layer and acqfs-tmp (emptied by Layers::Open, but a
+    // directory that keeps the room it grew).
     auto used = Quota::Measure(l.upper.root(), l.upper.root_path());
     if (!used) return used.error();
-    ov->quota_ = std::make_unique<Quota>(l.policy->quota_bytes(), *used);
+    uint64_t total = *used;
+    if (l.tmp) {
+      auto tmp = Quota::Measure(l.tmp.get(), l.tmp_path);
+      if (!tmp) return tmp.error();
+      total += *tmp;
+    }
+    ov->quota_ = std::make_unique<Quota>(l.policy->quota_bytes(), total);
   }
   return ov;
 }
@@ -237,11 +249,21 @@ void Overlay::MaybeFreeLocked(Node* node) {
         upper_links_.erase(it);
     }
     // The node's descriptors and kept data go after the locks (ReapDoomed).
+    if (node->quota_owed && quota_) quota_->Freed(&node->charged, 0);
     if (node->kept_data) {
-      if (quota_) quota_->Release(kept_.FreedByRelease(node->kept()));
+      if (quota_) {
+        if (auto freed = kept_.FreedByRelease(node->kept()))
+          quota_->Freed(&node->charged, *freed);
+      }
       kept_.Release(node->take_kept());
     }
     if (FileLease f = files_.Take(node)) {
+      // The quota sees a forgotten upper file once more, through its cached
+      // descriptor, for what it grew unseen (ReapDoomed).
+      uint64_t record = node->charged;  // nothing else can reach the node
+      if (quota_ && !node->unlinked && record != Quota::kUnseen &&
+          !f->from_lower && node->upper)
+        doomed_seen_.emplace_back(f, record);
       doomed_files_.push_back(std::move(f));
       doomed_pending_ = true;
     }
@@ -254,16 +276,25 @@ void Overlay::ReapDoomed() {
   kept_.Reap();
   if (!doomed_pending_.load(std::memory_order_acquire)) return;
   std::vector<FileLease> files;
+  std::vector<std::pair<FileLease, uint64_t>> seen;
   bool trim = false;
   {
     TableLock t(table_mu_);
     files.swap(doomed_files_);
+    seen.swap(doomed_seen_);
     doomed_pending_ = false;
     if (freed_since_trim_ >= kTrimAfterFreed) {
       freed_since_trim_ = 0;
       trim = true;
     }
   }
+  for (auto& [f, record] : seen) {
+    // Best effort, with no one to tell: a file that cannot be seen now is
+    // seen at its next call or removal.
+    struct stat st;
+    if (::fstat(f.get(), &st) == 0) quota_->CatchUp(&record, Quota::Bytes(st));
+  }
+  seen.clear();
   files.clear();  // closes them (unless a request still uses one)
   // The kernel forgot many nodes (its caches shrank): give the memory they
   // held back to the system, which free() alone does not.
@@ -468,6 +499,21 @@ Result<struct statvfs> Overlay::StatFs() {
   struct statvfs st;
   if (::fstatvfs(layers_.upper.root(), &st) != 0)
     return Error::Errno("fstatvfs", layers_.upper.root_path());
+  if (quota_) {
+    // Under a quota the sandbox sees the quota as the size of its file
+    // system and what the quota leaves as free, as ext4 shows a directory
+    // tree under a project quota (ext4_statfs_project), never more than
+    // the disk has free.
+    const uint64_t unit = st.f_frsize ? st.f_frsize : st.f_bsize;
+    const uint64_t limit = quota_->limit() / unit;
+    const uint64_t used = (quota_->used() + unit - 1) / unit;
+    if (unit && st.f_blocks > limit) {
+      const uint64_t left = limit > used ? limit - used : 0;
+      st.f_blocks = limit;
+      st.f_bfree = std::min<uint64_t>(st.f_bfree, left);
+      st.f_bavail = std::min<uint64_t>(st.f_bavail, left);
+    }
+  }
   return st;
 }
 
@@ -506,23 +552,39 @@ Status Overlay::CheckMovable(Node* dir, const char* op) {
   });
 }
 
-Result<uint64_t> Overlay::LowerBytesBelow(Node* dir) {
+namespace {
+// What copying the lower object `st` into the upper is sure to allocate:
+// a regular file's data, dense (a copy made by copy_file_range or
+// read/write fills the holes), a symlink's blocks as the lower has them, a
+// directory's too when its entries are copied with it (`with_entries`; a
+// copy-up makes it empty). What the copy really holds is settled
+// afterwards.
+uint64_t CopyEstimate(const struct stat& st, bool with_entries) {
+  const uint64_t block = st.st_blksize > 0 ? st.st_blksize : 4096;
+  if (S_ISREG(st.st_mode))
+    return (static_cast<uint64_t>(st.st_size) + block - 1) / block * block;
+  if (S_ISLNK(st.st_mode) || (S_ISDIR(st.st_mode) && with_entries))
+    return Quota::Bytes(st);
+  return 0;
+}
+}  // namespace
+
+Result<uint64_t> Overlay::CopyEstimateBelow(Node* dir) {
   uint64_t total = 0;
   ACQFS_TRY(ForEachBelow(dir, [&](const std::string&, const ChildInfo& c) {
-    if (!c.is_dir() && !c.upper &&
-        (S_ISREG(c.lower_st.st_mode) || S_ISLNK(c.lower_st.st_mode)))
-      total += static_cast<uint64_t>(c.lower_st.st_size);
+    if (!c.upper) total += CopyEstimate(c.lower_st, true);
     return Ok();
   }));
   return total;
 }
 
-uint64_t Overlay::FreedByRemoving(int dirfd, const std::string& name) const {
-  struct stat st;
-  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
-  if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || st.st_nlink > 1)
-    return 0;
-  return static_cast<uint64_t>(st.st_size);
+void Overlay::GiveBack(Quota::Change* ch, Node* node, const struct stat& st) {
+  if (!quota_ || S_ISDIR(st.st_mode) || st.st_nlink > 1) return;
+  if (!S_ISREG(st.st_mode)) return ch->Sub(Quota::Bytes(st));
+  // The file cache may hold the file's data until the node goes (a kernel
+  // that looked the name up can still open it): given back then.
+  quota_->Hold(&node->charged, Quota::Bytes(st));
+  node->quota_owed = true;
 }
 
 Status Overlay::EnsureUpper(Node* node) {
@@ -532,40 +594,51 @@ Status Overlay::EnsureUpper(Node* node) {
   std::string rel = PathLocked(node);
   ACQFS_TRY(CheckWritable(rel, node->is_dir(), "copy up"));
   ACQFS_TRY(EnsureUpper(node->parent));
-  uint64_t charged = 0;
-  if (quota_ && !node->is_dir()) {
-    auto st = layers_.lower.Stat(rel);
-    if (!st) return st.error();
-    if (S_ISREG(st->st_mode) || S_ISLNK(st->st_mode)) {
-      charged = static_cast<uint64_t>(st->st_size);
-      ACQFS_TRY(quota_->Reserve(charged, "/" + rel));
-    }
+  if (!quota_) {
+    ACQFS_TRY(acqfs::CopyUp(layers_, rel));
+    node->upper = true;
+    return Ok();
   }
-  if (Status s = acqfs::CopyUp(layers_, rel); !s) {
-    if (quota_) quota_->Release(charged);
-    return s;
-  }
+  // Reserved before: what the copy is sure to take; settled after: the
+  // copy's blocks and what its parent directory (and acqfs-tmp, where it is
+  // built) grew.
+  auto st = layers_.lower.Stat(rel);
+  if (!st) return st.error();
+  auto pfd = UpperDir(node->parent);
+  if (!pfd) return pfd.error();
+  std::string shown = layers_.upper.Shown(rel);
+  Quota::Change ch(quota_.get());  // after pfd, which it watches
+  ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "/" + rel));
+  ACQFS_TRY(ch.Watch(pfd->get(), shown));
+  ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
+  ACQFS_TRY(acqfs::CopyUp(layers_, rel));
   node->upper = true;
+  uint64_t made = ch.AddNew(pfd->get(), node->name, shown);
+  if (S_ISREG(st->st_mode)) quota_->Seen(&node->charged, made);
   return Ok();
 }
 
 Status Overlay::MakeChangeable(Node* node) {
   if (!node->unlinked) return EnsureUpper(node);
   if (!node->kept().in_lower()) return Ok();
-  // A kept lower file gets a copy of its own, charged to the quota (given
-  // back with the kept data).
-  uint64_t charged = 0;
+  // A kept lower file gets a copy of its own in acqfs-tmp, charged to the
+  // quota (given back with the kept data).
+  Quota::Change ch(quota_.get());
   if (quota_) {
     auto st = kept_.Stat(node->kept());
     if (!st) return st.error();
-    if (S_ISREG(st->st_mode)) charged = static_cast<uint64_t>(st->st_size);
-    ACQFS_TRY(quota_->Reserve(charged, "(unlinked)"));
+    ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "(unlinked)"));
+    ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
   }
-  if (Status s = kept_.MakeChangeable(node->kept_data.get()); !s) {
-    if (quota_) quota_->Release(charged);
-    return s;
-  }
+  ACQFS_TRY(kept_.MakeChangeable(node->kept_data.get()));
   node->upper = true;
+  if (quota_) {
+    auto copy = kept_.Stat(node->kept());
+    if (copy) {
+      ch.Add(Quota::Bytes(*copy));
+      quota_->Seen(&node->charged, Quota::Bytes(*copy));
+    }
+  }
   return Ok();
 }
 
@@ -587,19 +660,31 @@ void Overlay::MarkMaterialised(Node* dir) {
   }
 }
 
-Status Overlay::Materialise(Node* dir) {
+Status Overlay::Materialise(Node* dir, uint64_t estimate) {
   ACQFS_TRY(EnsureUpper(dir->parent));
   std::string path = PathLocked(dir);
   std::string shown = layers_.upper.Shown(path);
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers_.tmp.get();
+  auto pfd = UpperDir(dir->parent);
+  if (!pfd) return pfd.error();
+  // Reserved: the lower objects it copies. Settled: the new tree (its
+  // directories and copies; upper files are hard-linked, nothing new), less
+  // the old upper directory it replaces (its directories and whiteouts; its
+  // files live on in the new tree).
+  Quota::Change ch(quota_.get());
+  ACQFS_TRY(ch.Reserve(estimate, shown));
+  ACQFS_TRY(ch.Watch(pfd->get(), shown));
+  ACQFS_TRY(ch.Watch(tfd, layers_.tmp_path));
   Status s = BuildMergedCopy(layers_, ViewOf(dir), tfd, tmp, dir->ino);
   if (s) s = layers_.format.SetOpaque(tfd, tmp, shown);
-  auto pfd = UpperDir(dir->parent);
-  if (s && !pfd) s = pfd.error();
   if (s) {
     unsigned flags = dir->upper ? RENAME_EXCHANGE : RENAME_NOREPLACE;
     s = sys::Renameat2(tfd, tmp, pfd->get(), dir->name, flags, shown);
+  }
+  if (s) {
+    ch.AddEntry(pfd->get(), dir->name, shown);
+    if (dir->upper) ch.SubEntry(tfd, tmp, layers_.tmp_path);
   }
   // After an exchange `tmp` holds the old upper directory; either way it is
   // junk now.
@@ -616,16 +701,18 @@ Status Overlay::Materialise(Node* dir) {
 
 Status Overlay::PrepareToMove(Node* node) {
   if (node->is_dir() && node->merged()) {
-    uint64_t charged = 0;
+    uint64_t estimate = 0;
     if (quota_) {
-      auto bytes = LowerBytesBelow(node);
+      auto bytes = CopyEstimateBelow(node);
       if (!bytes) return bytes.error();
-      charged = *bytes;
-      ACQFS_TRY(quota_->Reserve(charged, "/" + PathLocked(node)));
+      estimate = *bytes;
+      if (!node->upper) {
+        auto st = layers_.lower.Stat(PathLocked(node));
+        if (!st) return st.error();
+        estimate += CopyEstimate(*st, true);
+      }
     }
-    Status s = Materialise(node);
-    if (!s && quota_) quota_->Release(charged);
-    return s;
+    return Materialise(node, estimate);
   }
   return EnsureUpper(node);
 }
@@ -663,7 +750,10 @@ Status Overlay::FixNewMode(int dirfd, const std::string& name, mode_t mode,
 }
 
 Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
-                        const Creds* creds, mode_t mode, const Maker& make) {
+                        const Creds* creds, mode_t mode, const Maker& make,
+                        uint64_t* made) {
+  uint64_t unused = 0;
+  if (!made) made = &unused;
   std::string rel = sys::Join(PathLocked(parent), name);
   std::string shown = layers_.upper.Shown(rel);
   auto c = ResolveChild(layers_, ViewOf(parent), name);
@@ -673,23 +763,40 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   ACQFS_TRY(EnsureUpper(parent));
   auto pfd = UpperDir(parent);
   if (!pfd) return pfd.error();
+  // A new entry is admitted while the quota is not passed, and settled to
+  // what it took: its own blocks and what the directory grew.
+  Quota::Change ch(quota_.get());
+  ACQFS_TRY(ch.Reserve(0, shown));
+  ACQFS_TRY(ch.Watch(pfd->get(), shown));
   if (!c->whiteout) {
     ACQFS_TRY(make(pfd->get(), name));
-    if (creds) ACQFS_TRY(ChownNew(pfd->get(), name, pfd->get(), *creds, shown));
-    if (mode) ACQFS_TRY(FixNewMode(pfd->get(), name, mode, shown));
-    // Over a hidden lower directory the new one is opaque, so that the
-    // kernel overlayfs, mounting these layers, does not merge the two.
-    bool lower_is_dir = false;
-    if (is_dir && layers_.policy && layers_.policy->hides_anything()) {
-      auto has = LowerHas(parent, name, &lower_is_dir);
-      if (!has) return has.error();
-      if (*has && lower_is_dir)
-        ACQFS_TRY(layers_.format.SetOpaque(pfd->get(), name, shown));
-    }
-    return Ok();
+    Status s = [&]() -> Status {
+      if (creds)
+        ACQFS_TRY(ChownNew(pfd->get(), name, pfd->get(), *creds, shown));
+      if (mode) ACQFS_TRY(FixNewMode(pfd->get(), name, mode, shown));
+      // Over a hidden lower directory the new one is opaque, so that the
+      // kernel overlayfs, mounting these layers, does not merge the two.
+      bool lower_is_dir = false;
+      if (is_dir && layers_.policy && layers_.policy->hides_anything()) {
+        auto has = LowerHas(parent, name, &lower_is_dir);
+        if (!has) return has.error();
+        if (*has && lower_is_dir)
+          ACQFS_TRY(layers_.format.SetOpaque(pfd->get(), name, shown));
+      }
+      return Ok();
+    }();
+    *made = ch.AddNew(pfd->get(), name, shown);  // even if a step failed
+    return s;
   }
   // Replace the whiteout atomically with an entry built in the work area.
   int tfd = layers_.tmp.get();
+  ACQFS_TRY(ch.Watch(tfd, layers_.tmp_path));
+  uint64_t whiteout = 0;
+  if (ch.active()) {
+    auto w = Quota::SoleBytes(pfd->get(), name, shown);
+    if (!w) return w.error();
+    whiteout = *w;
+  }
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   Status s = make(tfd, tmp);
   if (s && creds) s = ChownNew(tfd, tmp, pfd->get(), *creds, shown);
@@ -698,6 +805,10 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   if (s)
     s = sys::Renameat2(tfd, tmp, pfd->get(), name, is_dir ? RENAME_EXCHANGE : 0,
                        shown);
+  if (s) {
+    ch.Sub(whiteout);
+    *made = ch.AddNew(pfd->get(), name, shown);
+  }
   if (!s || is_dir) (void)sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   return s;
 }
@@ -737,16 +848,11 @@ Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  if (quota_) ACQFS_TRY(quota_->Reserve(target.size(), shown));
-  Status s =
+  ACQFS_TRY(
       Publish(parent, name, false, &creds, 0, [&](int d, const std::string& n) {
         return MakeCall(::symlinkat(target.c_str(), d, n.c_str()), "symlink",
                         shown);
-      });
-  if (!s) {
-    if (quota_) quota_->Release(target.size());
-    return s.error();
-  }
+      }));
   return LookupLocked(parent, name, true);
 }
 
@@ -765,17 +871,21 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
     // serve every later read and write with this descriptor (creating a
     // file grants the access whatever its mode).
     const int oflags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    ACQFS_TRY(Publish(parent, name, false, &creds, mode,
-                      [&](int d, const std::string& n) -> Status {
-                        int f = ::openat(d, n.c_str(), oflags, mode & 07777);
-                        if (f < 0) return Error::Errno("create", shown);
-                        file.fd.reset(f);
-                        return Ok();
-                      }));
+    uint64_t made = 0;
+    ACQFS_TRY(Publish(
+        parent, name, false, &creds, mode,
+        [&](int d, const std::string& n) -> Status {
+          int f = ::openat(d, n.c_str(), oflags, mode & 07777);
+          if (f < 0) return Error::Errno("create", shown);
+          file.fd.reset(f);
+          return Ok();
+        },
+        &made));
     auto found = LookupLocked(parent, name, true);
     if (!found) return found.error();
     node = *found;
     AddOpen(node);
+    if (quota_) quota_->Seen(&node->charged, made);
   }
   file.readable = file.writable = true;
   return std::make_pair(node, files_.Put(node, std::move(file)));
@@ -852,11 +962,22 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     ACQFS_TRY(EnsureUpper(parent));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
+    // Never refused: removing is how room is made. What the directories
+    // grow (a whiteout's name, kept data parked in acqfs-tmp) is settled.
+    Quota::Change ch(quota_.get());
+    ACQFS_TRY(ch.Watch(pfd->get(), shown));
+    ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
     // A file the kernel may still hold keeps its data (Node::kept); its
-    // bytes count against the quota until the data goes.
+    // blocks count against the quota until the data goes (MaybeFreeLocked).
     const bool keep = MustKeep(node);
-    uint64_t freed =
-        quota_ && node->upper && !keep ? FreedByRemoving(pfd->get(), name) : 0;
+    struct stat gone {};
+    bool frees = false;  // removing the name frees `gone`
+    if (quota_ && node->upper && !keep) {
+      auto st = sys::StatAt(pfd->get(), name, shown);
+      if (!st) return st.error();
+      gone = *st;
+      frees = true;
+    }
     if (!node->upper) {
       ACQFS_TRY(LayerFormat::MakeWhiteout(pfd->get(), name, shown));
       if (keep) node->set_kept(kept_.KeepLower(PathLocked(node)));
@@ -870,7 +991,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
         node->set_kept(std::move(*k));
       else
         return k.error();
-      if (quota_) quota_->Release(freed);
+      if (frees) GiveBack(&ch, node, gone);
       return Ok();
     }
     if (keep) ACQFS_TRY(KeepBeforeReplacing(node, pfd->get(), name, shown));
@@ -883,7 +1004,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
       kept_.Release(node->take_kept());  // the name stays
       return r;
     }
-    if (quota_) quota_->Release(freed);
+    if (frees) GiveBack(&ch, node, gone);
     return Ok();
   }();
   TableLock t(table_mu_);
@@ -912,17 +1033,24 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
     ACQFS_TRY(EnsureUpper(parent));
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
+    // Never refused; gives back the removed directory and the whiteouts it
+    // held.
+    Quota::Change ch(quota_.get());
+    ACQFS_TRY(ch.Watch(pfd->get(), shown));
     if (!node->upper) return LayerFormat::MakeWhiteout(pfd->get(), name, shown);
     int tfd = layers_.tmp.get();
+    ACQFS_TRY(ch.Watch(tfd, layers_.tmp_path));
     std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
     if (*has_lower) {
       ACQFS_TRY(LayerFormat::MakeWhiteout(tfd, tmp, shown));
       Status r =
           sys::Renameat2(tfd, tmp, pfd->get(), name, RENAME_EXCHANGE, shown);
+      if (r) ch.SubEntry(tfd, tmp, layers_.tmp_path);
       Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);
       return r ? rm : r;
     }
     ACQFS_TRY(sys::Renameat2(pfd->get(), name, tfd, tmp, 0, shown));
+    ch.SubEntry(tfd, tmp, layers_.tmp_path);
     return sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   }();
   TableLock t(table_mu_);
@@ -933,7 +1061,8 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
 
 // ---------------------------------------------------------------- rename
 
-Status Overlay::ClearUpperDir(int pfd, const std::string& name,
+Status Overlay::ClearUpperDir(Quota::Change* ch, int pfd,
+                              const std::string& name,
                               const std::string& shown) {
   // Swap the (empty in the merged view, but maybe holding whiteouts) upper
   // directory for an empty opaque one, so a rename can replace it.
@@ -943,6 +1072,10 @@ Status Overlay::ClearUpperDir(int pfd, const std::string& name,
     return Error::Errno("mkdir", layers_.tmp_path);
   Status s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s) s = sys::Renameat2(tfd, tmp, pfd, name, RENAME_EXCHANGE, shown);
+  if (s) {
+    ch->AddNew(pfd, name, shown);
+    ch->SubEntry(tfd, tmp, layers_.tmp_path);
+  }
   Status rm = sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   return s ? rm : s;
 }
@@ -980,15 +1113,37 @@ Status Overlay::CheckRename(const RenameOp& op) {
   return Ok();
 }
 
+Status Overlay::SetOpaqueCounted(Quota::Change* ch, int dirfd,
+                                 const std::string& name,
+                                 const std::string& shown) {
+  // The marker may take an xattr block of the directory's own.
+  struct stat before {};
+  if (ch->active()) {
+    auto st = sys::StatAt(dirfd, name, shown);
+    if (!st) return st.error();
+    before = *st;
+  }
+  ACQFS_TRY(layers_.format.SetOpaque(dirfd, name, shown));
+  if (ch->active()) {
+    auto st = sys::StatAt(dirfd, name, shown);
+    if (st) {
+      ch->Add(Quota::Bytes(*st));
+      ch->Sub(Quota::Bytes(before));
+    }
+  }
+  return Ok();
+}
+
 // Makes both ends upper, materialising moved directories, and marks a
 // directory opaque when it will land where the lower has a directory.
-Status Overlay::PrepareRename(RenameOp& op, int pfd, int npfd) {
+Status Overlay::PrepareRename(Quota::Change* ch, RenameOp& op, int pfd,
+                              int npfd) {
   if (op.a->is_dir() && op.dst_lower_dir && !op.a->opaque) {
-    ACQFS_TRY(layers_.format.SetOpaque(pfd, op.name, op.shown));
+    ACQFS_TRY(SetOpaqueCounted(ch, pfd, op.name, op.shown));
     op.a->opaque = true;
   }
   if (op.exchange && op.b->is_dir() && op.src_lower_dir && !op.b->opaque) {
-    ACQFS_TRY(layers_.format.SetOpaque(npfd, op.new_name, op.shown));
+    ACQFS_TRY(SetOpaqueCounted(ch, npfd, op.new_name, op.shown));
     op.b->opaque = true;
   }
   if (op.b && !op.exchange) {
@@ -996,7 +1151,7 @@ Status Overlay::PrepareRename(RenameOp& op, int pfd, int npfd) {
     if (MustKeep(op.b))
       ACQFS_TRY(KeepBeforeReplacing(op.b, npfd, op.new_name, op.shown));
     if (op.b->upper && op.b->is_dir())
-      ACQFS_TRY(ClearUpperDir(npfd, op.new_name, op.shown));
+      ACQFS_TRY(ClearUpperDir(ch, npfd, op.new_name, op.shown));
   }
   return Ok();
 }
@@ -1092,16 +1247,40 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
     if (!pfd) return pfd.error();
     auto npfd = UpperDir(new_parent);
     if (!npfd) return npfd.error();
-    uint64_t freed = 0;
-    if (quota_ && op.b && !op.exchange && !op.b->is_dir() && op.b->upper)
-      freed = FreedByRemoving(npfd->get(), new_name);
-    Status moved = PrepareRename(op, pfd->get(), npfd->get());
+    // Never refused (the copies above were). Settles what the directories
+    // grew and gives back what the name renamed over held, unless that is
+    // kept for a process that may hold it (given back when the kept data
+    // goes, MaybeFreeLocked).
+    Quota::Change ch(quota_.get());
+    ACQFS_TRY(ch.Watch(pfd->get(), op.shown));
+    ACQFS_TRY(ch.Watch(npfd->get(), op.shown));
+    ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
+    struct stat over {};
+    bool frees = false;  // the move frees `over`, what the target held
+    if (quota_ && op.b && !op.exchange && op.b != op.a && op.b->upper) {
+      auto st = sys::StatAt(npfd->get(), new_name, op.shown);
+      if (!st) return st.error();
+      over = *st;
+      frees = true;
+    }
+    Status moved = PrepareRename(&ch, op, pfd->get(), npfd->get());
+    if (moved && frees && op.b->is_dir()) {
+      // ClearUpperDir left an empty directory there, which the move frees.
+      auto st = sys::StatAt(npfd->get(), new_name, op.shown);
+      if (!st) moved = st.error();
+      if (st) over = *st;
+    }
     if (moved) moved = MoveInUpper(op, pfd->get(), npfd->get());
     if (op.b && op.b->kept_data) {
       if (!moved) kept_.Release(op.b->take_kept());  // the name stays
-      freed = 0;  // counted until the kept data goes
+      frees = false;  // counted until the kept data goes
     }
-    if (moved && quota_) quota_->Release(freed);
+    if (moved && frees) {
+      if (op.b->is_dir())
+        ch.Sub(Quota::Bytes(over));
+      else
+        GiveBack(&ch, op.b, over);
+    }
     return moved;
   }();
   TableLock t(table_mu_);
@@ -1177,7 +1356,8 @@ Result<FileLease> Overlay::Open(Node* node, int flags) {
     int fd = f->get();
     auto op = [&]() -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; };
     std::string shown = layers_.upper.Shown(PathOf(node));
-    auto r = quota_ ? quota_->Charged(node, fd, 0, op, shown)
+    auto r = quota_ ? quota_->Charged(&node->charged, fd,
+                                      Quota::Charge::Settled(), op, shown)
                     : Result<int64_t>(op());
     if (!r)
       f = r.error();
@@ -1229,7 +1409,10 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
         return ::ftruncate(wfd, req.size) == 0 ? 0 : -errno;
       };
       if (!quota_) return op();
-      return quota_->Charged(node, wfd, req.size, op, shown);
+      // A truncate allocates nothing (a longer file has a hole); settled to
+      // what it frees.
+      return quota_->Charged(&node->charged, wfd, Quota::Charge::Settled(), op,
+                             shown);
     };
     int64_t rc = -EBADF;
     if (fh_fd >= 0) {
@@ -1334,7 +1517,32 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
   ACQFS_TRY(MakeChangeable(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
-  return sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
+  if (!quota_)
+    return sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
+  // Admitted while the quota is not passed; settled to the block the value
+  // may have taken (ext4 keeps small ones in the inode).
+  Status done = Ok();
+  return XattrCharged(
+      node, *t, Quota::Charge::Admitted(),
+      [&]() -> int64_t {
+        done = sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
+        return done ? 0 : -done.err();
+      },
+      &done);
+}
+
+Status Overlay::XattrCharged(Node* node, const XattrTarget& t,
+                             Quota::Charge charge,
+                             const std::function<int64_t()>& op,
+                             const Status* done) {
+  auto obj = node->unlinked
+                 ? kept_.Open(node->kept(), O_PATH | O_NOFOLLOW)
+                 : layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+  if (!obj) return obj.error();
+  uint64_t* record = S_ISREG(node->type) ? &node->charged : nullptr;
+  auto r = quota_->Charged(record, obj->get(), charge, op, t.shown);
+  if (!r) return r.error();
+  return *done;
 }
 
 Status Overlay::RemoveXattr(Node* node, const std::string& name) {
@@ -1346,7 +1554,15 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   ACQFS_TRY(MakeChangeable(node));
   auto t = XattrTargetOf(node, layers_.upper);
   if (!t) return t.error();
-  return sys::RemoveXattr(t->path, name, t->shown, t->follow);
+  if (!quota_) return sys::RemoveXattr(t->path, name, t->shown, t->follow);
+  Status done = Ok();
+  return XattrCharged(
+      node, *t, Quota::Charge::Settled(),
+      [&]() -> int64_t {
+        done = sys::RemoveXattr(t->path, name, t->shown, t->follow);
+        return done ? 0 : -done.err();
+      },
+      &done);
 }
 
 }  // namespace acqfs

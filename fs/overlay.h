@@ -56,6 +56,8 @@ struct Node {
 
   const uint64_t ino;  // reported st_ino
   const mode_t type;   // S_IFMT bits
+  uint32_t opens = 0;  // table_mu_: handles the kernel will RELEASE (the
+                       // handles mode); here to fill the padding
   bool is_dir() const { return S_ISDIR(type); }
   // The lower directory at this path shows through.
   bool merged() const { return lower_dir && !(upper.load() && opaque); }
@@ -71,11 +73,18 @@ struct Node {
   bool lower_dir = false;
   bool opaque = false;
   bool xwhiteouts = false;
+  // The upper regular file lost its last name (no data kept): the quota
+  // gives back its record when the node goes (the file cache may hold the
+  // data until then). Written with tree_mu_ exclusive.
+  bool quota_owed = false;
   uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
 
-  // Guarded by table_mu_.
+  // Guarded by table_mu_ (and `opens` above).
   uint64_t nlookup = 0;
-  uint32_t opens = 0;  // handles the kernel will RELEASE (the handles mode)
+  // The quota's record of an upper regular file: its st_blocks in bytes
+  // when the daemon last saw it, Quota::kUnseen before (fs/quota.h).
+  // Guarded by the quota's stripe lock for its address (Quota methods).
+  uint64_t charged = Quota::kUnseen;
   // The children the kernel knows, by name: directories only, made at the
   // first. Use the helpers below.
   std::unique_ptr<Children> children;
@@ -289,14 +298,19 @@ class Overlay {
   // EnsureUpper, or for a node without a name, a copy of its own of kept
   // lower data: what any change of the node needs first (exclusive).
   Status MakeChangeable(Node* node);
-  Status Materialise(Node* dir);
+  // `estimate`: what the copy is sure to take, reserved first.
+  Status Materialise(Node* dir, uint64_t estimate);
   void MarkMaterialised(Node* dir);
   Status PrepareToMove(Node* node);
-  Status ClearUpperDir(int pfd, const std::string& name,
+  Status ClearUpperDir(Quota::Change* ch, int pfd, const std::string& name,
                        const std::string& shown);
+  // Marks the directory `name` in `dirfd` opaque, counting the block the
+  // marker may take in `ch`.
+  Status SetOpaqueCounted(Quota::Change* ch, int dirfd, const std::string& name,
+                          const std::string& shown);
   struct RenameOp;
   Status CheckRename(const RenameOp& op);
-  Status PrepareRename(RenameOp& op, int pfd, int npfd);
+  Status PrepareRename(Quota::Change* ch, RenameOp& op, int pfd, int npfd);
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
   // Might the kernel still read or write `node` (table_mu_ held)?
@@ -316,13 +330,21 @@ class Overlay {
   struct XattrTarget;
   Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
+  // Runs the xattr change `op` on the upper object of `node` through the
+  // quota (Quota::Charged); returns `*done`, the change's own status, when
+  // the quota let it run.
+  Status XattrCharged(Node* node, const XattrTarget& t, Quota::Charge charge,
+                      const std::function<int64_t()>& op, const Status* done);
 
   // Creates an entry named `name` in `parent` with `make(dirfd, name)`,
   // replacing a whiteout atomically (opaque for directories).
   using Maker = std::function<Status(int dirfd, const std::string& name)>;
   // `mode`: the mode the new entry must have exactly (0: as made).
+  // `made`, when given, gets what the new entry holds (its blocks), for the
+  // quota.
   Status Publish(Node* parent, const std::string& name, bool is_dir,
-                 const Creds* creds, mode_t mode, const Maker& make);
+                 const Creds* creds, mode_t mode, const Maker& make,
+                 uint64_t* made = nullptr);
   Status FixNewMode(int dirfd, const std::string& name, mode_t mode,
                     const std::string& shown);
   Status ChownNew(int dirfd, const std::string& name, int pfd,
@@ -364,12 +386,13 @@ class Overlay {
   using BelowVisitor =
       std::function<Status(const std::string& rel, const ChildInfo& c)>;
   Status ForEachBelow(Node* dir, const BelowVisitor& visit);
-  // Bytes the lower regular files and symlinks below `dir` that are not yet
-  // in the upper would add to it if the directory were materialised.
-  Result<uint64_t> LowerBytesBelow(Node* dir);
-  // The upper size of `name` in `dirfd` that removing that name would free
-  // (0 unless it is its inode's last name).
-  uint64_t FreedByRemoving(int dirfd, const std::string& name) const;
+  // What materialising `dir` is sure to add to the upper: the copies of the
+  // lower objects below it that are not in the upper yet (CopyEstimate).
+  Result<uint64_t> CopyEstimateBelow(Node* dir);
+  // Gives back what the upper object `st` of `node`, whose name was just
+  // removed, held, when that was its last name: anything but a regular file
+  // in `ch`; a regular file's record when the node goes (quota_owed).
+  void GiveBack(Quota::Change* ch, Node* node, const struct stat& st);
 
   Layers layers_;
   std::unique_ptr<Quota> quota_;
@@ -395,6 +418,9 @@ class Overlay {
   size_t freed_since_trim_ = 0;
   std::unordered_map<uint64_t, Node*> upper_links_;  // table_mu_
   std::vector<FileLease> doomed_files_;  // table_mu_; freed nodes' files
+  // table_mu_: freed upper files the quota sees once more (their descriptor
+  // and record), for what they grew unseen (ReapDoomed).
+  std::vector<std::pair<FileLease, uint64_t>> doomed_seen_;
   // doomed_files_ is not empty, or memory is to be given back.
   std::atomic<bool> doomed_pending_{false};
 };

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace acqfs_test {
@@ -92,6 +94,31 @@ void WriteFile(const std::string& path, const std::string& data, mode_t mode) {
     ADD_FAILURE() << Why("write", path);
   if (::fchmod(fd, mode) != 0) ADD_FAILURE() << Why("fchmod", path);
   ::close(fd);
+}
+
+namespace {
+// nftw(3) takes a plain function: the walk in progress (one at a time).
+std::set<std::pair<dev_t, ino_t>>* g_du_seen = nullptr;
+uint64_t g_du_total = 0;
+std::mutex g_du_mu;
+}  // namespace
+
+uint64_t DiskUsage(const std::string& path) {
+  std::lock_guard<std::mutex> l(g_du_mu);
+  std::set<std::pair<dev_t, ino_t>> seen;
+  g_du_seen = &seen;
+  g_du_total = 0;
+  int rc = ::nftw(
+      path.c_str(),
+      [](const char*, const struct stat* st, int, struct FTW*) {
+        if (g_du_seen->insert({st->st_dev, st->st_ino}).second)
+          g_du_total += static_cast<uint64_t>(st->st_blocks) * 512;
+        return 0;
+      },
+      16, FTW_PHYS);
+  EXPECT_EQ(rc, 0) << "nftw " << path;
+  g_du_seen = nullptr;
+  return g_du_total;
 }
 
 std::string ReadFile(const std::string& path) {

@@ -78,6 +78,10 @@ class TempTree {
 void WriteFile(const std::string& path, const std::string& data,
                mode_t mode = 0644);
 std::string ReadFile(const std::string& path);
+// What du(1) says the tree at `path` holds: the st_blocks (in bytes) of
+// every inode in it once, `path` included. Independent of Quota::Measure,
+// so that tests can check it.
+uint64_t DiskUsage(const std::string& path);
 void MakeDir(const std::string& path, mode_t mode = 0755);
 void MakeSymlink(const std::string& target, const std::string& path);
 void MakeFifo(const std::string& path, mode_t mode = 0644);
