@@ -272,6 +272,31 @@ void Overlay::MaybeFreeLocked(Node* node) {
   }
 }
 
+void Overlay::DropStaleNameLocked(Node* node, Node* parent,
+                                  const std::string& name) {
+  DetachNameLocked(node, parent, name);
+  if (node->unlinked) {
+    // Its upper inode is no longer reached by the name a hard link's lookup
+    // would attach to it.
+    if (node->upper_ino) {
+      auto it = upper_links_.find(node->upper_ino);
+      if (it != upper_links_.end() && it->second == node)
+        upper_links_.erase(it);
+      node->upper_ino = 0;
+    }
+    // The children's paths led through the lost name: they lose theirs too
+    // (an unlinked node has no children; PathLocked would resolve them
+    // from the root).
+    while (node->HasChildren()) {
+      auto first = node->children->begin();
+      Node* child = first->second;
+      std::string child_name = first->first;
+      DropStaleNameLocked(child, node, child_name);
+    }
+  }
+  MaybeFreeLocked(node);
+}
+
 void Overlay::ReapDoomed() {
   kept_.Reap();
   if (!doomed_pending_.load(std::memory_order_acquire)) return;
@@ -364,7 +389,7 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
 }
 
 Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
-                                    bool count, struct stat* st) {
+                                    bool count, struct stat* st, bool* stale) {
   if (!parent->is_dir()) return Error::Of(ENOTDIR, "lookup", name);
   if (parent->unlinked) return Error::Of(ENOENT, "lookup", name);
   Node* known = nullptr;
@@ -374,15 +399,26 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
     if (known && count) known->nlookup++;
   }
   if (known) {
-    if (st) {
-      auto s = StatLocked(known);
-      if (!s) {
-        if (count) MaybeFreeAfterLookup(known);
-        return s.error();
-      }
+    if (!st) return known;
+    auto s = StatLocked(known);
+    if (s) {
       *st = *s;
+      return known;
     }
-    return known;
+    // ENOENT: the object is gone or has another type now; ENOTDIR: a
+    // directory on its path is no longer one. Either way the name no
+    // longer leads to this node, and keeping the binding would answer
+    // ENOENT for the name, and for whatever is created there next, for as
+    // long as the kernel holds the node.
+    const bool gone = s.err() == ENOENT || s.err() == ENOTDIR;
+    if (!gone || stale) {
+      if (stale) *stale = gone;
+      if (count) MaybeFreeAfterLookup(known);
+      return s.error();
+    }
+    TableLock t(table_mu_);
+    if (count && known->nlookup) known->nlookup--;
+    DropStaleNameLocked(known, parent, name);
   }
   DirView v = ViewOf(parent);
   auto c = ResolveChild(layers_, v, name, Gen());
@@ -410,8 +446,17 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
                               struct stat* st) {
-  SharedLock l(tree_mu_);
-  return LookupLocked(parent, name, true, st);
+  bool stale = false;
+  {
+    SharedLock l(tree_mu_);
+    auto node = LookupLocked(parent, name, true, st, &stale);
+    if (!stale) return node;
+  }
+  // The node held for the name is gone from the disk: only the exclusive
+  // lock may take the name from it (the lookup is then made afresh).
+  Reaper reap(this);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  return LookupLocked(parent, name, true, st, nullptr);
 }
 
 // ---------------------------------------------------------------- reading
@@ -756,9 +801,20 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
   if (!made) made = &unused;
   std::string rel = sys::Join(PathLocked(parent), name);
   std::string shown = layers_.upper.Shown(rel);
+  // A directory that lost its name (DropStaleNameLocked) has no path left
+  // to create in: PathLocked would give one from the root.
+  if (parent->unlinked) return Error::Of(ENOENT, "create", shown);
   auto c = ResolveChild(layers_, ViewOf(parent), name);
   if (!c) return c.error();
   if (c->exists) return Error::Of(EEXIST, "create", shown);
+  {
+    // Nothing is at the name, so a node still held for it is stale (its
+    // object was removed outside the daemon, and the kernel has not
+    // forgotten it yet): the new entry must get a node of its own, not
+    // that one, whose layers no longer exist (MKDIR answered ENOENT).
+    TableLock t(table_mu_);
+    if (Node* old = parent->Child(name)) DropStaleNameLocked(old, parent, name);
+  }
   ACQFS_TRY(CheckWritable(rel, is_dir, "create"));
   ACQFS_TRY(EnsureUpper(parent));
   auto pfd = UpperDir(parent);
@@ -822,6 +878,7 @@ Status MakeCall(int rc, const char* op, const std::string& shown) {
 
 Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
                              Creds creds) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(Publish(
@@ -833,6 +890,7 @@ Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
                              dev_t rdev, Creds creds) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
@@ -846,6 +904,7 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(
@@ -861,6 +920,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
                                                     mode_t mode, int flags,
                                                     Creds creds) {
   (void)flags;  // O_CREAT/O_EXCL are implied; the kernel checked the rest
+  Reaper reap(this);
   Node* node = nullptr;
   OpenFile file;
   {
@@ -892,6 +952,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
 }
 
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
+  Reaper reap(this);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
@@ -912,7 +973,6 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   auto st = sys::StatAt(src_dir->get(), src_name, shown);
   if (!st) return st.error();
   TableLock t(table_mu_);
-  if (Node* stale = parent->Child(name)) DetachNameLocked(stale, parent, name);
   AttachLocked(node, parent, name);
   node->upper_ino = st->st_ino;
   upper_links_[st->st_ino] = node;
@@ -1214,6 +1274,9 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   auto src = LookupLocked(parent, name, false);
   if (!src) return src.error();
   op.a = *src;
+  // A directory that lost its name has no path to move anything into.
+  if (new_parent->unlinked)
+    return Error::Of(ENOENT, "rename to", sys::Join("(unlinked)", new_name));
   auto dst = LookupLocked(new_parent, new_name, false);
   if (dst)
     op.b = *dst;

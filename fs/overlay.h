@@ -15,7 +15,9 @@
 //
 // Locking (order: tree_mu_ before table_mu_):
 //   tree_mu_  shared for lookups, getattr, readdir, reads; exclusive for any
-//             change of the namespace or of a node's layers (copy-up).
+//             change of the namespace or of a node's layers (copy-up), and
+//             for taking a name from a node whose object is gone from the
+//             disk (DropStaleNameLocked).
 //   table_mu_ guards children maps, lookup/open counts, node ownership, and
 //             (together with an exclusive tree_mu_) parent/name/aliases.
 // Every public method takes the locks it needs.
@@ -273,8 +275,15 @@ class Overlay {
   // name says it changes something, then exclusive).
   std::string PathLocked(const Node* node) const;
   DirView ViewOf(const Node* dir) const;
+  // With `st`, a node the table already holds for the name is checked
+  // against the disk (its stat fills `*st`). When its object is gone from
+  // there (removed or replaced outside the daemon: the host's `git gc`
+  // pruning a lower directory), a caller holding tree_mu_ shared passes
+  // `stale` and gets the error with `*stale` set, to retry exclusive; with
+  // `stale` null the caller holds tree_mu_ exclusive, and the stale node
+  // loses the name (DropStaleNameLocked) before the name is resolved afresh.
   Result<Node*> LookupLocked(Node* parent, const std::string& name, bool count,
-                             struct stat* st = nullptr);
+                             struct stat* st = nullptr, bool* stale = nullptr);
   Result<Node*> NodeForChild(Node* parent, const std::string& name,
                              const ChildInfo& c, bool count);
   uint64_t InoFor(const ChildInfo& c) const;
@@ -373,6 +382,13 @@ class Overlay {
   void MoveNameLocked(Node* node, Node* parent, const std::string& name,
                       Node* new_parent, const std::string& new_name);
   void MaybeFreeLocked(Node* node);
+  // Takes the name `name` in `parent` from `node`, whose object no longer
+  // is there on the disk (it was removed or replaced outside the daemon),
+  // so that the name resolves afresh. A node left without a name becomes
+  // unlinked, and so do the nodes known below it (their paths led through
+  // it); each is freed once the kernel no longer holds it. tree_mu_
+  // exclusive and table_mu_ held.
+  void DropStaleNameLocked(Node* node, Node* parent, const std::string& name);
   // Puts a new node in the table (which then owns it) / takes it out and
   // deletes it.
   void AddNodeLocked(std::unique_ptr<Node> node);

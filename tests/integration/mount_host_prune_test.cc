@@ -1,0 +1,212 @@
+// Objects the host removes or replaces in the lower while the kernel still
+// holds their nodes: the sandbox must be able to create at those names, and
+// lookups must find what is there now.
+//
+// Found with git: a large commit on the host makes git auto-gc in the
+// background, whose prune-packed removes the loose-object directories
+// (.git/objects/ec) while a sandbox over the same checkout runs
+// `git add`. The sandbox's git creates .git/objects/ec/tmp_obj_* (ENOENT:
+// the directory is gone), then mkdir(".git/objects/ec"): the kernel
+// revalidates "ec", the daemon says it is gone, and MKDIR reached the
+// daemon while its node table still bound "ec" to the old node (the kernel
+// had not sent, or the daemon had not yet served, its FORGET). The daemon
+// made the directory, replied with the old node, whose stat failed, and
+// mkdir returned ENOENT ("unable to create temporary file").
+//
+// Whether FORGET comes before MKDIR is a race between the daemon's worker
+// threads. These tests keep the kernel holding the old nodes (an open
+// descriptor of each, as any process's cwd or open directory would), which
+// makes the failing order certain.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+std::string ModeName(const ::testing::TestParamInfo<const char*>& i) {
+  return i.param[0] ? "Handles" : "HandleLess";
+}
+
+// Both file modes: handle-less (the default) and `-o handles`; the default
+// cache timeouts (60 s), so the kernel's dentries stay valid throughout.
+class HostRemoved : public MountTest,
+                    public ::testing::WithParamInterface<const char*> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    if (GetParam()[0]) o.extra_mount_args = {"-o", GetParam()};
+    return o;
+  }
+};
+
+// The lower directory the kernel holds is removed by the host; the sandbox
+// creates it again the way git makes a loose-object directory.
+TEST_P(HostRemoved, MkdirWhereTheHostRemovedADirectoryTheKernelHolds) {
+  ASSERT_EQ(::mkdir(L("objs").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(L("objs/ec").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_TRUE(WriteFile(L("objs/ec/loose"), "loose object\n"));
+  // The kernel looks both up and keeps them (its node for the directory and
+  // for a file in it).
+  ScopedFd dir(::open(M("objs/ec").c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_TRUE(dir.valid()) << std::strerror(errno);
+  ScopedFd file(::open(M("objs/ec/loose").c_str(), O_RDONLY));
+  ASSERT_TRUE(file.valid()) << std::strerror(errno);
+  // The host prunes them (git prune-packed).
+  ASSERT_EQ(::unlink(L("objs/ec/loose").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::rmdir(L("objs/ec").c_str()), 0) << std::strerror(errno);
+
+  // git's create_tmpfile: the temporary file first, which fails as the
+  // directory is gone...
+  const std::string tmp = M("objs/ec/tmp_obj_1");
+  errno = 0;
+  ScopedFd fail(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL, 0444));
+  EXPECT_FALSE(fail.valid());
+  EXPECT_EQ(errno, ENOENT) << std::strerror(errno);
+  // ...then the directory, then the temporary file again.
+  ASSERT_EQ(::mkdir(M("objs/ec").c_str(), 0777), 0) << std::strerror(errno);
+  struct stat st = StatM("objs/ec");
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  {
+    ScopedFd t(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL, 0444));
+    ASSERT_TRUE(t.valid()) << std::strerror(errno);
+    ASSERT_EQ(::write(t.get(), "blob", 4), 4) << std::strerror(errno);
+  }
+  ASSERT_EQ(::link(tmp.c_str(), M("objs/ec/obj").c_str()), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::unlink(tmp.c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(ContentOf(M("objs/ec/obj")), "blob");
+  EXPECT_EQ(ContentOf(U("objs/ec/obj")), "blob");
+  // The pruned file stays gone, and the new directory holds only the new
+  // object.
+  EXPECT_EQ(LstatErrno(M("objs/ec/loose")), ENOENT);
+  EXPECT_EQ(LstatErrno(M("objs/ec/tmp_obj_1")), ENOENT);
+  EXPECT_FALSE(Exists(L("objs/ec")));
+
+  // The descriptor of the removed directory reaches no directory any more:
+  // nothing can be made through it, least of all somewhere else.
+  errno = 0;
+  ScopedFd stray(
+      ::openat(dir.get(), "stray", O_WRONLY | O_CREAT | O_EXCL, 0644));
+  EXPECT_FALSE(stray.valid());
+  EXPECT_EQ(errno, ENOENT) << std::strerror(errno);
+  EXPECT_NE(::mkdirat(dir.get(), "stray-dir", 0755), 0);
+  for (const char* where : {"stray", "stray-dir", "objs/stray", "objs/ec/stray",
+                            "objs/stray-dir", "objs/ec/stray-dir"}) {
+    EXPECT_EQ(LstatErrno(M(where)), ENOENT) << where;
+    EXPECT_FALSE(Exists(U(where))) << where;
+  }
+  EXPECT_EQ(ContentOf(L("README.md")), ContentOf(M("README.md")));
+}
+
+// A lower checkout whose objects are loose (auto-gc off), which the host
+// packs while the sandbox holds its loose-object directories; then
+// `git add` of 2,000 new files in the sandbox.
+TEST_P(HostRemoved, GitAddAfterTheHostPackedTheLooseObjectDirectories) {
+  CommandResult made = RunShell(
+      "cd " + ShellQuote(lower()) +
+          " && mkdir -p host && for i in $(seq 1 1500); do echo \"host $i\" > "
+          "host/f$i.txt; done && git -c safe.directory=* add -A && "
+          "git -c safe.directory=* -c gc.auto=0 commit -q -m host",
+      120, "", GitEnv(home()));
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  // The loose-object directories, seen through the mount and held.
+  std::vector<ScopedFd> held;
+  {
+    DIR* d = ::opendir(L(".git/objects").c_str());
+    ASSERT_NE(d, nullptr) << std::strerror(errno);
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() != 2 || n == "..") continue;
+      ScopedFd fd(
+          ::open(M(".git/objects/" + n).c_str(), O_RDONLY | O_DIRECTORY));
+      EXPECT_TRUE(fd.valid()) << n << ": " << std::strerror(errno);
+      held.push_back(std::move(fd));
+    }
+    ::closedir(d);
+  }
+  ASSERT_GT(held.size(), 200u);
+
+  CommandResult branch =
+      RunGit(sandbox().mountpoint(), {"checkout", "-q", "-b", "agent"}, home());
+  ASSERT_TRUE(branch.ok()) << branch.Describe();
+  CommandResult files = RunShell(
+      "cd " + ShellQuote(sandbox().mountpoint()) +
+          " && mkdir -p new && for i in $(seq 1 2000); do echo \"agent $i\" > "
+          "new/a$i.txt; done",
+      120);
+  ASSERT_TRUE(files.ok()) << files.Describe();
+  // The host packs its objects and prunes the loose ones, directories and
+  // all, as its background auto-gc does.
+  CommandResult gc =
+      RunGit(lower(), {"-c", "gc.autoDetach=false", "gc", "-q"}, home(), 120);
+  ASSERT_TRUE(gc.ok()) << gc.Describe();
+  CommandResult left = RunShell("ls " + ShellQuote(L(".git/objects")), 10);
+  ASSERT_TRUE(left.ok()) << left.Describe();
+  ASSERT_EQ(left.out, "info\npack\n");
+
+  CommandResult add =
+      RunGit(sandbox().mountpoint(), {"add", "-A"}, home(), 240);
+  ASSERT_TRUE(add.ok()) << add.Describe();
+  CommandResult commit =
+      RunGit(sandbox().mountpoint(),
+             {"-c", "gc.auto=0", "commit", "-q", "-m", "agent"}, home(), 120);
+  ASSERT_TRUE(commit.ok()) << commit.Describe();
+  CommandResult count = RunShell("git -c safe.directory=* -C " +
+                                     ShellQuote(sandbox().mountpoint()) +
+                                     " ls-tree -r --name-only HEAD new | wc -l",
+                                 60, "", GitEnv(home()));
+  ASSERT_TRUE(count.ok()) << count.Describe();
+  EXPECT_EQ(count.out, "2000\n");
+  CommandResult fsck =
+      RunGit(sandbox().mountpoint(), {"fsck", "--no-progress"}, home(), 240);
+  EXPECT_TRUE(fsck.ok()) << fsck.Describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, HostRemoved, ::testing::Values("", "handles"),
+                         ModeName);
+
+// Lookups after the host replaced what the kernel holds: mounted with
+// `-o timeout=1`, so the kernel asks again once a second has passed.
+class HostReplaced : public MountTest,
+                     public ::testing::WithParamInterface<const char*> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"-o", "timeout=1"};
+    if (GetParam()[0]) {
+      o.extra_mount_args.push_back("-o");
+      o.extra_mount_args.push_back(GetParam());
+    }
+    return o;
+  }
+};
+
+TEST_P(HostReplaced, AFileTheKernelHoldsReplacedByADirectoryShowsAsOne) {
+  ASSERT_TRUE(WriteFile(L("swap"), "a file\n"));
+  ScopedFd file(::open(M("swap").c_str(), O_RDONLY));
+  ASSERT_TRUE(file.valid()) << std::strerror(errno);
+  ASSERT_EQ(::unlink(L("swap").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(L("swap").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_TRUE(WriteFile(L("swap/inner"), "inside\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  struct stat st = StatM("swap");
+  EXPECT_TRUE(S_ISDIR(st.st_mode)) << std::oct << st.st_mode;
+  EXPECT_EQ(ContentOf(M("swap/inner")), "inside\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, HostReplaced, ::testing::Values("", "handles"),
+                         ModeName);
+
+}  // namespace
+}  // namespace acqfs::test
