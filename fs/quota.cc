@@ -233,16 +233,27 @@ Status Quota::Change::Watch(int dirfd, const std::string& shown) {
   return Ok();
 }
 
-uint64_t Quota::Change::AddEntry(int dirfd, const std::string& name,
-                                 const std::string& shown) {
+uint64_t Quota::Change::Entry(int dirfd, const std::string& name,
+                              const std::string& shown) {
   if (!q_) return 0;
   auto b = SoleBytes(dirfd, name, shown);
-  if (!b) {
-    unsure_ = true;
-    return 0;
-  }
-  Add(*b);
-  return *b;
+  if (b) return *b;
+  unsure_ = true;
+  return 0;
+}
+
+uint64_t Quota::Change::AddEntry(int dirfd, const std::string& name,
+                                 const std::string& shown) {
+  uint64_t b = Entry(dirfd, name, shown);
+  Add(b);
+  return b;
+}
+
+uint64_t Quota::Change::SubEntry(int dirfd, const std::string& name,
+                                 const std::string& shown) {
+  uint64_t b = Entry(dirfd, name, shown);
+  Sub(b);
+  return b;
 }
 
 uint64_t Quota::Change::AddNew(int dirfd, const std::string& name,
@@ -256,18 +267,6 @@ uint64_t Quota::Change::AddNew(int dirfd, const std::string& name,
   const uint64_t b = !S_ISDIR(st.st_mode) && st.st_nlink > 1 ? 0 : Bytes(st);
   Add(b);
   return b;
-}
-
-uint64_t Quota::Change::SubEntry(int dirfd, const std::string& name,
-                                 const std::string& shown) {
-  if (!q_) return 0;
-  auto b = SoleBytes(dirfd, name, shown);
-  if (!b) {
-    unsure_ = true;
-    return 0;
-  }
-  Sub(*b);
-  return *b;
 }
 
 void Quota::Change::Settle() {

@@ -179,6 +179,10 @@ class Quota::Change {
   void Settle();
 
  private:
+  // SoleBytes of `name` in `dirfd` (0, and the change unsure, when the
+  // measurement fails).
+  uint64_t Entry(int dirfd, const std::string& name, const std::string& shown);
+
   struct Watched {
     int fd;  // borrowed
     dev_t dev;
