@@ -54,24 +54,61 @@ int OpenRelievingPressure(const std::function<int()>& open) {
   return open();
 }
 
-Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
-                             mode_t mode, const std::string& shown) {
+namespace {
+
+// One openat2 of `p` below `dirfd`, retried on EINTR/EAGAIN and under
+// descriptor pressure; -1 with errno on failure.
+int OpenAt2(int dirfd, const char* p, int flags, mode_t mode) {
   struct open_how how;
   std::memset(&how, 0, sizeof how);
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
   if (flags & (O_CREAT | O_TMPFILE)) how.mode = mode;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  const char* p = rel.empty() ? "." : rel.c_str();
   auto open = [&]() -> int {
     for (;;) {
-      long fd = ::syscall(SYS_openat2, root, p, &how, sizeof how);
+      long fd = ::syscall(SYS_openat2, dirfd, p, &how, sizeof how);
       if (fd >= 0 || (errno != EINTR && errno != EAGAIN))
         return static_cast<int>(fd);
     }
   };
-  int fd = OpenRelievingPressure(open);
-  if (fd < 0) return Error::Errno("openat2", shown);
-  return UniqueFd(fd);
+  return OpenRelievingPressure(open);
+}
+
+}  // namespace
+
+Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
+                             mode_t mode, const std::string& shown) {
+  if (rel.size() <= kMaxPathChunk) {
+    int fd = OpenAt2(root, rel.empty() ? "." : rel.c_str(), flags, mode);
+    if (fd < 0) return Error::Errno("openat2", shown);
+    return UniqueFd(fd);
+  }
+  // Longer than one path the kernel takes (PATH_MAX with its NUL): walk it
+  // a run of whole components at a time, each run opened beneath the
+  // directory the one before opened, so the walk never leaves `root` and
+  // follows no symlink, as one openat2 would not.
+  UniqueFd dir;
+  int at = root;
+  size_t pos = 0;
+  for (;;) {
+    const size_t left = rel.size() - pos;
+    if (left <= kMaxPathChunk) {
+      int fd = OpenAt2(at, rel.c_str() + pos, flags, mode);
+      if (fd < 0) return Error::Errno("openat2", shown);
+      return UniqueFd(fd);
+    }
+    size_t cut = rel.rfind('/', pos + kMaxPathChunk);
+    if (cut == std::string::npos || cut <= pos) {
+      errno = ENAMETOOLONG;  // one component longer than any name can be
+      return Error::Errno("openat2", shown);
+    }
+    const std::string run = rel.substr(pos, cut - pos);
+    int fd = OpenAt2(at, run.c_str(), O_PATH | O_DIRECTORY, 0);
+    if (fd < 0) return Error::Errno("openat2", shown);
+    dir = UniqueFd(fd);
+    at = dir.get();
+    pos = cut + 1;
+  }
 }
 
 Result<UniqueFd> OpenDirPath(const std::string& path, int flags) {

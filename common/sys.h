@@ -42,6 +42,10 @@ int OpenRelievingPressure(const std::function<int()>& open);
 // RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS): no component, the last one
 // included, may be a symlink (with O_PATH|O_NOFOLLOW the link itself opens).
 // `rel` == "" opens `root` itself. `shown` names the path in errors.
+// `rel` may be longer than PATH_MAX: it is then walked a run of whole
+// components (at most kMaxPathChunk bytes) at a time, each run beneath the
+// directory the previous one opened, with the same rules.
+constexpr size_t kMaxPathChunk = 4000;
 Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
                              mode_t mode, const std::string& shown);
 
