@@ -19,6 +19,7 @@ packages=(
   fuse-overlayfs                           # peer overlay for benchmarks
   fio gnuplot-nox                          # benchmarks
   python3.11 libpython3.11-testsuite       # tests/soak: Python's own tests
+  python3-minimal                          # /usr/bin/python3: the oracle tests' scripts
 )
 
 missing=()

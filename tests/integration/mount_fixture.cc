@@ -215,6 +215,19 @@ void MountTest::TearDown() {
   tmp_.reset();
 }
 
+SandboxOptions BothFileModes::Options() const {
+  SandboxOptions o = ModeOptions();
+  if (!GetParam().empty()) {
+    o.extra_mount_args.push_back("-o");
+    o.extra_mount_args.push_back(GetParam());
+  }
+  return o;
+}
+
+std::string FileModeName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param.empty() ? "HandleLess" : "Handles";
+}
+
 struct stat MountTest::StatM(const std::string& rel) {
   struct stat st {};
   EXPECT_TRUE(Lstat(M(rel), &st));

@@ -58,6 +58,22 @@ class MountTest : public ::testing::Test {
   std::unique_ptr<Sandbox> sandbox_;
 };
 
+// MountTest in both ways the daemon serves files, as its parameter: ""
+// (handle-less, the default) and "handles" (`-o handles`). A fixture adds
+// its own options in ModeOptions(); instantiate it with
+// ACQFS_IN_BOTH_FILE_MODES(Suite).
+class BothFileModes : public MountTest,
+                      public ::testing::WithParamInterface<std::string> {
+ protected:
+  virtual SandboxOptions ModeOptions() const { return {}; }
+  SandboxOptions Options() const final;
+};
+std::string FileModeName(const ::testing::TestParamInfo<std::string>& info);
+#define ACQFS_IN_BOTH_FILE_MODES(suite)                                 \
+  INSTANTIATE_TEST_SUITE_P(Modes, suite,                                \
+                           ::testing::Values(std::string(), "handles"), \
+                           ::acqfs::test::FileModeName)
+
 // renameat2(2) through syscall(2), as glibc's wrapper may be missing.
 int Renameat2(const std::string& from, const std::string& to, unsigned flags);
 

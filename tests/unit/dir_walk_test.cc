@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "common/sys.h"
 #include "fs/copy_up.h"
@@ -186,6 +187,110 @@ bool CloseSpares(void*) {
   for (int fd : *g_spare) ::close(fd);
   g_spare->clear();
   return true;
+}
+
+// sys::OpenBeneath of a path longer than PATH_MAX: walked a run of
+// components at a time with the same rules as one openat2 (beneath the
+// root, no symlink anywhere), holding one descriptor at a time.
+class LongPath : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = UniqueFd(::open(tree_.root().c_str(), O_PATH | O_DIRECTORY));
+    ASSERT_TRUE(root_.is_valid());
+    // 30 directories of 200 bytes: 6,030 bytes with the slashes.
+    UniqueFd d(::open(tree_.root().c_str(), O_PATH | O_DIRECTORY));
+    for (int i = 0; i < 30; ++i) {
+      std::string n = std::string(199, 'a' + i % 26) + std::to_string(i % 10);
+      ASSERT_EQ(::mkdirat(d.get(), n.c_str(), 0755), 0) << i;
+      d = UniqueFd(::openat(d.get(), n.c_str(), O_PATH | O_DIRECTORY));
+      ASSERT_TRUE(d.is_valid());
+      names_.push_back(n);
+    }
+    deep_ = names_[0];
+    for (size_t i = 1; i < names_.size(); ++i) deep_ += "/" + names_[i];
+    ASSERT_GT(deep_.size(), 6000u);
+  }
+  // TempTree's own removal goes by paths; take the deep tree away first.
+  void TearDown() override {
+    UniqueFd top(::open(tree_.root().c_str(), O_PATH | O_DIRECTORY));
+    EXPECT_TRUE(sys::RemoveTree(top.get(), names_[0], "deep tree").ok());
+  }
+  // The first `k` directories.
+  std::string Prefix(size_t k) const {
+    std::string p = names_[0];
+    for (size_t i = 1; i < k; ++i) p += "/" + names_[i];
+    return p;
+  }
+  TempTree tree_;
+  UniqueFd root_;
+  std::vector<std::string> names_;
+  std::string deep_;
+};
+
+TEST_F(LongPath, CreatesAndOpensBelowADirectoryDeeperThanPathMax) {
+  auto made = sys::OpenBeneath(root_.get(), deep_ + "/file",
+                               O_CREAT | O_WRONLY | O_EXCL, 0640, "file");
+  ASSERT_TRUE(made.ok()) << made.error().Message();
+  ASSERT_EQ(::write(made->get(), "x", 1), 1);
+  auto again = sys::OpenBeneath(root_.get(), deep_ + "/file", O_RDONLY, 0, "f");
+  ASSERT_TRUE(again.ok()) << again.error().Message();
+  char c = 0;
+  EXPECT_EQ(::read(again->get(), &c, 1), 1);
+  EXPECT_EQ(c, 'x');
+  auto missing =
+      sys::OpenBeneath(root_.get(), deep_ + "/nothing", O_RDONLY, 0, "n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.err(), ENOENT);
+}
+
+TEST_F(LongPath, ASymlinkAnywhereOnTheWayIsRefused) {
+  // Replace a directory early on (in the first run), and one late (in a
+  // later run), by a symlink to the real directory: the walk must refuse
+  // both, as one openat2 with RESOLVE_NO_SYMLINKS would.
+  for (size_t k : {size_t{3}, size_t{25}}) {
+    // The parent of level k, reached by the walk itself (its path is long).
+    auto parent = sys::OpenBeneath(root_.get(), Prefix(k - 1),
+                                   O_PATH | O_DIRECTORY, 0, "parent");
+    ASSERT_TRUE(parent.ok()) << k;
+    const int p = parent->get();
+    const std::string name = names_[k - 1], moved = name + "-real";
+    ASSERT_EQ(::renameat(p, name.c_str(), p, moved.c_str()), 0) << k;
+    ASSERT_EQ(::symlinkat(moved.c_str(), p, name.c_str()), 0) << k;
+    auto r = sys::OpenBeneath(root_.get(), deep_, O_PATH | O_DIRECTORY, 0, "d");
+    EXPECT_FALSE(r.ok()) << "followed a symlink at level " << k;
+    if (!r.ok()) {
+      EXPECT_EQ(r.err(), ELOOP) << k;
+    }
+    ASSERT_EQ(::unlinkat(p, name.c_str(), 0), 0);
+    ASSERT_EQ(::renameat(p, moved.c_str(), p, name.c_str()), 0);
+  }
+  EXPECT_TRUE(
+      sys::OpenBeneath(root_.get(), deep_, O_PATH | O_DIRECTORY, 0, "d").ok());
+}
+
+TEST_F(LongPath, DotDotCannotClimbOutOfTheRoot) {
+  // ".." components that would climb above the root, placed in a later run.
+  std::string up = deep_;
+  for (int i = 0; i < 31; ++i) up += "/..";
+  auto r = sys::OpenBeneath(root_.get(), up, O_PATH | O_DIRECTORY, 0, "up");
+  EXPECT_FALSE(r.ok());
+  if (!r.ok()) {
+    EXPECT_EQ(r.err(), EXDEV);
+  }
+}
+
+TEST_F(LongPath, OneComponentLongerThanARunIsTooLong) {
+  std::string bad = deep_ + "/" + std::string(sys::kMaxPathChunk + 1, 'z');
+  auto r = sys::OpenBeneath(root_.get(), bad, O_RDONLY, 0, "bad");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err(), ENAMETOOLONG);
+}
+
+TEST_F(LongPath, TheWalkHoldsOneDescriptorAtATime) {
+  FdLimit limit(4);
+  ASSERT_TRUE(limit.ok());
+  auto r = sys::OpenBeneath(root_.get(), deep_, O_PATH | O_DIRECTORY, 0, "d");
+  EXPECT_TRUE(r.ok()) << r.error().Message();
 }
 
 TEST(FdPressure, TheHandlerGivesDescriptorsBackAndTheOpenIsRetried) {
