@@ -221,7 +221,6 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
     ctx->listings.reset(new Listings);
-    ctx->overlay->SetOpensUnknown(true);
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
     conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   } else if (ctx->no_open)

@@ -59,12 +59,27 @@ Result<int> Layer::DirFd(const std::string& rel, uint64_t gen,
     return owned->get();
   }
   auto now = std::chrono::steady_clock::now();
-  for (CachedDir& c : tl_dirs) {
-    if (c.fd && c.layer == id_ && c.gen == gen && c.rel == rel &&
-        now - c.made < std::chrono::seconds(1))
-      return c.fd.get();
+  // A cached ancestor, the nearest one: the rest of the path is opened
+  // beneath it (one name when a walk goes down a tree, however deep).
+  const CachedDir* nearest = nullptr;
+  for (const CachedDir& c : tl_dirs) {
+    if (!c.fd || c.layer != id_ || c.gen != gen ||
+        now - c.made >= std::chrono::seconds(1))
+      continue;
+    if (c.rel == rel) return c.fd.get();
+    const bool below =
+        c.rel.empty() ? !rel.empty()
+                      : rel.size() > c.rel.size() && rel[c.rel.size()] == '/' &&
+                            rel.compare(0, c.rel.size(), c.rel) == 0;
+    if (below && (!nearest || c.rel.size() > nearest->rel.size())) nearest = &c;
   }
-  auto fd = OpenDir(rel);
+  auto fd =
+      nearest
+          ? sys::OpenBeneath(
+                nearest->fd.get(),
+                rel.substr(nearest->rel.empty() ? 0 : nearest->rel.size() + 1),
+                O_PATH | O_DIRECTORY, 0, Shown(rel))
+          : OpenDir(rel);
   if (!fd) return fd.error();
   CachedDir& slot = tl_dirs[tl_next++ % slots];
   slot.layer = id_;

@@ -61,7 +61,10 @@ class Layer {
   // `gen` is unchanged and for at most a second: the caller passes a number
   // that changes whenever a directory below the root may have been renamed,
   // replaced or removed (Overlay's tree generation). gen 0 bypasses the
-  // cache and returns a descriptor owned by `*owned`.
+  // cache and returns a descriptor owned by `*owned`. On a miss the
+  // directory is opened beneath the nearest cached ancestor that is still
+  // valid by the same rule (so a walk down a tree opens one name per
+  // level, however deep), else from the root.
   Result<int> DirFd(const std::string& rel, uint64_t gen,
                     UniqueFd* owned) const;
   // How many directories each thread's DirFd cache holds (at most 4; 0

@@ -179,6 +179,9 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   if (node->is_dir() &&
       (node->merged() || (layers_.policy && layers_.policy->hides_anything())))
     st->st_nlink = 1;
+  // A file without a name has no links, wherever its data is kept (a name
+  // in acqfs-tmp, the lower file it was): as fstat says on ext4.
+  if (node->unlinked && !node->is_dir()) st->st_nlink = 0;
 }
 
 // ---------------------------------------------------------------- table
@@ -982,8 +985,12 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
 
 // ---------------------------------------------------------------- removal
 
+// In both file modes: besides the handles counted, the kernel may OPEN a
+// node it still holds after its last name went (a reopen through
+// /proc/PID/fd of an O_PATH descriptor, an open racing an unlink), as ext4
+// lets it. The handle-less mode has no counted handles at all.
 bool Overlay::MayBeOpenLocked(const Node* node) const {
-  return node->opens > 0 || (opens_unknown_ && node->nlookup > 0);
+  return node->opens > 0 || node->nlookup > 0;
 }
 
 bool Overlay::MustKeep(Node* node) {

@@ -247,10 +247,6 @@ class Overlay {
   // The node's path relative to the layer roots (for logs and tests).
   std::string PathOf(Node* node);
 
-  // Says that files may be open without Open/AddOpen telling (the FUSE
-  // adapter's handle-less mode): every file that loses its last name while
-  // the kernel still knows it keeps its data (Node::kept).
-  void SetOpensUnknown(bool on) { opens_unknown_ = on; }
   // The descriptor budgets (docs/architecture.md, "Descriptors"): at most
   // `files` in the file cache, at most `kept` keeping unlinked files' data
   // (beyond that their data is kept in acqfs-tmp).
@@ -322,7 +318,9 @@ class Overlay {
   Status PrepareRename(Quota::Change* ch, RenameOp& op, int pfd, int npfd);
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
-  // Might the kernel still read or write `node` (table_mu_ held)?
+  // Might the kernel still read or write `node`, or open it (table_mu_
+  // held)? Every file that loses its last name while this holds keeps its
+  // data (Node::kept) until it no longer does.
   bool MayBeOpenLocked(const Node* node) const;
   // Does losing the name `parent`/`name` leave `node` without any name
   // while it may be open, so that its data must be kept?
@@ -415,7 +413,6 @@ class Overlay {
   bool same_dev_ = false;
   mode_t daemon_umask_ = 022;  // set once in Create
   Node* root_ = nullptr;
-  std::atomic<bool> opens_unknown_{false};
   FileCache files_{64};           // its own lock
   KeptStore kept_{&layers_, 64};  // its own lock
   // Moves on with every exclusive tree lock; 0 is never used (it means "do

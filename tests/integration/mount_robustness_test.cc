@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -393,6 +394,67 @@ TEST_P(Unlinked, FileOfARemovedDirectoryKeepsItsData) {
   EXPECT_EQ(ReadUncached(fd.get()), "database");
   ASSERT_EQ(::pwrite(fd.get(), "D", 1, 0), 1) << std::strerror(errno);
   EXPECT_EQ(ReadUncached(fd.get()), "Database");
+}
+
+// The kernel may OPEN a file after its last name is gone, with no handle
+// open before: a reopen through /proc/self/fd of an O_PATH descriptor
+// (which sends no OPEN itself), as on ext4. In the handles mode the data
+// used to be dropped at the unlink, so the OPEN found nothing and fstat of
+// the new descriptor said ENOENT (Python's own
+// test_logging.HandlerTest.test_race, an open racing an unlink, found it).
+TEST_P(Unlinked, ReopenedThroughProcAfterTheUnlinkReadsAndStats) {
+  for (const std::string name : {"upper.log", "lower.log"}) {
+    if (name == "lower.log")
+      ASSERT_TRUE(WriteFile(L(name), "logged\n"));
+    else
+      ASSERT_TRUE(WriteFile(M(name), "logged\n"));
+    ScopedFd path(::open(M(name).c_str(), O_PATH | O_CLOEXEC));
+    ASSERT_TRUE(path.valid()) << std::strerror(errno);
+    ASSERT_EQ(::unlink(M(name).c_str()), 0) << std::strerror(errno);
+    const std::string proc = "/proc/self/fd/" + std::to_string(path.get());
+    ScopedFd fd(::open(proc.c_str(), O_RDWR | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid()) << name << ": " << std::strerror(errno);
+    struct stat st;
+    ASSERT_EQ(::fstat(fd.get(), &st), 0)
+        << name << ": " << std::strerror(errno);
+    EXPECT_EQ(st.st_size, 7) << name;
+    EXPECT_EQ(st.st_nlink, 0u) << name;
+    EXPECT_EQ(ReadUncached(fd.get()), "logged\n") << name;
+    EXPECT_EQ(::pwrite(fd.get(), "L", 1, 0), 1) << std::strerror(errno);
+    EXPECT_EQ(ReadUncached(fd.get()), "Logged\n") << name;
+  }
+  EXPECT_EQ(ContentOf(L("lower.log")), "logged\n");
+}
+
+// An open(O_CREAT) racing an unlink of the same name, as a log handler and
+// a cleaner do: every open that succeeds can fstat its descriptor.
+TEST_P(Unlinked, AnOpenRacingAnUnlinkAlwaysStats) {
+  const std::string f = M("race.log");
+  std::atomic<bool> stop{false};
+  std::thread remover([&] {
+    while (!stop) ::unlink(f.c_str());
+  });
+  int failures = 0, opened = 0;
+  std::string first;
+  for (int i = 0; i < 3000; ++i) {
+    ScopedFd fd(
+        ::open(f.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd.valid()) {
+      if (first.empty()) first = std::string("open: ") + std::strerror(errno);
+      ++failures;
+      continue;
+    }
+    ++opened;
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) {
+      if (first.empty()) first = std::string("fstat: ") + std::strerror(errno);
+      ++failures;
+    }
+  }
+  stop = true;
+  remover.join();
+  EXPECT_EQ(failures, 0) << "of 3000 opens (" << opened
+                         << " opened); the first: " << first;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),

@@ -632,6 +632,28 @@ TEST_F(OverlayRename, LookupAfterRenameAndRecreateSeesTheNewDirectory) {
   EXPECT_TRUE(Exists(t_.U("e/x")));
 }
 
+// A miss opens the directory beneath the nearest cached ancestor; an
+// ancestor renamed away and made again must not be searched in its old
+// place (the moved one still holds q/x).
+TEST_F(OverlayRename, LookupBelowARenamedAncestorSeesTheNewTree) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_OK_AND_ASSIGN(Node * p, ov_->Mkdir(root(), "p", 0755, Me()));
+  ASSERT_OK_AND_ASSIGN(Node * q, ov_->Mkdir(p, "q", 0755, Me()));
+  ASSERT_OK_AND_ASSIGN(auto x, ov_->Create(q, "x", 0644, O_RDWR, Me()));
+  ov_->ReleaseOpen(x.first);
+  ov_->Forget(x.first, 1);
+  EXPECT_ERRNO(ENOENT, ov_->Lookup(p, "none"));             // caches "p"
+  ASSERT_OK_AND_ASSIGN(Node * again, ov_->Lookup(q, "x"));  // from "p"
+  ov_->Forget(again, 1);
+  ASSERT_OK(ov_->Rename(root(), "p", root(), "p2", 0));
+  ASSERT_OK_AND_ASSIGN(Node * np, ov_->Mkdir(root(), "p", 0755, Me()));
+  ASSERT_OK_AND_ASSIGN(Node * nq, ov_->Mkdir(np, "q", 0755, Me()));
+  EXPECT_ERRNO(ENOENT, ov_->Lookup(nq, "x"));
+  ASSERT_OK_AND_ASSIGN(Node * moved, ov_->Lookup(q, "x"));  // p2/q/x
+  EXPECT_EQ(ov_->PathOf(moved), "p2/q/x");
+  ov_->Forget(moved, 1);
+}
+
 TEST_F(OverlayRename, BadFlagsAreEINVAL) {
   WriteFile(t_.L("a"), "A");
   ASSERT_NO_FATAL_FAILURE(Start());

@@ -288,7 +288,6 @@ TEST_F(OverlayQuota, OverwritesAndPreallocatedSpaceNeedNoRoom) {
 TEST_F(OverlayQuota, KeptDataCountsUntilTheKernelLetsGo) {
   WriteFile(t_.L("l"), std::string(100 << 10, 'l'));
   ASSERT_NO_FATAL_FAILURE(StartWithQuota(1 << 20));
-  ov_->SetOpensUnknown(true);
   ov_->SetDescriptorBudget(64, 0);
   const uint64_t empty = Used();
   ASSERT_OK_AND_ASSIGN(auto a, ov_->Create(root(), "a", 0644, O_WRONLY, Me()));

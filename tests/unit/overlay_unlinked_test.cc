@@ -1,8 +1,8 @@
 // Kept data (fs/kept_data.h): a file that loses its last name while the
-// kernel may still use it keeps its data until the kernel forgets it, in
-// both file modes:
-//   - handle-less (SetOpensUnknown): any node the kernel knows may be open;
-//   - handles: only nodes with a counted open (Open/AddOpen).
+// kernel may still use it keeps its data until the kernel forgets it and
+// releases its handles, in both file modes: any node the kernel still knows
+// may be open, or be opened (a reopen through /proc/PID/fd), and in the
+// handles mode a counted open (Open/AddOpen) keeps it past the FORGET.
 // The data is kept by a descriptor within the budget and under acqfs-tmp
 // beyond it, so the descriptors held never pass the budget; a lower file is
 // kept by its path until something changes it, then copied. The tests run
@@ -30,11 +30,9 @@ using acqfs_test::WriteFile;
 
 class OverlayUnlinked : public acqfs_test::OverlayTest {
  protected:
-  // Starts the engine in the handle-less mode (opens unknown) with
-  // `kept` descriptors for kept data.
+  // Starts the engine with `kept` descriptors for kept data.
   void StartHandleLess(size_t kept) {
     ASSERT_NO_FATAL_FAILURE(Start());
-    ov_->SetOpensUnknown(true);
     ov_->SetDescriptorBudget(64, kept);
   }
   // Creates `name` in `dir` with `data`, looked up once, the CREATE's
@@ -252,24 +250,40 @@ TEST_F(OverlayUnlinked, FileOfARemovedDirectoryKeepsItsData) {
   EXPECT_EQ(TmpEntries(), 0u);
 }
 
-// With handles, only files with a counted open keep their data: a file
-// nobody holds open goes at once (no descriptor, nothing in acqfs-tmp).
-TEST_F(OverlayUnlinked, WithHandlesOnlyOpenFilesAreKept) {
+// A file the kernel no longer knows goes at once (no descriptor, nothing in
+// acqfs-tmp); one it knows keeps its data until its FORGET, and one with a
+// counted open until the RELEASE after that.
+TEST_F(OverlayUnlinked, OnlyFilesTheKernelKnowsOrHoldsOpenAreKept) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ov_->SetDescriptorBudget(64, 0);
   Node* open = MakeFile(root(), "open", "held");
-  Node* closed = MakeFile(root(), "closed", "not held");
+  Node* known = MakeFile(root(), "known", "looked up");
+  Node* forgotten = MakeFile(root(), "forgotten", "not held");
   ASSERT_NE(open, nullptr);
-  ASSERT_NE(closed, nullptr);
+  ASSERT_NE(known, nullptr);
+  ASSERT_NE(forgotten, nullptr);
+  ov_->Forget(forgotten, 1);
   ASSERT_OK_AND_ASSIGN(FileLease held, ov_->Open(open, O_RDONLY));
   held.reset();
-  ASSERT_OK(ov_->Unlink(root(), "closed"));
+  ASSERT_OK(ov_->Unlink(root(), "forgotten"));
+  EXPECT_EQ(TmpEntries(), 0u);
+  ASSERT_OK(ov_->Unlink(root(), "known"));
+  EXPECT_EQ(TmpEntries(), 1u);
+  // Opened only now, as a reopen through /proc/PID/fd makes the kernel do.
+  ASSERT_OK_AND_ASSIGN(FileLease late, ov_->Open(known, O_RDWR));
+  late.reset();
+  EXPECT_EQ(ReadNow(known), "looked up");
+  ASSERT_OK_AND_ASSIGN(struct stat st, ov_->GetAttr(known));
+  EXPECT_EQ(st.st_nlink, 0u);
+  ov_->ReleaseOpen(known);
+  ov_->Forget(known, 1);
   EXPECT_EQ(TmpEntries(), 0u);
   ASSERT_OK(ov_->Unlink(root(), "open"));
   EXPECT_EQ(TmpEntries(), 1u);
+  ov_->Forget(open, 1);  // the FORGET first: the handle still holds it
+  EXPECT_EQ(TmpEntries(), 1u);
   EXPECT_EQ(ReadNow(open), "held");
-  ov_->ReleaseOpen(open);  // the kernel's RELEASE, then its FORGET
-  ov_->Forget(open, 1);
+  ov_->ReleaseOpen(open);
   EXPECT_EQ(TmpEntries(), 0u);
 }
 
@@ -302,7 +316,6 @@ TEST_F(OverlayUnlinked, KeptDataIsChargedUntilItGoes) {
   ASSERT_OK_AND_ASSIGN(Policy p, Policy::Make({}, {}, 1 << 20));
   ASSERT_NO_FATAL_FAILURE(
       Start(XattrNamespace::kUser, std::make_shared<const Policy>(p)));
-  ov_->SetOpensUnknown(true);
   ov_->SetDescriptorBudget(64, 4);
   const uint64_t empty = ov_->quota()->used();
   Node* f = MakeFile(root(), "f", "");
