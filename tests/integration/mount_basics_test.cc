@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <string>
@@ -112,6 +113,24 @@ TEST_F(MountCli, OtherUsersGetNormalPermissionChecksByDefaultAsRoot) {
   EXPECT_FALSE(denied.ok()) << denied.Describe();
   EXPECT_NE(denied.err.find("Permission denied"), std::string::npos)
       << denied.Describe();
+  // What a root sandbox makes gives them no privilege (nosuid, nodev): a
+  // device node cannot be opened, a set-user-id root program runs as them.
+  ASSERT_SYS_OK(::mknod(M("disk").c_str(), S_IFCHR | 0666, makedev(1, 3)));
+  CommandResult dev = CatAsNobody(M("disk"));
+  EXPECT_FALSE(dev.ok()) << dev.Describe();
+  EXPECT_NE(dev.err.find("Permission denied"), std::string::npos)
+      << dev.Describe();
+  CommandResult cp = RunCommand({"cp", "/usr/bin/id", M("suid-id")}, 30);
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  ASSERT_SYS_OK(::chmod(M("suid-id").c_str(), 04755));
+  // Run by a shell that is nobody already (setpriv itself still holds
+  // root's capabilities when it looks the program up).
+  CommandResult id =
+      RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                  "sh", "-c", "exec \"$0\" -u", M("suid-id")},
+                 30);
+  ASSERT_TRUE(id.ok()) << id.Describe();
+  EXPECT_EQ(id.out, "65534\n") << id.Describe();
 }
 
 TEST(MountCliOptions, NoAllowOtherDeniesOtherUsersEverything) {
