@@ -34,10 +34,39 @@ bool Exists(const std::string& p);
 // Is `inner` equal to or below `outer`? Both canonical.
 bool Within(const std::string& inner, const std::string& outer);
 
-// Finds the sandbox an argument names: a sandbox name, or the mountpoint one
-// of them was last mounted on.
-bool FindSandbox(const std::string& state, const std::string& arg,
-                 SandboxPaths* out, SandboxMeta* meta);
+// A sandbox that a command's argument names, and how it named it.
+struct FoundSandbox {
+  SandboxPaths paths{"", ""};
+  SandboxMeta meta;
+  bool by_name = false;     // the argument is the sandbox's name
+  bool mounted_at = false;  // a mountpoint where the sandbox's own mount
+                            // (live or stale) is now
+};
+
+// Finds the sandbox `arg` names in the state directory `state`
+// (docs/cli.md, "Naming a sandbox"):
+//   1. a sandbox name: <state>/<arg>/meta.json exists;
+//   2. else a path (MountpointPath), compared with the mountpoint each
+//      sandbox recorded last (meta.json):
+//      a. the sandbox whose own mount is at that path now (proven as
+//         ProbeSandbox proves it: the device and mount id daemon.pid
+//         records, in /proc/self/mountinfo); when several are (mounts
+//         stacked by hand), the one the path leads to;
+//      b. else the one sandbox that recorded the path;
+//      c. several that recorded it, none mounted there: refused
+//         (ENOTUNIQ), naming them, so that the user gives the name.
+// ENOENT when nothing matches; another errno when the named sandbox's
+// metadata cannot be read. The error's path is `arg` and its op the reason
+// to print (FailFind). Never sends a request to a FUSE daemon, so a hung or
+// dead mount does not stop it.
+Result<FoundSandbox> FindSandbox(const std::string& state,
+                                 const std::string& arg);
+// Only by name (for `acqfs rm`, which takes no mountpoint).
+Result<FoundSandbox> FindSandboxByName(const std::string& state,
+                                       const std::string& name);
+// Prints FindSandbox's failure as "acqfs: <what>: <arg>: <reason>" and
+// returns the exit code (1).
+int FailFind(const std::string& what, const std::string& arg, const Error& e);
 
 // The bridge export settings of a sandbox.
 gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,

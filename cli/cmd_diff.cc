@@ -337,10 +337,10 @@ int RunDiff(const DiffArgs& a) {
     options.paths.push_back(rel.empty() ? "." : rel);
   }
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  SandboxPaths paths(state, "_");
-  SandboxMeta meta;
-  if (!FindSandbox(state, a.name, &paths, &meta))
-    return Fail(kExitBadInput, "diff", a.name, "no such sandbox");
+  auto found = FindSandbox(state, a.name);
+  if (!found) return FailFind("diff", a.name, found.error());
+  const SandboxPaths& paths = found->paths;
+  const SandboxMeta& meta = found->meta;
   auto layers = OpenSandboxLayers(paths, meta);
   if (!layers) return Fail(kExitFailed, "diff", layers.error());
   Progress progress("diff " + paths.name);

@@ -78,10 +78,10 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
 int ExportAndReport(const std::string& what, const std::string& name,
                     const std::string& state_dir, bool json) {
   std::string state = Absolute(ResolveStateDir(state_dir));
-  SandboxPaths paths(state, "_");
-  SandboxMeta meta;
-  if (!FindSandbox(state, name, &paths, &meta))
-    return Fail(kExitBadInput, what, name, "no such sandbox");
+  auto found = FindSandbox(state, name);
+  if (!found) return FailFind(what, name, found.error());
+  const SandboxPaths& paths = found->paths;
+  SandboxMeta& meta = found->meta;
   // A policy that no longer parses is never dropped silently: no export.
   if (auto p = meta.policy.Build(); !p)
     return Fail(kExitBadInput, what + ": sandbox policy", p.error());

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/allow_other.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
@@ -45,18 +46,39 @@ Status MatchRootAttrs(const std::string& lower, const std::string& upper) {
   return Ok();
 }
 
-// Applies -o options acqfs understands to the mount config.
-int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c) {
+// Applies -o options acqfs understands to the mount config; allow_other
+// and noallow_other go to `allow_other`.
+int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c,
+                 AllowOtherRequest* allow_other) {
   for (const auto& list : opts) {
     std::stringstream ss(list);
     std::string o;
     while (std::getline(ss, o, ',')) {
       if (o.empty()) continue;
+      bool taken = false;
+      if (Status s = allow_other->TakeOption(o, &taken); !s)
+        return Fail(kExitBadInput, "mount", s.error().path, s.error().op);
+      if (taken) continue;
       if (Status s = ApplyMountOption(o, c); !s)
         return Fail(kExitBadInput, "mount: " + s.error().op, "-o " + o,
                     std::strerror(s.err()));
     }
   }
+  return 0;
+}
+
+// Who may use the mount (allow_other.h): --allow-other, --no-allow-other
+// and -o allow_other / noallow_other, else the default for this user.
+// Refused before anything is made when fusermount3 would refuse it.
+int ChooseAllowOther(const MountArgs& a, MountConfig* config) {
+  auto request = AllowOtherRequest::FromFlags(a.allow_other, a.no_allow_other);
+  if (!request)
+    return Fail(kExitBadInput, "mount", request.error().path,
+                request.error().op);
+  if (int rc = ApplyOptions(a.options, config, &*request)) return rc;
+  auto allow = request->Decide(::geteuid());
+  if (!allow) return Fail(kExitBadInput, "mount", allow.error());
+  config->allow_other = *allow;
   return 0;
 }
 
@@ -296,8 +318,7 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
              SandboxFacts* f) {
   if (int rc = CheckOperands(a, t)) return rc;
   if (int rc = CheckGitFile(t->lower)) return rc;
-  config->allow_other = a.allow_other;
-  if (int rc = ApplyOptions(a.options, config)) return rc;
+  if (int rc = ChooseAllowOther(a, config)) return rc;
   SandboxPaths paths(t->state, t->name);
   if (int rc = CheckSandbox(*t, paths, f)) return rc;
   if (int rc = CheckMountpoint(a, *t, *f)) return rc;

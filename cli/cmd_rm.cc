@@ -38,10 +38,12 @@ void PrintPending(const gitbridge::PendingWork& w, const char* verb) {
 
 int RunRm(const RmArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  SandboxPaths paths(state, "_");
-  SandboxMeta meta;
-  if (!ValidSandboxName(a.name) || !FindSandbox(state, a.name, &paths, &meta))
-    return Fail(kExitBadInput, "rm", a.name, "no such sandbox");
+  // By name only: a mountpoint may name another sandbox than one expects,
+  // and rm removes what it finds.
+  auto found = FindSandboxByName(state, a.name);
+  if (!found) return FailFind("rm", a.name, found.error());
+  const SandboxPaths& paths = found->paths;
+  const SandboxMeta& meta = found->meta;
   // Only the sandbox's own mount: another sandbox may be mounted at the
   // mountpoint this one used last.
   auto live = ProbeSandbox(paths, meta);

@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/allow_other.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/liveness.h"
@@ -455,6 +456,16 @@ int Runner::CheckArgs() {
     if (!rec) return Fail(kExitBadInput, "run", rec.error());
     policy_ = *rec;
   }
+  // What `acqfs mount` would refuse about who may use the mount (a
+  // contradiction, --allow-other without user_allow_other) is refused here,
+  // before anything is made; the -o words are checked by the mount.
+  auto allow_other =
+      AllowOtherRequest::FromFlags(a_.allow_other, a_.no_allow_other);
+  if (!allow_other)
+    return Fail(kExitBadInput, "run", allow_other.error().path,
+                allow_other.error().op);
+  if (auto allow = allow_other->Decide(::geteuid()); !allow)
+    return Fail(kExitBadInput, "run", allow.error());
   auto bwrap = FindInPath("bwrap");
   if (!bwrap) {
     const char* path = std::getenv("PATH");
@@ -554,11 +565,11 @@ int Runner::CheckReuse() {
                 where +
                     "; drop --mountpoint to use that mount, or unmount it "
                     "first");
-  if (a_.allow_other || !a_.options.empty())
+  if (a_.allow_other || a_.no_allow_other || !a_.options.empty())
     return Fail(kExitBadInput, "run: sandbox", a_.name,
                 where +
-                    "; --allow-other and -o apply only when run mounts "
-                    "it (drop them, or unmount it first)");
+                    "; --allow-other, --no-allow-other and -o apply only "
+                    "when run mounts it (drop them, or unmount it first)");
   if (policy_) {
     if (!(*policy_ == meta_.policy))
       return Fail(kExitBadInput, "run: sandbox", a_.name,
@@ -690,6 +701,7 @@ int Runner::Mount() {
   std::vector<std::string> args = {
       "mount", lower_, mountpoint_, "--name", a_.name, "--state-dir", state_};
   if (a_.allow_other) args.push_back("--allow-other");
+  if (a_.no_allow_other) args.push_back("--no-allow-other");
   for (const auto& o : a_.options) args.push_back("-o" + o);
   const PolicyArgs& p = a_.policy;
   for (const auto& g : p.hide) args.push_back("--hide=" + g);

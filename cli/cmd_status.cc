@@ -120,10 +120,10 @@ void PrintLines(const std::vector<PathChange>& changes, bool nul) {
 
 int RunStatus(const StatusArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  SandboxPaths paths(state, "_");
-  SandboxMeta meta;
-  if (!FindSandbox(state, a.name, &paths, &meta))
-    return Fail(kExitBadInput, "status", a.name, "no such sandbox");
+  auto found = FindSandbox(state, a.name);
+  if (!found) return FailFind("status", a.name, found.error());
+  const SandboxPaths& paths = found->paths;
+  const SandboxMeta& meta = found->meta;
   auto layers = OpenSandboxLayers(paths, meta);
   if (!layers) return Fail(kExitFailed, "status", layers.error());
   ChangeScanOptions options;

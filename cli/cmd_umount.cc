@@ -24,14 +24,6 @@ namespace {
 
 constexpr double kDaemonExitSeconds = 15.0;
 
-// The sandbox `target` names (a name or a mountpoint, which may be a dead
-// mount that realpath(3) cannot resolve).
-bool FindTarget(const std::string& state, const std::string& target,
-                SandboxPaths* paths, SandboxMeta* meta) {
-  return FindSandbox(state, target, paths, meta) ||
-         FindSandbox(state, CanonicalPath(target), paths, meta);
-}
-
 // Detaches the mount the sandbox's dead daemon left and removes its pid
 // file. This happens under the sandbox's lock, as `acqfs mount` cleans up,
 // so a mount starting meanwhile is never taken for the dead one.
@@ -76,20 +68,26 @@ int Detach(const std::string& target, const SandboxPaths& paths,
 
 int RunUmount(const UmountArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  SandboxPaths paths(state, "_");
-  SandboxMeta meta;
-  if (!FindTarget(state, a.target, &paths, &meta)) {
-    std::string mnt = CanonicalPath(a.target);
-    if (IsAcqfsMounted(mnt)) {  // a mount made outside the state dir
+  auto found = FindSandbox(state, a.target);
+  if (!found && found.err() != ENOENT && found.err() != ENOTUNIQ)
+    return FailFind("umount", a.target, found.error());
+  // A mountpoint where no sandbox's own mount is, but an acqfs mount made
+  // outside the state directory (mount.fuse.acqfs): that one goes.
+  if (!found || (!found->by_name && !found->mounted_at)) {
+    std::string mnt = MountpointPath(a.target);
+    if (IsAcqfsMounted(mnt)) {
       if (Status s = UnmountAcqfsAt(mnt); !s)
         return Fail(kExitFailed, "umount", s.error());
       return 0;
     }
+  }
+  if (!found && found.err() == ENOENT)
     return Fail(kExitBadInput, "umount", a.target,
                 "no such sandbox or acqfs mount");
-  }
-  if (int rc = Detach(a.target, paths, meta)) return rc;
-  if (a.no_export || !gitbridge::IsGitCheckout(meta.lower)) return 0;
+  if (!found) return FailFind("umount", a.target, found.error());
+  const SandboxPaths& paths = found->paths;
+  if (int rc = Detach(a.target, paths, found->meta)) return rc;
+  if (a.no_export || !gitbridge::IsGitCheckout(found->meta.lower)) return 0;
   return ExportAndReport("umount: export", paths.name, state, a.json);
 }
 

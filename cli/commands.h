@@ -26,7 +26,10 @@ struct PolicyArgs {
 struct MountArgs {
   std::string lower, mountpoint, name, state_dir, log_level = "info";
   std::vector<std::string> options;
-  bool foreground = false, allow_other = false;
+  bool foreground = false;
+  // --allow-other, --no-allow-other; neither: the default for who mounts
+  // (cli/allow_other.h)
+  bool allow_other = false, no_allow_other = false;
   bool name_given = false;  // --name was on the command line (even as "")
   PolicyArgs policy;
 };
@@ -95,7 +98,9 @@ struct RunArgs {
   std::string mountpoint;  // "" = ${XDG_RUNTIME_DIR:-/tmp}/acqfs-<uid>/<name>
   std::string network = "none";      // none or host
   std::vector<std::string> options;  // -o, passed to the mount
-  bool allow_other = false, no_export = false;
+  // --allow-other, --no-allow-other: passed to the mount run makes
+  bool allow_other = false, no_allow_other = false;
+  bool no_export = false;
   PolicyArgs policy;
   std::vector<std::string> command;  // run with execvp in the sandbox
 };

@@ -255,6 +255,41 @@ std::string CanonicalPath(const std::string& path) {
   return canon_parent == "/" ? "/" + base : canon_parent + "/" + base;
 }
 
+std::string MountpointPath(const std::string& path) {
+  std::string p = Absolute(path);
+  int links = 0;
+  for (;;) {
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    const auto slash = p.rfind('/');
+    if (p == "/" || slash == std::string::npos) return CanonicalPath(p);
+    const std::string parent_path = slash == 0 ? "/" : p.substr(0, slash);
+    const std::string base = p.substr(slash + 1);
+    if (base == ".") {
+      p = parent_path;
+      continue;
+    }
+    if (base == "..") {
+      std::string up = MountpointPath(parent_path);
+      const auto s = up.rfind('/');
+      return s == 0 || s == std::string::npos ? "/" : up.substr(0, s);
+    }
+    const std::string parent = CanonicalPath(parent_path);
+    const std::string joined = parent == "/" ? "/" + base : parent + "/" + base;
+    struct statx sx {};
+    if (::statx(AT_FDCWD, joined.c_str(),
+                AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC,
+                STATX_TYPE, &sx) != 0 ||
+        !S_ISLNK(sx.stx_mode))
+      return joined;  // also what cannot be looked at: taken as it is
+    if (++links > 40) return joined;  // a loop of symlinks, as Linux counts
+    char buf[4096];
+    ssize_t n = ::readlink(joined.c_str(), buf, sizeof buf);
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof buf) return joined;
+    std::string target(buf, static_cast<size_t>(n));
+    p = target[0] == '/' ? target : parent + "/" + target;
+  }
+}
+
 Result<uint64_t> DiskUsage(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Error::Errno("open directory", dir);

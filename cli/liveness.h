@@ -120,6 +120,15 @@ Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,
 // deepest existing ancestor with the rest appended.
 std::string CanonicalPath(const std::string& path);
 
+// The canonical form of a path given as a mountpoint, found without sending
+// a request to any FUSE daemon: the canonical form of its parent
+// (CanonicalPath) and its last component, which is followed only when it is
+// a symlink (seen with statx AT_STATX_DONT_SYNC, which a FUSE mount answers
+// from the kernel's cache). So a live mount is left alone and a dead or
+// hung one (ENOTCONN, a stopped daemon) never blocks the caller. A trailing
+// "/" is dropped; "." and ".." are taken lexically after that.
+std::string MountpointPath(const std::string& path);
+
 // Bytes of disk the tree at `dir` uses: st_blocks * 512 of every entry,
 // `dir` included, each inode counted once (hard links), symlinks never
 // followed and other filesystems never entered. Entries that vanish during

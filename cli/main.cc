@@ -50,10 +50,15 @@ void AddMount(CLI::App& app, MountArgs& m) {
   c->add_flag("--foreground", m.foreground,
               "Serve in this process until unmounted");
   c->add_flag("--allow-other", m.allow_other,
-              "Let other users (e.g. a container's) use the mount");
+              "Let other users (e.g. a container's) use the mount, with "
+              "the usual permission checks (the default as root; an "
+              "ordinary user needs user_allow_other in /etc/fuse.conf)");
+  c->add_flag("--no-allow-other", m.no_allow_other,
+              "Only the user who mounts may use the mount (the default "
+              "for an ordinary user)");
   c->add_option("-o", m.options,
                 "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
-                "handles, nosync_copyup, debug");
+                "handles, nosync_copyup, debug, allow_other, noallow_other");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(
@@ -183,7 +188,11 @@ void AddRun(CLI::App& app, RunArgs& r) {
               "Do not export the sandbox when the command ends");
   c->add_option("-o", r.options, "Mount options when run mounts the sandbox");
   c->add_flag("--allow-other", r.allow_other,
-              "Mount so that other users (a container's) can use the mount");
+              "When run mounts: let other users use the mount (the default "
+              "as root)");
+  c->add_flag("--no-allow-other", r.no_allow_other,
+              "When run mounts: only the user who mounts may use the mount "
+              "(the default for an ordinary user)");
   AddPolicyOptions(c, r.policy);
   c->add_option("command", r.command,
                 "After --: the command and its arguments, run without a shell "

@@ -2,6 +2,9 @@
 //   mount.fuse.acqfs SOURCE MOUNTPOINT -o lowerdir=L,upperdir=U,workdir=W[,...]
 // the calling convention of fuse-overlayfs and the unionmount test suite.
 // It returns once the mount is usable, with the daemon in the background.
+// Who may use the mount is decided as for `acqfs mount` (cli/allow_other.h):
+// every user as root unless -o noallow_other, else only the caller unless
+// -o allow_other (which needs user_allow_other in /etc/fuse.conf).
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,16 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "cli/allow_other.h"
 #include "cli/daemon.h"
 #include "cli/state.h"
 
 namespace {
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: mount.fuse.acqfs SOURCE MOUNTPOINT -o "
-               "lowerdir=DIR,upperdir=DIR,workdir=DIR[,userxattr][,allow_other]"
-               "\n");
+  std::fprintf(
+      stderr,
+      "usage: mount.fuse.acqfs SOURCE MOUNTPOINT -o "
+      "lowerdir=DIR,upperdir=DIR,workdir=DIR[,userxattr][,allow_other|,"
+      "noallow_other]"
+      "\n");
   return 1;
 }
 
@@ -73,8 +79,13 @@ int main(int argc, char** argv) {
   MountConfig& c = d.config;
   std::stringstream ss(opts);
   std::string o;
+  cli::AllowOtherRequest allow_other;
   while (std::getline(ss, o, ',')) {
     if (o.empty() || Ignorable(o)) continue;
+    bool taken = false;
+    if (Status s = allow_other.TakeOption(o, &taken); !s)
+      return Fail("mount", s.error().path, s.error().op);
+    if (taken) continue;
     if (o.rfind("lowerdir=", 0) == 0)
       c.lower = o.substr(9);
     else if (o.rfind("upperdir=", 0) == 0)
@@ -84,6 +95,14 @@ int main(int argc, char** argv) {
     else if (Status s = ApplyMountOption(o, &c); !s)
       return Fail("mount: " + s.error().op, "-o " + o, std::strerror(s.err()));
   }
+  // As `acqfs mount`: allow_other by default as root, never by default
+  // for an ordinary user (cli/allow_other.h).
+  auto allow = allow_other.Decide(::geteuid());
+  if (!allow)
+    return Fail("mount", allow.error().path,
+                std::string(std::strerror(allow.err())) + " (" +
+                    allow.error().op + ")");
+  c.allow_other = *allow;
   if (c.lower.find(':') != std::string::npos)
     return Fail("mount", "lowerdir=" + c.lower,
                 "acqfs takes exactly one lower directory");

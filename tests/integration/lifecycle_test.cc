@@ -1278,6 +1278,118 @@ TEST_F(Lifecycle, UmountOfAHelperMountNeverUnmountsItsCover) {
 }
 
 // ---------------------------------------------------------------------------
+// A mountpoint names the sandbox mounted there now, though earlier sandboxes
+// mounted there recorded it too (docs/cli.md, "Naming a sandbox").
+
+class LifecycleMountpoint : public Lifecycle {
+ protected:
+  void SetUp() override {
+    Lifecycle::SetUp();
+    state_ = tmp_.MakeDir("state");
+    mnt_ = tmp_.MakeDir("w");
+  }
+  CommandResult MountAt(const std::string& name) {
+    return Acqfs(
+        {"mount", lower_, mnt_, "--name", name, "--state-dir", state_});
+  }
+  // `acqfs COMMAND <the mountpoint> ARGS... --state-dir STATE`.
+  CommandResult AtMountpoint(const std::string& command,
+                             std::vector<std::string> args = {}) {
+    std::vector<std::string> argv = {command, mnt_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--state-dir", state_});
+    return Acqfs(argv);
+  }
+  // status, diff and export of the mountpoint are those of `name`, which
+  // alone wrote `name`-only.txt; then `acqfs umount MOUNTPOINT` unmounts it.
+  void ExpectMountpointNames(const std::string& name,
+                             const std::string& other) {
+    SCOPED_TRACE("sandbox " + name + " mounted at " + mnt_);
+    CommandResult status = AtMountpoint("status");
+    EXPECT_TRUE(status.ok()) << status.Describe();
+    EXPECT_NE(status.out.find("A " + name + "-only.txt\n"), std::string::npos)
+        << status.Describe();
+    EXPECT_EQ(status.out.find(other + "-only.txt"), std::string::npos)
+        << status.Describe();
+    CommandResult diff = AtMountpoint("diff");
+    EXPECT_TRUE(diff.ok()) << diff.Describe();
+    EXPECT_NE(diff.out.find("+++ b/" + name + "-only.txt"), std::string::npos)
+        << diff.Describe();
+    EXPECT_EQ(diff.out.find(other + "-only.txt"), std::string::npos)
+        << diff.Describe();
+    CommandResult exported = AtMountpoint("export", {"--json"});
+    EXPECT_TRUE(exported.ok()) << exported.Describe();
+    auto j = nlohmann::json::parse(exported.out, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.value("sandbox", "") == name)
+        << exported.Describe();
+    CommandResult umount = AtMountpoint("umount", {"--no-export"});
+    EXPECT_TRUE(umount.ok()) << umount.Describe();
+    EXPECT_FALSE(FindMount(mnt_).has_value());
+    EXPECT_EQ(LsState(state_, name), "not-mounted");
+    EXPECT_EQ(LsState(state_, other), "not-mounted");
+  }
+
+  std::string state_, mnt_;
+};
+
+TEST_F(LifecycleMountpoint, CommandsOfAMountpointUseTheSandboxMountedThere) {
+  MountGuard guard(mnt_);
+  // a, then b, mounted one after the other at the same place.
+  ASSERT_TRUE(MountAt("a").ok());
+  ASSERT_TRUE(WriteFile(mnt_ + "/a-only.txt", "a\n"));
+  ASSERT_TRUE(
+      Acqfs({"umount", "a", "--state-dir", state_, "--no-export"}).ok());
+  CommandResult b = MountAt("b");
+  ASSERT_TRUE(b.ok()) << b.Describe();
+  ASSERT_TRUE(WriteFile(mnt_ + "/b-only.txt", "b\n"));
+  ExpectMountpointNames("b", "a");
+  // Both recorded the mountpoint and neither is mounted: refused, naming
+  // both, for every command that takes a mountpoint.
+  for (const std::string command : {"umount", "status", "diff", "export"}) {
+    CommandResult r = AtMountpoint(command);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_EQ(r.err.rfind("acqfs: " + command + ": " + mnt_ + ": ", 0), 0u)
+        << r.Describe();
+    EXPECT_NE(r.err.find("sandboxes a and b"), std::string::npos)
+        << r.Describe();
+    EXPECT_NE(r.err.find("give the name"), std::string::npos) << r.Describe();
+  }
+  // And the other way round: a mounted there again, b recorded it last.
+  ASSERT_TRUE(MountAt("a").ok());
+  ExpectMountpointNames("a", "b");
+}
+
+// A mount that `acqfs mount` did not make (mount.fuse.acqfs) at a
+// mountpoint a sandbox recorded: `acqfs umount MOUNTPOINT` unmounts that
+// mount rather than answer that the sandbox is not mounted.
+TEST_F(LifecycleMountpoint, UmountOfAHelperMountWhereASandboxWasMounted) {
+  MountGuard guard(mnt_);
+  ASSERT_TRUE(MountAt("a").ok());
+  ASSERT_TRUE(
+      Acqfs({"umount", "a", "--state-dir", state_, "--no-export"}).ok());
+  const std::string upper = tmp_.MakeDir("h-upper");
+  const std::string work = tmp_.MakeDir("h-work");
+  CommandResult h = RunCommand(
+      {MountHelperBinary(), "acqfs", mnt_, "-o",
+       "lowerdir=" + lower_ + ",upperdir=" + upper + ",workdir=" + work},
+      kCommandSeconds);
+  ASSERT_TRUE(h.ok()) << h.Describe();
+  const std::vector<pid_t> daemons = PidsWithArgument(mnt_);
+  CommandResult r = AtMountpoint("umount");
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  EXPECT_FALSE(FindMount(mnt_).has_value());
+  for (pid_t pid : daemons) {
+    EXPECT_TRUE(WaitForProcessExit(pid, 20)) << "daemon " << pid;
+    KillIfAlive(pid, "acqfs");
+  }
+  // With nothing mounted, the one sandbox that recorded it is named.
+  CommandResult again = AtMountpoint("umount");
+  EXPECT_EQ(again.exit_code, 1) << again.Describe();
+  EXPECT_EQ(again.err, "acqfs: umount: " + mnt_ + ": not mounted\n")
+      << again.Describe();
+}
+
+// ---------------------------------------------------------------------------
 // A sandbox's folder is reachable by its owner only: device nodes and
 // set-id files the sandbox makes in its upper layer cannot be used by other
 // users of the host (docs/sandboxes.md).

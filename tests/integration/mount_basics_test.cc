@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <string>
@@ -85,10 +86,78 @@ CommandResult CatAsNobody(const std::string& path) {
                     30);
 }
 
-TEST_F(MountCli, OtherUsersAreDeniedWithoutAllowOther) {
+// Is `option` one of the comma-separated `options`?
+bool HasOption(const std::string& options, const std::string& option) {
+  size_t start = 0;
+  for (;;) {
+    size_t comma = options.find(',', start);
+    if (options.compare(start, comma - start, option) == 0) return true;
+    if (comma == std::string::npos) return false;
+    start = comma + 1;
+  }
+}
+
+// As root, acqfs mounts with allow_other by default (as the kernel
+// overlayfs serves every user), and the kernel still checks each file's
+// mode bits against the caller (default_permissions).
+TEST_F(MountCli, OtherUsersGetNormalPermissionChecksByDefaultAsRoot) {
+  auto m = FindMount(sandbox().mountpoint());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_TRUE(HasOption(m->super_options, "allow_other")) << m->super_options;
+  EXPECT_TRUE(HasOption(m->super_options, "default_permissions"))
+      << m->super_options;
   CommandResult r = CatAsNobody(M(lower::kFileA));
-  EXPECT_FALSE(r.ok()) << r.Describe();
-  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.Describe();
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_EQ(r.out, lower::kFileAContent);
+  CommandResult denied = CatAsNobody(M(lower::kPrivateFile));
+  EXPECT_FALSE(denied.ok()) << denied.Describe();
+  EXPECT_NE(denied.err.find("Permission denied"), std::string::npos)
+      << denied.Describe();
+  // What a root sandbox makes gives them no privilege (nosuid, nodev): a
+  // device node cannot be opened, a set-user-id root program runs as them.
+  ASSERT_SYS_OK(::mknod(M("disk").c_str(), S_IFCHR | 0666, makedev(1, 3)));
+  CommandResult dev = CatAsNobody(M("disk"));
+  EXPECT_FALSE(dev.ok()) << dev.Describe();
+  EXPECT_NE(dev.err.find("Permission denied"), std::string::npos)
+      << dev.Describe();
+  CommandResult cp = RunCommand({"cp", "/usr/bin/id", M("suid-id")}, 30);
+  ASSERT_TRUE(cp.ok()) << cp.Describe();
+  ASSERT_SYS_OK(::chmod(M("suid-id").c_str(), 04755));
+  // Run by a shell that is nobody already (setpriv itself still holds
+  // root's capabilities when it looks the program up).
+  CommandResult id =
+      RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                  "sh", "-c", "exec \"$0\" -u", M("suid-id")},
+                 30);
+  ASSERT_TRUE(id.ok()) << id.Describe();
+  EXPECT_EQ(id.out, "65534\n") << id.Describe();
+}
+
+TEST(MountCliOptions, NoAllowOtherDeniesOtherUsersEverything) {
+  TempDir tmp;
+  ASSERT_SYS_OK(::chmod(tmp.path().c_str(), 0755));
+  const std::string lower_dir = tmp.Sub("lower");
+  ASSERT_TRUE(MakeLowerRepo(lower_dir));
+  SandboxOptions options;
+  options.extra_mount_args = {"--no-allow-other"};
+  Sandbox sandbox(lower_dir, options);
+  ASSERT_TRUE(sandbox.mounted()) << sandbox.mount_failure();
+  auto m = FindMount(sandbox.mountpoint());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(HasOption(m->super_options, "allow_other")) << m->super_options;
+  for (const char* rel : {lower::kFileA, lower::kPrivateFile}) {
+    CommandResult r = CatAsNobody(sandbox.M(rel));
+    EXPECT_FALSE(r.ok()) << r.Describe();
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos)
+        << r.Describe();
+  }
+  // Not even the mount's root can be looked at.
+  CommandResult ls = RunCommand({"setpriv", "--reuid=65534", "--regid=65534",
+                                 "--clear-groups", "ls", sandbox.mountpoint()},
+                                30);
+  EXPECT_FALSE(ls.ok()) << ls.Describe();
+  // The owner (root) is not concerned.
+  EXPECT_EQ(ContentOf(sandbox.M(lower::kFileA)), lower::kFileAContent);
 }
 
 TEST(MountCliOptions, AllowOtherLetsOtherUsersIn) {
@@ -106,6 +175,96 @@ TEST(MountCliOptions, AllowOtherLetsOtherUsersIn) {
   // Permissions are still enforced for that user.
   CommandResult denied = CatAsNobody(sandbox.M(lower::kPrivateFile));
   EXPECT_FALSE(denied.ok()) << denied.Describe();
+}
+
+// Who may use the mount is chosen once per mount command; contradicting
+// options are refused before anything is created.
+TEST(MountCliOptions, ContradictoryAllowOtherOptionsAreRefused) {
+  TempDir tmp;
+  const std::string lower = tmp.MakeDir("lower");
+  const std::string mnt = tmp.MakeDir("mnt");
+  const std::string state = tmp.Sub("state");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--allow-other", "--no-allow-other"},
+      {"--no-allow-other", "-o", "allow_other"},
+      {"-o", "allow_other,noallow_other"},
+  };
+  for (const auto& extra : cases) {
+    std::vector<std::string> argv = {AcqfsBinary(), "mount",  lower,
+                                     mnt,           "--name", "x",
+                                     "--state-dir", state};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    CommandResult r = RunCommand(argv, 30);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_EQ(r.err.rfind("acqfs: mount: ", 0), 0u) << r.Describe();
+    EXPECT_NE(r.err.find("contradicts"), std::string::npos) << r.Describe();
+    EXPECT_FALSE(FindMount(mnt).has_value());
+    EXPECT_FALSE(Exists(state));
+  }
+}
+
+// A remount decides anew: allow_other belongs to the mount command, not to
+// the sandbox.
+TEST(MountCliOptions, ARemountDecidesAgain) {
+  TempDir tmp;
+  ASSERT_SYS_OK(::chmod(tmp.path().c_str(), 0755));
+  const std::string lower_dir = tmp.Sub("lower");
+  ASSERT_TRUE(MakeLowerRepo(lower_dir));
+  SandboxOptions options;
+  options.extra_mount_args = {"--no-allow-other"};
+  Sandbox sandbox(lower_dir, options);
+  ASSERT_TRUE(sandbox.mounted()) << sandbox.mount_failure();
+  EXPECT_FALSE(CatAsNobody(sandbox.M(lower::kFileA)).ok());
+  ASSERT_TRUE(sandbox.Unmount());
+  CommandResult again =
+      RunCommand({AcqfsBinary(), "mount", lower_dir, sandbox.mountpoint(),
+                  "--name", sandbox.name(), "--state-dir", sandbox.state_dir()},
+                 30);
+  ASSERT_TRUE(again.ok()) << again.Describe();
+  MountGuard guard(sandbox.mountpoint());
+  CommandResult r = CatAsNobody(sandbox.M(lower::kFileA));
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  CommandResult u =
+      RunCommand({AcqfsBinary(), "umount", sandbox.name(), "--state-dir",
+                  sandbox.state_dir(), "--no-export"},
+                 60);
+  EXPECT_TRUE(u.ok()) << u.Describe();
+}
+
+// mount.fuse.acqfs follows the same rule: allow_other as root unless
+// -o noallow_other.
+TEST(MountHelperOptions, AllowOtherByDefaultAsRootAndNoallowOther) {
+  TempDir tmp;
+  ASSERT_SYS_OK(::chmod(tmp.path().c_str(), 0755));
+  const std::string lower_dir = tmp.Sub("lower");
+  ASSERT_TRUE(MakeLowerRepo(lower_dir));
+  for (const std::string extra : {"", ",noallow_other"}) {
+    SCOPED_TRACE("-o ..." + extra);
+    const std::string name = extra.empty() ? "default" : "noallow";
+    const std::string upper = tmp.MakeDir(name + "-upper");
+    const std::string work = tmp.MakeDir(name + "-work");
+    const std::string mnt = tmp.MakeDir(name + "-mnt", 0755);
+    MountGuard guard(mnt);
+    CommandResult h =
+        RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
+                    "lowerdir=" + lower_dir + ",upperdir=" + upper +
+                        ",workdir=" + work + extra},
+                   30);
+    ASSERT_TRUE(h.ok()) << h.Describe();
+    const std::vector<pid_t> daemons = PidsWithArgument(mnt);
+    auto m = FindMount(mnt);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(HasOption(m->super_options, "allow_other"), extra.empty())
+        << m->super_options;
+    CommandResult r = CatAsNobody(mnt + "/" + lower::kFileA);
+    EXPECT_EQ(r.ok(), extra.empty()) << r.Describe();
+    CommandResult u = RunCommand({"fusermount3", "-u", mnt}, 30);
+    EXPECT_TRUE(u.ok()) << u.Describe();
+    for (pid_t pid : daemons) {
+      EXPECT_TRUE(WaitForProcessExit(pid, 20)) << "daemon " << pid;
+      KillIfAlive(pid, "acqfs");
+    }
+  }
 }
 
 TEST(MountCliErrors, MissingLowerFailsWithMessageNamingIt) {

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/binaries.h"
 #include "harness/mounts.h"
+#include "harness/process.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -161,6 +163,120 @@ TEST_F(Unprivileged, MountWorkloadAndKernelOracleAsNobody) {
       SnapshotAsNobody(AsNobody({"unshare", "-rm", "sh", "-c", oracle}),
                        "kernel overlayfs (userxattr, user namespace)");
   EXPECT_TRUE(SnapshotsEqual(fuse_view, kernel_view, 40));
+}
+
+// An ordinary user's mount is for that user only unless --allow-other is
+// given, which needs `user_allow_other` in /etc/fuse.conf: without it the
+// request is refused before anything is created, naming the file. Each case
+// runs in a private mount namespace whose /etc/fuse.conf is a file of the
+// test's (bind-mounted), so the host's file is never changed; the acqfs
+// mount made there is seen and unmounted there.
+class UnprivilegedAllowOther : public Unprivileged {
+ protected:
+  // Runs `script` with sh as root in a new mount namespace where
+  // /etc/fuse.conf holds `fuse_conf`; in it, as_nobody runs a command as
+  // nobody, $ACQFS is acqfs, $MNT a mountpoint of nobody's, $STATE a
+  // state directory (not made yet) and $NAME a sandbox name of the case's.
+  CommandResult InNamespace(const std::string& fuse_conf,
+                            const std::string& script) {
+    const std::string dir = tmp_.MakeDir("case" + std::to_string(++cases_),
+                                         0755, kNobody, kNogroup);
+    const std::string conf = dir + "/fuse.conf";
+    EXPECT_TRUE(WriteFile(conf, fuse_conf));
+    EXPECT_SYS_OK(::chmod(conf.c_str(), 0644));
+    mnt_ = tmp_.MakeDir("case" + std::to_string(cases_) + "/mnt", 0755, kNobody,
+                        kNogroup);
+    state_ = dir + "/state";
+    name_ = "box" + std::to_string(cases_);  // each has its own remote
+    std::string prelude = "set -u\n";
+    prelude +=
+        "mount --bind " + ShellQuote(conf) + " /etc/fuse.conf || exit 99\n";
+    prelude += "as_nobody() { " + ShellJoin(AsNobody({})) + " \"$@\"; }\n";
+    prelude += "ACQFS=" + ShellQuote(acqfs_) + "\n";
+    prelude += "MNT=" + ShellQuote(mnt_) + "\n";
+    prelude += "STATE=" + ShellQuote(state_) + "\n";
+    prelude += "NAME=" + name_ + "\n";
+    prelude += "mounted() { grep -F \" $MNT \" /proc/self/mountinfo; }\n";
+    CommandResult r = RunCommand({"unshare", "--mount", "--propagation",
+                                  "private", "sh", "-c", prelude + script},
+                                 120);
+    // A daemon the script left behind keeps its namespace and mount alive.
+    const pid_t pid = ReadPidFile(state_ + "/" + name_ + "/daemon.pid");
+    if (pid > 0 && IsProcessAlive(pid)) {
+      ADD_FAILURE() << "the script left daemon " << pid << " running";
+      EXPECT_TRUE(KillIfAlive(pid, "acqfs"));
+    }
+    return r;
+  }
+
+  int cases_ = 0;
+  std::string mnt_, state_, name_;
+};
+
+TEST_F(UnprivilegedAllowOther, NeedsUserAllowOtherInFuseConf) {
+  // Refused, with the machine's default file and with a line fusermount3
+  // ignores (no newline at the end of the file): exit 1, nothing made.
+  for (const std::string conf :
+       {"# user_allow_other - ...\n#user_allow_other\n", "user_allow_other"}) {
+    for (const auto& [flag, spelling] :
+         {std::pair<std::string, std::string>{"--allow-other", "--allow-other"},
+          {"-oallow_other", "-o allow_other"}}) {
+      SCOPED_TRACE("fuse.conf '" + conf + "', " + flag);
+      CommandResult r = InNamespace(
+          conf, "as_nobody \"$ACQFS\" mount " + ShellQuote(lower_) +
+                    " \"$MNT\" --name \"$NAME\" --state-dir \"$STATE\" " +
+                    flag +
+                    "; rc=$?\n"
+                    "if mounted; then as_nobody \"$ACQFS\" umount \"$NAME\" "
+                    "--state-dir "
+                    "\"$STATE\" --no-export; echo MOUNTED; fi\n"
+                    "exit $rc\n");
+      EXPECT_EQ(r.exit_code, 1) << r.Describe();
+      EXPECT_EQ(r.out.find("MOUNTED"), std::string::npos) << r.Describe();
+      EXPECT_EQ(r.err.rfind("acqfs: mount: /etc/fuse.conf: ", 0), 0u)
+          << r.Describe();
+      EXPECT_NE(r.err.find("`user_allow_other`"), std::string::npos)
+          << r.Describe();
+      EXPECT_NE(r.err.find(spelling), std::string::npos) << r.Describe();
+      EXPECT_FALSE(Exists(state_)) << "state directory created";
+    }
+  }
+  // acqfs run refuses it the same way before it does anything.
+  {
+    CommandResult r = InNamespace(
+        "#user_allow_other\n",
+        "as_nobody \"$ACQFS\" run \"$NAME\" --repo " + ShellQuote(lower_) +
+            " --state-dir \"$STATE\" --mountpoint \"$MNT\" --allow-other "
+            "-- true\n");
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_EQ(r.err.rfind("acqfs: run: /etc/fuse.conf: ", 0), 0u)
+        << r.Describe();
+    EXPECT_FALSE(Exists(state_)) << "state directory created";
+  }
+  // With the line (blanks and a comment around it, as fusermount3 allows):
+  // other users, root among them, get in; without --allow-other they do
+  // not, whatever fuse.conf says.
+  const std::string both =
+      "as_nobody \"$ACQFS\" mount " + ShellQuote(lower_) +
+      " \"$MNT\" --name \"$NAME\" --state-dir \"$STATE\" $FLAG || exit 10\n"
+      "mounted\n"
+      "cat \"$MNT/" +
+      std::string(lower::kFileA) +
+      "\"; rc=$?\n"
+      "as_nobody \"$ACQFS\" umount \"$NAME\" --state-dir \"$STATE\" "
+      "--no-export || exit 11\n"
+      "exit $rc\n";
+  CommandResult in = InNamespace("  user_allow_other  # let users share\n",
+                                 "FLAG=--allow-other\n" + both);
+  EXPECT_TRUE(in.ok()) << in.Describe();
+  EXPECT_NE(in.out.find("allow_other"), std::string::npos) << in.Describe();
+  EXPECT_NE(in.out.find(lower::kFileAContent), std::string::npos)
+      << in.Describe();
+  CommandResult out = InNamespace("user_allow_other\n", "FLAG=\n" + both);
+  EXPECT_EQ(out.exit_code, 1) << out.Describe();  // cat's
+  EXPECT_EQ(out.out.find("allow_other"), std::string::npos) << out.Describe();
+  EXPECT_NE(out.err.find("Permission denied"), std::string::npos)
+      << out.Describe();
 }
 
 }  // namespace

@@ -371,6 +371,46 @@ TEST_F(RunTest, ReusesARunningMountAndUnmountsOnlyWhatItMounted) {
   EXPECT_EQ(StateOf("fresh"), "not-mounted");
 }
 
+// When run mounts, who may use the mount follows its flags, and the default
+// follows who mounts (root: every user, with permission checks); a mount run
+// reuses is never changed.
+TEST_F(RunTest, WhoMayUseTheMountFollowsTheFlagsWhenRunMounts) {
+  const std::vector<std::string> show = {
+      "--no-export", "--", "grep", " /workspace ", "/proc/self/mountinfo"};
+  auto workspace_options = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--repo", lower_});
+    flags.insert(flags.end(), show.begin(), show.end());
+    CommandResult r = Run("who", flags);
+    EXPECT_TRUE(r.ok()) << r.Describe();
+    EXPECT_FALSE(FindMount(DefaultMountpoint("who")).has_value());
+    return r.out;
+  };
+  EXPECT_NE(workspace_options({}).find("allow_other"), std::string::npos);
+  const std::string off = workspace_options({"--no-allow-other"});
+  EXPECT_NE(off.find("default_permissions"), std::string::npos) << off;
+  EXPECT_EQ(off.find("allow_other"), std::string::npos) << off;
+  EXPECT_NE(workspace_options({"--allow-other"}).find("allow_other"),
+            std::string::npos);
+  CommandResult both =
+      Run("who", {"--allow-other", "--no-allow-other", "--", "true"});
+  EXPECT_EQ(both.exit_code, 1) << both.Describe();
+  EXPECT_EQ(both.err,
+            "acqfs: run: --no-allow-other: contradicts --allow-other: give "
+            "one or the other\n")
+      << both.Describe();
+  // A running mount is used as it is.
+  const std::string mnt = tmp_.MakeDir("mnt");
+  CommandResult m = Acqfs({"mount", lower_, mnt, "--name", "who"});
+  ASSERT_TRUE(m.ok()) << m.Describe();
+  CommandResult reuse = Run("who", {"--no-allow-other", "--", "true"});
+  EXPECT_EQ(reuse.exit_code, 1) << reuse.Describe();
+  EXPECT_NE(reuse.err.find("--no-allow-other"), std::string::npos)
+      << reuse.Describe();
+  EXPECT_TRUE(FindMount(mnt).has_value());
+  CommandResult u = Acqfs({"umount", "who", "--no-export"});
+  EXPECT_TRUE(u.ok()) << u.Describe();
+}
+
 TEST_F(RunTest, RefusalsMountNothingAndCreateNothing) {
   const std::string no_bwrap = tmp_.MakeDir("empty-bin");
   CommandResult r = Run("refused", {"--repo", lower_, "--", "true"}, "",
