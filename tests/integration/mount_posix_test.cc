@@ -139,14 +139,10 @@ const User kOther{1000, 1000, ""};
 
 // The oracle fixture: a plain directory `native()` next to the mount, both
 // prepared by the same LowerSetup script (in the lower before mounting), in
-// both file modes, the mount open to other users.
+// both file modes. The mount serves other users as a root-mounted sandbox
+// does by default (allow_other, the kernel checking permissions).
 class PosixOracle : public BothFileModes {
  protected:
-  SandboxOptions ModeOptions() const override {
-    SandboxOptions o;
-    o.extra_mount_args = {"--allow-other"};
-    return o;
-  }
   // Python run as root in the tree (below the prelude) before the mount.
   virtual std::string LowerSetup() const {
     return "os.mkdir('t', 0o777); os.chmod('t', 0o777)\n";
