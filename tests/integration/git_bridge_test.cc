@@ -410,7 +410,7 @@ std::map<std::string, std::string> StatusKinds(const std::string& out) {
   return kinds;
 }
 
-// 2,050 nested directories "d" and a file: 4,109 bytes from the layer root.
+// 2,050 nested directories "d" and a file: 4,108 bytes from the layer root.
 // The old export walked the merged view from the root for every ancestor's
 // .gitignore (O(depth^3): minutes) and then refused the working tree.
 TEST_F(GitBridge, AWorkingTreeDeeperThanPathMaxIsPublishedWithTheBranches) {
@@ -491,8 +491,8 @@ TEST_F(GitBridge, StatusAndExportOfATreeDeeperThanPathMaxNeedFewDescriptors) {
 const std::vector<std::string> kScanFds = {"prlimit", "--nofile=24:24"};
 const std::vector<std::string> kExportFds = {"prlimit", "--nofile=32:32"};
 
-// 24 nested directories of 200-byte names made through the mount (4,824
-// bytes to the file), then every reader of the layers.
+// 24 nested directories of 200-byte names made through the mount (4,834
+// bytes with the file), then every reader of the layers.
 TEST_F(GitBridge, ATreeOf24DirectoriesOf200ByteNamesWorksInEveryCommand) {
   SandboxOptions opts;
   opts.extra_umount_args = {"--no-export"};

@@ -536,7 +536,7 @@ TEST_F(ChangeScanTest, ALowerTreeDeeperThanPathMaxDeletedIsListedInBoundedFds) {
 }
 
 TEST_F(ChangeScanTest, NamesOfAnAddedTreeDeeperThanPathMaxAreReported) {
-  // 24 nested directories of 200-byte names: 4,824 bytes to the file.
+  // 24 nested directories of 200-byte names and a file: 4,834 bytes.
   const std::string name(200, 'n');
   ASSERT_EQ(deep_test::MakeChain(t_.upper(), name, 24,
                                  [](int fd, size_t level) -> std::string {
