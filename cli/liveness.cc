@@ -11,8 +11,10 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "cli/cli_util.h"
+#include "common/dir_walk.h"
 #include "common/handle.h"
 #include "common/sys.h"
 
@@ -298,30 +300,50 @@ Result<uint64_t> DiskUsage(const std::string& dir) {
   if (!top) return top.error();
   uint64_t total = static_cast<uint64_t>(top->st_blocks) * 512;
   std::set<std::pair<dev_t, ino_t>> linked;  // inodes with nlink > 1 seen
-  std::vector<std::string> todo = {""};
-  while (!todo.empty()) {
-    std::string rel = std::move(todo.back());
-    todo.pop_back();
-    std::string shown = rel.empty() ? dir : dir + "/" + rel;
-    auto d = sys::OpenBeneath(root.get(), rel, O_PATH | O_DIRECTORY, 0, shown);
-    if (!d && Vanished(d.err())) continue;
-    if (!d) return d.error();
-    auto entries = sys::ReadDir(d->get(), shown);
-    if (!entries && Vanished(entries.err())) continue;
-    if (!entries) return entries.error();
-    for (const auto& e : *entries) {
-      struct stat st;
-      if (::fstatat(d->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;
-        return Error::Errno("fstatat", shown + "/" + e.name);
+  // Depth first on a DirStack (common/dir_walk.h): at most 8 directories
+  // are open however deep the upper is, and each is opened relative to its
+  // parent (a path from the root would cost O(depth) per directory). The
+  // subdirectories still to visit are kept by name, one list per level.
+  DirStack stack(root.get(), dir, 8, DirStack::kPathOnly);
+  std::vector<std::vector<std::string>> pending;
+  auto list = [&]() -> Status {
+    std::vector<std::string> subdirs;
+    auto entries = sys::ReadDir(stack.top(), stack.Shown());
+    if (!entries && !Vanished(entries.err())) return entries.error();
+    if (entries) {
+      for (const auto& e : *entries) {
+        struct stat st;
+        if (::fstatat(stack.top(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) !=
+            0) {
+          if (errno == ENOENT) continue;
+          return Error::Errno("fstatat", stack.ShownChild(e.name));
+        }
+        if (st.st_dev != top->st_dev) continue;  // another filesystem
+        if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 &&
+            !linked.insert({st.st_dev, st.st_ino}).second)
+          continue;  // a hard link counted already
+        total += static_cast<uint64_t>(st.st_blocks) * 512;
+        if (S_ISDIR(st.st_mode)) subdirs.push_back(e.name);
       }
-      if (st.st_dev != top->st_dev) continue;  // another filesystem
-      if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 &&
-          !linked.insert({st.st_dev, st.st_ino}).second)
-        continue;  // a hard link counted already
-      total += static_cast<uint64_t>(st.st_blocks) * 512;
-      if (S_ISDIR(st.st_mode)) todo.push_back(sys::Join(rel, e.name));
     }
+    pending.push_back(std::move(subdirs));
+    return Ok();
+  };
+  ACQFS_TRY(list());
+  while (!pending.empty()) {
+    std::vector<std::string>& todo = pending.back();
+    if (todo.empty()) {
+      pending.pop_back();
+      if (!pending.empty()) ACQFS_TRY(stack.Pop());
+      continue;
+    }
+    std::string name = std::move(todo.back());
+    todo.pop_back();
+    // A directory of a live upper layer may go meanwhile.
+    Status in = stack.Push(name);
+    if (!in && Vanished(in.err())) continue;
+    if (!in) return in.error();
+    ACQFS_TRY(list());
   }
   return total;
 }

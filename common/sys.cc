@@ -354,7 +354,7 @@ Status RemoveTree(int dirfd, const std::string& name, const std::string& shown,
   TreeVisitor visit;
   visit.make_enterable = true;
   visit.entry = [&](int dir, const DirEntry& e,
-                    const std::string& where) -> Result<bool> {
+                    const std::string& dir_shown) -> Result<bool> {
     if (::unlinkat(dir, e.name.c_str(), 0) == 0) {
       s.Count();
       return false;
@@ -363,12 +363,12 @@ Status RemoveTree(int dirfd, const std::string& name, const std::string& shown,
     if (errno == EISDIR ||
         (errno == EPERM && (e.type == DT_DIR || e.type == DT_UNKNOWN)))
       return true;
-    return Error::Errno("unlink", where);
+    return Error::Errno("unlink", dir_shown + "/" + e.name);
   };
   visit.leave = [&](int parent, const std::string& n,
-                    const std::string& where) -> Status {
+                    const std::string& parent_shown) -> Status {
     if (::unlinkat(parent, n.c_str(), AT_REMOVEDIR) != 0)
-      return Error::Errno("rmdir", where);
+      return Error::Errno("rmdir", parent_shown + "/" + n);
     s.Count();
     return Ok();
   };

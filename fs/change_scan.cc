@@ -1,10 +1,18 @@
-// ChangeScan (see change_scan.h): one recursive walk of the upper layer. Each
-// directory is held as a pair of O_PATH descriptors, the upper directory and
-// the lower directory at the same path, so every lookup below it is a single
-// fstatat/openat2 relative to one of them and never follows a symlink.
-// The sys helpers are called with an empty `shown`; Named() gives a failure
-// the absolute path of the entry, so the walk builds such paths only for
-// errors.
+// ChangeScan (see change_scan.h): one depth-first walk of the upper layer,
+// iterative (an explicit stack of frames, so a tree 100,000 directories deep
+// needs no C++ stack in proportion), on a LayerStack (fs/layer_walk.h): the
+// current directory is held open in the upper layer and, where it has one,
+// in the lower at the same path, so every lookup below it is a single
+// fstatat/openat2 relative to one of them and never follows a symlink. The
+// stack keeps at most 2 x LayerStack::kOpenPerLayer descriptors open
+// however deep the walk goes (closed ancestors are reopened through ".."
+// on the way back up); a lower tree the upper deletes is listed with
+// WalkTree (common/dir_walk.h), which holds at most 8 more.
+// The walk keeps one path string, the current entry's, extended and cut
+// back as it goes: an entry costs O(length of its name) unless it is
+// reported. The sys helpers are called with an empty `shown`; Named() gives
+// a failure the absolute path of the entry, so the walk builds such paths
+// only for errors.
 #include "fs/change_scan.h"
 
 #include <fcntl.h>
@@ -17,7 +25,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/dir_walk.h"
 #include "common/sys.h"
+#include "fs/layer_walk.h"
 
 namespace acqfs {
 
@@ -94,16 +104,11 @@ Result<size_t> ReadFull(int fd, char* buf, size_t n) {
   return got;
 }
 
-// One directory of the walk.
-struct Dir {
-  std::string path;         // relative, "" = the root
-  int upper = -1;           // O_PATH fd of the upper directory (borrowed)
-  int lower = -1;           // O_PATH fd of the lower directory at `path`, or
-                            // -1 when the lower has no directory there
-  bool merged = false;      // that lower directory shows through (no opaque
-                            // mark here or on an ancestor)
-  bool xwhiteouts = false;  // may hold xattr whiteouts (opaque mark "x")
-};
+// Appends the component `name` to the relative path `*path`.
+void AppendName(std::string* path, const std::string& name) {
+  if (!path->empty()) path->push_back('/');
+  path->append(name);
+}
 
 PathChange MakeChange(PathChange::Kind kind, const std::string& rel,
                       const struct stat* lower, const struct stat* upper) {
@@ -130,40 +135,56 @@ class Scanner {
   Result<std::vector<PathChange>> Run();
 
  private:
-  // The walk of the upper layer.
-  Status ScanDir(const Dir& dir);
-  Status ScanEntry(const Dir& dir, const std::string& name, bool* present);
-  Status Compare(const Dir& dir, const std::string& name,
-                 const std::string& rel, const struct stat& up,
-                 const struct stat& lo);
-  Status Descend(const Dir& dir, const std::string& name,
-                 const std::string& rel, bool lower_is_dir);
-  Result<bool> IsWhiteout(const Dir& dir, const std::string& name,
-                          const struct stat& st);
+  // One directory on the walk's path (the stack's current one is the last):
+  // its upper listing, how far the walk got in it, and its view.
+  struct Frame {
+    std::vector<sys::DirEntry> entries;
+    size_t next = 0;
+    std::unordered_set<std::string> present;  // upper names the view shows
+    size_t path_len = 0;      // path_'s length while in this directory
+    bool merged = false;      // the lower directory at this path shows
+                              // through (no opaque mark here or above)
+    bool xwhiteouts = false;  // may hold xattr whiteouts (opaque mark "x")
+  };
+  // What the entry just scanned asks of the walk: to be entered, with the
+  // lower directory of its name or without.
+  struct Descent {
+    bool into = false;
+    bool lower_is_dir = false;
+  };
+
+  // The walk of the upper layer. While an entry is scanned, path_ is its
+  // path; upper()/lower() are its directory's descriptors.
+  Status Walk(bool merged, bool xwhiteouts);
+  Status OpenFrame(bool merged, bool xwhiteouts);
+  Status FinishFrame();
+  Status Descend(const std::string& name, bool lower_is_dir);
+  Status ScanEntry(const std::string& name, bool* present, Descent* into);
+  Status Compare(const std::string& name, const struct stat& up,
+                 const struct stat& lo, Descent* into);
+  Result<bool> IsWhiteout(const std::string& name, const struct stat& st);
   // Lower objects the merged view no longer shows.
-  Status ListHidden(const Dir& dir,
-                    const std::unordered_set<std::string>& present);
+  Status ListHidden(const Frame& f);
   Status ReportDeleted(int lower_parent, const std::string& name,
-                       const std::string& rel, const struct stat& lo);
-  Status DeleteLowerTree(int lower_parent, const std::string& name,
-                         const std::string& rel);
-  // Comparing one object of each layer.
-  Result<bool> SameContent(const Dir& dir, const std::string& name,
-                           const std::string& rel, const struct stat& up,
+                       const struct stat& lo);
+  Status DeleteLowerTree(int lower_parent, const std::string& name);
+  // Comparing one object of each layer (`name` in the current directory,
+  // path_ its path).
+  Result<bool> SameContent(const std::string& name, const struct stat& up,
                            const struct stat& lo);
-  Result<bool> SameBytes(const Dir& dir, const std::string& name,
-                         const std::string& rel);
-  Result<unsigned> MetadataDiff(const Dir& dir, const std::string& name,
-                                const std::string& rel, const struct stat& up,
+  Result<bool> SameBytes(const std::string& name);
+  Result<unsigned> MetadataDiff(const std::string& name, const struct stat& up,
                                 const struct stat& lo);
-  Result<bool> SameXattrs(const Dir& dir, const std::string& name,
-                          const std::string& rel);
+  Result<bool> SameXattrs(const std::string& name);
   // The filter, .git and progress.
   bool Selected(const std::string& rel) const;
   bool Relevant(const std::string& rel) const;
-  bool Skipped(const std::string& dir_path, const std::string& name) const;
+  bool Skipped(const std::string& name) const;
   void Add(PathChange c);
   void CountVisit();
+
+  int upper() const { return stack_.upper(); }
+  int lower() const { return stack_.lower(); }
 
   const Layers& layers_;
   const ChangeScanOptions& options_;
@@ -171,10 +192,13 @@ class Scanner {
   std::vector<PathChange> out_;
   uint64_t visited_ = 0;
   std::vector<char> upper_buf_, lower_buf_;  // kChunk each, when needed
+  LayerStack stack_;
+  std::vector<Frame> frames_;  // one per directory on the path, root first
+  std::string path_;           // the current entry's (or directory's) path
 };
 
 Scanner::Scanner(const Layers& layers, const ChangeScanOptions& options)
-    : layers_(layers), options_(options) {
+    : layers_(layers), options_(options), stack_(layers) {
   for (std::string p : options.paths) {
     while (p.starts_with("./")) p.erase(0, 2);
     while (!p.empty() && p.back() == '/') p.pop_back();
@@ -189,16 +213,9 @@ Scanner::Scanner(const Layers& layers, const ChangeScanOptions& options)
 Result<std::vector<PathChange>> Scanner::Run() {
   auto root = RootView(layers_);
   if (!root) return root.error();
-  auto ufd = layers_.upper.OpenDir("");
-  if (!ufd) return ufd.error();
-  auto lfd = layers_.lower.OpenDir("");
-  if (!lfd) return lfd.error();
-  Dir top;
-  top.upper = ufd->get();
-  top.lower = lfd->get();
-  top.merged = root->merged;
-  top.xwhiteouts = root->xwhiteouts;
-  ACQFS_TRY(ScanDir(top));
+  // At depth 0 the stack's descriptors are the layer roots: the lower root
+  // is compared with even when the upper root is opaque.
+  ACQFS_TRY(Walk(root->merged, root->xwhiteouts));
   // Byte order puts "a" before "a-b" and "a/b": a directory's own entry
   // comes before everything below it. Paths are unique.
   std::sort(
@@ -208,69 +225,116 @@ Result<std::vector<PathChange>> Scanner::Run() {
   return std::move(out_);
 }
 
-Status Scanner::ScanDir(const Dir& dir) {
-  auto ents = sys::ReadDir(dir.upper, kNoName);
-  if (!ents) return Named(ents.error(), layers_.upper, dir.path);
-  std::unordered_set<std::string> present;  // upper names the view shows
-  for (const sys::DirEntry& e : *ents) {
-    if (Skipped(dir.path, e.name)) continue;
+Status Scanner::Walk(bool merged, bool xwhiteouts) {
+  ACQFS_TRY(OpenFrame(merged, xwhiteouts));
+  while (!frames_.empty()) {
+    Frame& f = frames_.back();
+    if (f.next == f.entries.size()) {
+      ACQFS_TRY(FinishFrame());
+      continue;
+    }
+    const std::string name = std::move(f.entries[f.next++].name);
+    if (Skipped(name)) continue;
+    AppendName(&path_, name);
     bool shown = false;
-    ACQFS_TRY(ScanEntry(dir, e.name, &shown));
-    if (shown) present.insert(e.name);
+    Descent d;
+    ACQFS_TRY(ScanEntry(name, &shown, &d));
+    if (shown) f.present.insert(name);
+    if (d.into) {
+      ACQFS_TRY(Descend(name, d.lower_is_dir));  // `f` is stale from here
+      continue;
+    }
+    path_.resize(f.path_len);
   }
-  // In a merged directory the lower names without an upper entry show
-  // through; in an opaque one they are gone.
-  if (dir.lower >= 0 && !dir.merged) return ListHidden(dir, present);
   return Ok();
 }
 
-Status Scanner::ScanEntry(const Dir& dir, const std::string& name,
-                          bool* present) {
-  std::string rel = sys::Join(dir.path, name);
+// Lists the stack's current directory (path_) into a new frame.
+Status Scanner::OpenFrame(bool merged, bool xwhiteouts) {
+  Frame f;
+  f.merged = merged;
+  f.xwhiteouts = xwhiteouts;
+  f.path_len = path_.size();
+  auto ents = sys::ReadDir(upper(), kNoName);
+  if (!ents) return Named(ents.error(), layers_.upper, path_);
+  f.entries = std::move(*ents);
+  frames_.push_back(std::move(f));
+  return Ok();
+}
+
+// Everything in the current directory was scanned: in an opaque one the
+// lower names are gone (in a merged one the lower names without an upper
+// entry show through); then back to the parent.
+Status Scanner::FinishFrame() {
+  if (lower() >= 0 && !frames_.back().merged)
+    ACQFS_TRY(ListHidden(frames_.back()));
+  frames_.pop_back();
+  if (frames_.empty()) return Ok();
+  ACQFS_TRY(stack_.Pop());
+  path_.resize(frames_.back().path_len);
+  return Ok();
+}
+
+// Enters the upper directory `name` of the current one (path_ is its path),
+// with the lower directory of the same name when `lower_is_dir`.
+Status Scanner::Descend(const std::string& name, bool lower_is_dir) {
+  auto mark = layers_.format.ReadOpaque(upper(), name, kNoName);
+  if (!mark) return Named(mark.error(), layers_.upper, path_);
+  // Below an opaque directory every upper directory is opaque too.
+  const bool merged =
+      frames_.back().merged && lower_is_dir && *mark != OpaqueMark::kOpaque;
+  ACQFS_TRY(stack_.Push(name, true, lower_is_dir));
+  return OpenFrame(merged, *mark == OpaqueMark::kMayHoldXattrWhiteouts);
+}
+
+Status Scanner::ScanEntry(const std::string& name, bool* present,
+                          Descent* into) {
+  const std::string& rel = path_;
   if (!Relevant(rel)) return Ok();
   struct stat up;
   bool found = false;
-  Status s = sys::StatAtIfExists(dir.upper, name, &up, &found, kNoName);
+  Status s = sys::StatAtIfExists(upper(), name, &up, &found, kNoName);
   if (!s) return Named(s.error(), layers_.upper, rel);
   if (!found) return Ok();  // removed while we scan
   CountVisit();
-  auto whiteout = IsWhiteout(dir, name, up);
+  auto whiteout = IsWhiteout(name, up);
   if (!whiteout) return whiteout.error();
   struct stat lo;
   bool in_lower = false;
-  if (dir.lower >= 0 && (dir.merged || !*whiteout)) {
-    s = sys::StatAtIfExists(dir.lower, name, &lo, &in_lower, kNoName);
+  if (lower() >= 0 && (frames_.back().merged || !*whiteout)) {
+    s = sys::StatAtIfExists(lower(), name, &lo, &in_lower, kNoName);
     if (!s) return Named(s.error(), layers_.lower, rel);
   }
   if (*whiteout) {
     // A whiteout of a name the lower lacks changes nothing; in an opaque
     // directory ListHidden reports the lower name with the others.
-    if (in_lower) return ReportDeleted(dir.lower, name, rel, lo);
+    if (in_lower) return ReportDeleted(lower(), name, lo);
     return Ok();
   }
   *present = true;
-  if (in_lower) return Compare(dir, name, rel, up, lo);
+  if (in_lower) return Compare(name, up, lo, into);
   Add(MakeChange(PathChange::kAdded, rel, nullptr, &up));
-  if (S_ISDIR(up.st_mode)) return Descend(dir, name, rel, false);
+  if (S_ISDIR(up.st_mode)) *into = Descent{true, false};
   return Ok();
 }
 
 // Both layers hold `name`: compares type, content and metadata. Opaque or
 // not, the merged object is compared with the lower object at its path.
-Status Scanner::Compare(const Dir& dir, const std::string& name,
-                        const std::string& rel, const struct stat& up,
-                        const struct stat& lo) {
+Status Scanner::Compare(const std::string& name, const struct stat& up,
+                        const struct stat& lo, Descent* into) {
+  const std::string& rel = path_;
   bool is_dir = S_ISDIR(up.st_mode);
   if ((up.st_mode & S_IFMT) != (lo.st_mode & S_IFMT)) {
     Add(MakeChange(PathChange::kTypeChanged, rel, &lo, &up));
-    if (S_ISDIR(lo.st_mode)) ACQFS_TRY(DeleteLowerTree(dir.lower, name, rel));
-    return is_dir ? Descend(dir, name, rel, false) : Ok();
+    if (S_ISDIR(lo.st_mode)) ACQFS_TRY(DeleteLowerTree(lower(), name));
+    if (is_dir) *into = Descent{true, false};
+    return Ok();
   }
   // Only a directory on the way to a filtered path: nothing to compare.
   if (Selected(rel)) {
-    auto same = SameContent(dir, name, rel, up, lo);
+    auto same = SameContent(name, up, lo);
     if (!same) return same.error();
-    auto meta = MetadataDiff(dir, name, rel, up, lo);
+    auto meta = MetadataDiff(name, up, lo);
     if (!meta) return meta.error();
     PathChange c = MakeChange(PathChange::kModified, rel, &lo, &up);
     c.meta = *meta;
@@ -279,109 +343,101 @@ Status Scanner::Compare(const Dir& dir, const std::string& name,
       Add(std::move(c));
     }
   }
-  return is_dir ? Descend(dir, name, rel, true) : Ok();
-}
-
-// Scans the upper directory `name` of `dir`, with the lower directory of the
-// same name when `lower_is_dir`.
-Status Scanner::Descend(const Dir& dir, const std::string& name,
-                        const std::string& rel, bool lower_is_dir) {
-  auto mark = layers_.format.ReadOpaque(dir.upper, name, kNoName);
-  if (!mark) return Named(mark.error(), layers_.upper, rel);
-  auto ufd =
-      sys::OpenBeneath(dir.upper, name, O_PATH | O_DIRECTORY, 0, kNoName);
-  if (!ufd) return Named(ufd.error(), layers_.upper, rel);
-  UniqueFd lfd;
-  if (lower_is_dir) {
-    auto l =
-        sys::OpenBeneath(dir.lower, name, O_PATH | O_DIRECTORY, 0, kNoName);
-    if (!l) return Named(l.error(), layers_.lower, rel);
-    lfd = std::move(*l);
-  }
-  Dir sub;
-  sub.path = rel;
-  sub.upper = ufd->get();
-  sub.lower = lfd ? lfd.get() : -1;
-  // Below an opaque directory every upper directory is opaque too.
-  sub.merged = dir.merged && lower_is_dir && *mark != OpaqueMark::kOpaque;
-  sub.xwhiteouts = *mark == OpaqueMark::kMayHoldXattrWhiteouts;
-  return ScanDir(sub);
+  if (is_dir) *into = Descent{true, true};
+  return Ok();
 }
 
 // A whiteout in either form: a 0/0 character device, or (in a directory
 // marked "x") a zero-size regular file carrying the whiteout xattr.
-Result<bool> Scanner::IsWhiteout(const Dir& dir, const std::string& name,
+Result<bool> Scanner::IsWhiteout(const std::string& name,
                                  const struct stat& st) {
   if (LayerFormat::IsWhiteout(st)) return true;
-  if (!dir.xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
-  auto xw = layers_.format.IsXattrWhiteout(dir.upper, name, kNoName);
-  if (!xw) return Named(xw.error(), layers_.upper, sys::Join(dir.path, name));
+  if (!frames_.back().xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0)
+    return false;
+  auto xw = layers_.format.IsXattrWhiteout(upper(), name, kNoName);
+  if (!xw) return Named(xw.error(), layers_.upper, path_);
   return *xw;
 }
 
-// Every lower name of the opaque `dir` that the upper does not show.
-Status Scanner::ListHidden(const Dir& dir,
-                           const std::unordered_set<std::string>& present) {
-  auto ents = sys::ReadDir(dir.lower, kNoName);
-  if (!ents) return Named(ents.error(), layers_.lower, dir.path);
+// Every lower name of the opaque current directory that the upper does not
+// show.
+Status Scanner::ListHidden(const Frame& f) {
+  auto ents = sys::ReadDir(lower(), kNoName);
+  if (!ents) return Named(ents.error(), layers_.lower, path_);
   for (const sys::DirEntry& e : *ents) {
-    if (Skipped(dir.path, e.name) || present.count(e.name)) continue;
-    std::string rel = sys::Join(dir.path, e.name);
-    if (!Relevant(rel)) continue;
-    struct stat lo;
-    bool found = false;
-    Status s = sys::StatAtIfExists(dir.lower, e.name, &lo, &found, kNoName);
-    if (!s) return Named(s.error(), layers_.lower, rel);
-    if (found) ACQFS_TRY(ReportDeleted(dir.lower, e.name, rel, lo));
+    if (Skipped(e.name) || f.present.count(e.name)) continue;
+    AppendName(&path_, e.name);
+    Status s = Ok();
+    if (Relevant(path_)) {
+      struct stat lo;
+      bool found = false;
+      s = sys::StatAtIfExists(lower(), e.name, &lo, &found, kNoName);
+      if (!s)
+        s = Named(s.error(), layers_.lower, path_);
+      else if (found)
+        s = ReportDeleted(lower(), e.name, lo);
+    }
+    path_.resize(f.path_len);
+    ACQFS_TRY(s);
   }
   return Ok();
 }
 
-// The lower object `name` of the lower directory `lower_parent` is gone, and
-// with it everything below it.
+// The lower object `name` of the lower directory `lower_parent` (path_ its
+// path) is gone, and with it everything below it.
 Status Scanner::ReportDeleted(int lower_parent, const std::string& name,
-                              const std::string& rel, const struct stat& lo) {
-  Add(MakeChange(PathChange::kDeleted, rel, &lo, nullptr));
+                              const struct stat& lo) {
+  Add(MakeChange(PathChange::kDeleted, path_, &lo, nullptr));
   if (!S_ISDIR(lo.st_mode)) return Ok();
-  return DeleteLowerTree(lower_parent, name, rel);
+  return DeleteLowerTree(lower_parent, name);
 }
 
-// Reports everything below the lower directory `name` as deleted.
-Status Scanner::DeleteLowerTree(int lower_parent, const std::string& name,
-                                const std::string& rel) {
-  auto fd =
-      sys::OpenBeneath(lower_parent, name, O_PATH | O_DIRECTORY, 0, kNoName);
-  if (!fd) return Named(fd.error(), layers_.lower, rel);
-  auto ents = sys::ReadDir(fd->get(), kNoName);
-  if (!ents) return Named(ents.error(), layers_.lower, rel);
-  for (const sys::DirEntry& e : *ents) {
-    std::string child = sys::Join(rel, e.name);
-    if (!Relevant(child)) continue;
+// Reports everything below the lower directory `name` of `lower_parent`
+// (path_ its path) as deleted: a WalkTree from that directory, iterative and
+// holding at most 8 descriptors of its own, whose shown paths are the
+// entries' relative paths.
+Status Scanner::DeleteLowerTree(int lower_parent, const std::string& name) {
+  TreeVisitor visit;
+  visit.entry = [&](int dirfd, const sys::DirEntry& e,
+                    const std::string& dir) -> Result<bool> {
+    const std::string rel = dir + "/" + e.name;  // reported, or filtered
+    if (!Relevant(rel)) return false;
     struct stat lo;
     bool found = false;
-    Status s = sys::StatAtIfExists(fd->get(), e.name, &lo, &found, kNoName);
-    if (!s) return Named(s.error(), layers_.lower, child);
-    if (found) ACQFS_TRY(ReportDeleted(fd->get(), e.name, child, lo));
-  }
+    Status s = sys::StatAtIfExists(dirfd, e.name, &lo, &found, kNoName);
+    if (!s) {
+      Error err = s.error();
+      err.path = rel;
+      return err;
+    }
+    if (!found) return false;
+    Add(MakeChange(PathChange::kDeleted, rel, &lo, nullptr));
+    return S_ISDIR(lo.st_mode);
+  };
+  auto fd =
+      sys::OpenBeneath(lower_parent, name, O_PATH | O_DIRECTORY, 0, kNoName);
+  if (!fd) return Named(fd.error(), layers_.lower, path_);
+  Status s = WalkTree(fd->get(), "", path_, visit);
+  if (!s) return Named(s.error(), layers_.lower, s.error().path);
   return Ok();
 }
 
 // Same type on both sides: the bytes of a regular file, the target of a
 // symlink, the device number of a device.
-Result<bool> Scanner::SameContent(const Dir& dir, const std::string& name,
-                                  const std::string& rel, const struct stat& up,
+Result<bool> Scanner::SameContent(const std::string& name,
+                                  const struct stat& up,
                                   const struct stat& lo) {
   if (S_ISREG(up.st_mode)) {
     if (up.st_size != lo.st_size) return false;
     if (up.st_size == 0) return true;
-    return SameBytes(dir, name, rel);
+    return SameBytes(name);
   }
   if (S_ISLNK(up.st_mode)) {
     if (up.st_size != lo.st_size) return false;
-    auto a = sys::ReadLinkAt(dir.upper, name, kNoName);
-    if (!a) return Named(a.error(), layers_.upper, rel);
-    auto b = sys::ReadLinkAt(dir.lower, name, kNoName);
-    if (!b) return Named(b.error(), layers_.lower, rel);
+    auto a = sys::ReadLinkAt(upper(), name, kNoName);
+    if (!a) return Named(a.error(), layers_.upper, path_);
+    auto b = sys::ReadLinkAt(lower(), name, kNoName);
+    if (!b) return Named(b.error(), layers_.lower, path_);
     return *a == *b;
   }
   if (S_ISCHR(up.st_mode) || S_ISBLK(up.st_mode))
@@ -391,15 +447,15 @@ Result<bool> Scanner::SameContent(const Dir& dir, const std::string& name,
 
 // Compares two regular files of equal size chunk by chunk, stopping at the
 // first difference.
-Result<bool> Scanner::SameBytes(const Dir& dir, const std::string& name,
-                                const std::string& rel) {
+Result<bool> Scanner::SameBytes(const std::string& name) {
+  const std::string& rel = path_;
   const int flags = O_RDONLY | O_NOFOLLOW;
-  auto ufd = sys::OpenBeneath(dir.upper, name, flags, 0, kNoName);
+  auto ufd = sys::OpenBeneath(upper(), name, flags, 0, kNoName);
   if (!ufd) return Named(ufd.error(), layers_.upper, rel);
   // Reading the host's files leaves their atimes alone where we may.
-  auto lfd = sys::OpenBeneath(dir.lower, name, flags | O_NOATIME, 0, kNoName);
+  auto lfd = sys::OpenBeneath(lower(), name, flags | O_NOATIME, 0, kNoName);
   if (!lfd && lfd.err() == EPERM)
-    lfd = sys::OpenBeneath(dir.lower, name, flags, 0, kNoName);
+    lfd = sys::OpenBeneath(lower(), name, flags, 0, kNoName);
   if (!lfd) return Named(lfd.error(), layers_.lower, rel);
   if (upper_buf_.empty()) {
     upper_buf_.resize(kChunk);
@@ -417,15 +473,14 @@ Result<bool> Scanner::SameBytes(const Dir& dir, const std::string& name,
   }
 }
 
-Result<unsigned> Scanner::MetadataDiff(const Dir& dir, const std::string& name,
-                                       const std::string& rel,
+Result<unsigned> Scanner::MetadataDiff(const std::string& name,
                                        const struct stat& up,
                                        const struct stat& lo) {
   unsigned meta = 0;
   if ((up.st_mode & 07777) != (lo.st_mode & 07777)) meta |= PathChange::kMode;
   if (up.st_uid != lo.st_uid || up.st_gid != lo.st_gid)
     meta |= PathChange::kOwner;
-  auto same = SameXattrs(dir, name, rel);
+  auto same = SameXattrs(name);
   if (!same) return same.error();
   if (!*same) meta |= PathChange::kXattrs;
   return meta;
@@ -433,10 +488,10 @@ Result<unsigned> Scanner::MetadataDiff(const Dir& dir, const std::string& name,
 
 // The two objects carry the same extended attributes with the same values,
 // the overlay markers left out.
-Result<bool> Scanner::SameXattrs(const Dir& dir, const std::string& name,
-                                 const std::string& rel) {
-  std::string upath = sys::XattrPath(dir.upper, name);
-  std::string lpath = sys::XattrPath(dir.lower, name);
+Result<bool> Scanner::SameXattrs(const std::string& name) {
+  const std::string& rel = path_;
+  std::string upath = sys::XattrPath(upper(), name);
+  std::string lpath = sys::XattrPath(lower(), name);
   auto un = sys::ListXattrs(upath, kNoName);
   if (!un) return Named(un.error(), layers_.upper, rel);
   auto ln = sys::ListXattrs(lpath, kNoName);
@@ -471,9 +526,9 @@ bool Scanner::Relevant(const std::string& rel) const {
   return false;
 }
 
-bool Scanner::Skipped(const std::string& dir_path,
-                      const std::string& name) const {
-  return dir_path.empty() && name == ".git" && !options_.include_git_dir;
+// The top-level .git, unless asked for.
+bool Scanner::Skipped(const std::string& name) const {
+  return stack_.depth() == 0 && name == ".git" && !options_.include_git_dir;
 }
 
 void Scanner::Add(PathChange c) {

@@ -336,54 +336,102 @@ Result<bool> UpperXattrWhiteout(const Layers& layers, const DirView& dir,
       dirfd, name, layers.upper.Shown(sys::Join(dir.path, name)));
 }
 
+// The path of `name` in `dir`, for a message or the policy.
+std::string ChildPath(const DirView& dir, const std::string& name) {
+  return sys::Join(dir.path, name);
+}
+
+// `e` with its path replaced by `name` of `dir` in `layer`.
+Error NamedIn(Error e, const Layer& layer, const DirView& dir,
+              const std::string& name) {
+  e.path = layer.Shown(ChildPath(dir, name));
+  return e;
+}
+
+// The sys and format helpers get no path: the child's path is built only
+// when a call fails (or the policy asks), so resolving a child of a deep
+// directory costs O(1) system calls and no O(depth) string.
+const std::string kNoName;
+
+// The upper half of the lookup rule: what the upper directory open as
+// `ufd` holds under `name`.
+Status ResolveUpperChild(const Layers& layers, const DirView& dir, int ufd,
+                         const std::string& name, ChildInfo* c) {
+  bool found = false;
+  Status st = sys::StatAtIfExists(ufd, name, &c->upper_st, &found, kNoName);
+  if (!st) return NamedIn(st.error(), layers.upper, dir, name);
+  if (!found) return Ok();
+  bool xw = false;
+  if (dir.xwhiteouts && S_ISREG(c->upper_st.st_mode) &&
+      c->upper_st.st_size == 0) {
+    auto r = layers.format.IsXattrWhiteout(ufd, name, kNoName);
+    if (!r) return NamedIn(r.error(), layers.upper, dir, name);
+    xw = *r;
+  }
+  if (LayerFormat::IsWhiteout(c->upper_st) || xw) {
+    c->whiteout = true;
+    return Ok();
+  }
+  c->upper = true;
+  auto origin = layers.format.ReadOrigin(ufd, name, kNoName);
+  if (!origin) return NamedIn(origin.error(), layers.upper, dir, name);
+  c->origin = *origin;
+  if (S_ISDIR(c->upper_st.st_mode)) {
+    auto m = layers.format.ReadOpaque(ufd, name, kNoName);
+    if (!m) return NamedIn(m.error(), layers.upper, dir, name);
+    c->opaque = *m;
+  }
+  return Ok();
+}
+
+// The lower half: what the lower directory open as `lfd` holds under
+// `name`, unless the policy hides it.
+Status ResolveLowerChild(const Layers& layers, const DirView& dir, int lfd,
+                         const std::string& name, ChildInfo* c) {
+  bool found = false;
+  Status st = sys::StatAtIfExists(lfd, name, &c->lower_st, &found, kNoName);
+  if (!st) return NamedIn(st.error(), layers.lower, dir, name);
+  if (found && layers.policy && layers.policy->hides_anything() &&
+      layers.HidesLower(ChildPath(dir, name), S_ISDIR(c->lower_st.st_mode))) {
+    found = false;
+    c->lower_st = {};
+  }
+  c->lower = found;
+  return Ok();
+}
+
 }  // namespace
+
+Result<ChildInfo> ResolveChildAt(const Layers& layers, const DirView& dir,
+                                 int upper_fd, int lower_fd,
+                                 const std::string& name) {
+  ChildInfo c;
+  if (dir.upper) ACQFS_TRY(ResolveUpperChild(layers, dir, upper_fd, name, &c));
+  if (dir.merged && lower_fd >= 0)
+    ACQFS_TRY(ResolveLowerChild(layers, dir, lower_fd, name, &c));
+  c.exists = c.upper || (c.lower && !c.whiteout);
+  return c;
+}
 
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
                                const std::string& name, uint64_t gen) {
+  // Each layer's directory is used before the other's is asked for: a
+  // descriptor DirFd lends from its per-thread cache may be closed by the
+  // next DirFd call, which can take its slot.
   ChildInfo c;
-  std::string rel = sys::Join(dir.path, name);
   if (dir.upper) {
     UniqueFd owned;
-    auto ufd_num = layers.upper.DirFd(dir.path, gen, &owned);
-    if (!ufd_num) return ufd_num.error();
-    const int ufd = *ufd_num;
-    bool found = false;
-    ACQFS_TRY(sys::StatAtIfExists(ufd, name, &c.upper_st, &found,
-                                  layers.upper.Shown(rel)));
-    if (found) {
-      auto xw = UpperXattrWhiteout(layers, dir, ufd, name, c.upper_st);
-      if (!xw) return xw.error();
-      if (LayerFormat::IsWhiteout(c.upper_st) || *xw) {
-        c.whiteout = true;
-      } else {
-        c.upper = true;
-        auto origin =
-            layers.format.ReadOrigin(ufd, name, layers.upper.Shown(rel));
-        if (!origin) return origin.error();
-        c.origin = *origin;
-        if (S_ISDIR(c.upper_st.st_mode)) {
-          auto m = layers.format.ReadOpaque(ufd, name, layers.upper.Shown(rel));
-          if (!m) return m.error();
-          c.opaque = *m;
-        }
-      }
-    }
+    auto fd = layers.upper.DirFd(dir.path, gen, &owned);
+    if (!fd) return fd.error();
+    ACQFS_TRY(ResolveUpperChild(layers, dir, *fd, name, &c));
   }
   if (dir.merged) {
-    bool found = false;
     UniqueFd owned;
-    auto lfd = layers.lower.DirFd(dir.path, gen, &owned);
-    if (lfd) {
-      ACQFS_TRY(sys::StatAtIfExists(*lfd, name, &c.lower_st, &found,
-                                    layers.lower.Shown(rel)));
-    } else if (lfd.err() != ENOENT && lfd.err() != ENOTDIR) {
-      return lfd.error();
-    }
-    if (found && layers.HidesLower(rel, S_ISDIR(c.lower_st.st_mode))) {
-      found = false;
-      c.lower_st = {};
-    }
-    c.lower = found;
+    auto fd = layers.lower.DirFd(dir.path, gen, &owned);
+    if (fd)
+      ACQFS_TRY(ResolveLowerChild(layers, dir, *fd, name, &c));
+    else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
+      return fd.error();
   }
   c.exists = c.upper || (c.lower && !c.whiteout);
   return c;
@@ -391,13 +439,31 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
 
 Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
                                             const DirView& dir) {
+  UniqueFd ufd, lfd;
+  if (dir.upper) {
+    auto fd = layers.upper.OpenDir(dir.path);
+    if (!fd) return fd.error();
+    ufd = std::move(*fd);
+  }
+  if (dir.merged) {
+    auto fd = layers.lower.OpenDir(dir.path);
+    if (fd)
+      lfd = std::move(*fd);
+    else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
+      return fd.error();
+  }
+  return ListMergedAt(layers, dir, ufd ? ufd.get() : -1, lfd ? lfd.get() : -1);
+}
+
+Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
+                                              const DirView& dir, int upper_fd,
+                                              int lower_fd) {
   std::vector<MergedEntry> out;
   std::unordered_map<std::string, size_t> index;
   std::unordered_set<std::string> whiteouts;
   if (dir.upper) {
-    auto ufd = layers.upper.OpenDir(dir.path);
-    if (!ufd) return ufd.error();
-    auto ents = sys::ReadDir(ufd->get(), layers.upper.Shown(dir.path));
+    const int ufd = upper_fd;
+    auto ents = sys::ReadDir(ufd, layers.upper.Shown(dir.path));
     if (!ents) return ents.error();
     for (auto& e : *ents) {
       if (e.type == DT_CHR || e.type == DT_UNKNOWN ||
@@ -405,9 +471,9 @@ Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
         struct stat st;
         bool found = false;
         std::string shown = layers.upper.Shown(sys::Join(dir.path, e.name));
-        ACQFS_TRY(sys::StatAtIfExists(ufd->get(), e.name, &st, &found, shown));
+        ACQFS_TRY(sys::StatAtIfExists(ufd, e.name, &st, &found, shown));
         if (!found) continue;
-        auto xw = UpperXattrWhiteout(layers, dir, ufd->get(), e.name, st);
+        auto xw = UpperXattrWhiteout(layers, dir, ufd, e.name, st);
         if (!xw) return xw.error();
         if (LayerFormat::IsWhiteout(st) || *xw) {
           whiteouts.insert(e.name);
@@ -419,13 +485,9 @@ Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
       out.push_back(MergedEntry{e.name, e.type, true, false, e.ino, 0});
     }
   }
-  if (dir.merged) {
-    auto lfd = layers.lower.OpenDir(dir.path);
-    if (!lfd) {
-      if (lfd.err() == ENOENT || lfd.err() == ENOTDIR) return out;
-      return lfd.error();
-    }
-    auto ents = sys::ReadDir(lfd->get(), layers.lower.Shown(dir.path));
+  if (dir.merged && lower_fd >= 0) {
+    const int lfd = lower_fd;
+    auto ents = sys::ReadDir(lfd, layers.lower.Shown(dir.path));
     if (!ents) return ents.error();
     for (auto& e : *ents) {
       if (layers.policy && layers.policy->hides_anything()) {
@@ -434,7 +496,7 @@ Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
         if (e.type == DT_UNKNOWN) {
           struct stat st;
           bool found = false;
-          ACQFS_TRY(sys::StatAtIfExists(lfd->get(), e.name, &st, &found,
+          ACQFS_TRY(sys::StatAtIfExists(lfd, e.name, &st, &found,
                                         layers.lower.Shown(rel)));
           if (!found) continue;
           is_dir = S_ISDIR(st.st_mode);

@@ -186,6 +186,15 @@ struct ChildInfo {
 // `gen`: see Layer::DirFd (0: no caching).
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
                                const std::string& name, uint64_t gen = 0);
+// The same rule with `dir` already open: `upper_fd` is its upper directory
+// (used when dir.upper), `lower_fd` its lower directory (used when
+// dir.merged; -1 when the lower has none there). No path is opened from a
+// layer root and `dir.path` is read only to name an error or to ask the
+// policy, so walks of deep trees (fs/layer_walk.h) resolve each child in
+// O(1) system calls.
+Result<ChildInfo> ResolveChildAt(const Layers& layers, const DirView& dir,
+                                 int upper_fd, int lower_fd,
+                                 const std::string& name);
 
 // The view of the root directory.
 Result<DirView> RootView(const Layers& layers);
@@ -204,6 +213,11 @@ struct MergedEntry {
 // directory is not merged).
 Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
                                             const DirView& dir);
+// The same listing with `dir` already open (descriptors as for
+// ResolveChildAt).
+Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
+                                              const DirView& dir, int upper_fd,
+                                              int lower_fd);
 
 }  // namespace acqfs
 

@@ -83,9 +83,10 @@ Result<uint64_t> Quota::Measure(int dir_fd, const std::string& shown) {
   // A bounded number of descriptors however wide or deep the layer is.
   TreeVisitor visit;
   visit.entry = [&](int dir, const sys::DirEntry& e,
-                    const std::string& where) -> Result<bool> {
-    auto st = sys::StatAt(dir, e.name, where);
-    if (!st) return st.error();
+                    const std::string& dir_shown) -> Result<bool> {
+    auto st = sys::StatAt(dir, e.name, "");
+    if (!st)
+      return Error::Of(st.err(), st.error().op, dir_shown + "/" + e.name);
     const bool is_dir = S_ISDIR(st->st_mode);
     if (!is_dir && st->st_nlink > 1 &&
         !seen.insert({st->st_dev, st->st_ino}).second)
@@ -107,9 +108,9 @@ Result<uint64_t> Quota::SoleBytes(int dirfd, const std::string& name,
   uint64_t total = Bytes(st);
   TreeVisitor visit;
   visit.entry = [&](int dir, const sys::DirEntry& e,
-                    const std::string& where) -> Result<bool> {
-    auto s = sys::StatAt(dir, e.name, where);
-    if (!s) return s.error();
+                    const std::string& dir_shown) -> Result<bool> {
+    auto s = sys::StatAt(dir, e.name, "");
+    if (!s) return Error::Of(s.err(), s.error().op, dir_shown + "/" + e.name);
     const bool is_dir = S_ISDIR(s->st_mode);
     if (is_dir || s->st_nlink <= 1) total += Bytes(*s);
     return is_dir;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/sys.h"
+#include "fs/layer_walk.h"
 #include "gitbridge/git_names.h"
 
 namespace acqfs::gitbridge {
@@ -18,11 +19,26 @@ struct XxhStateFree {
 };
 using XxhState = std::unique_ptr<XXH3_state_t, XxhStateFree>;
 
-// One directory of the upper layer being scanned.
-struct DirScan {
-  std::string path;         // relative, "" = the root
-  UniqueFd upper;           // O_PATH fd of the upper directory
-  UniqueFd lower;           // O_PATH fd of the lower directory, when it shows
+// The walk is depth first and iterative (an explicit stack of frames, so a
+// tree 100,000 directories deep needs no C++ stack in proportion), on a
+// LayerStack (fs/layer_walk.h): the current directory is held open in the
+// upper layer and, while the lower directory at the same path shows
+// through, in the lower, with at most 2 x LayerStack::kOpenPerLayer
+// descriptors open however deep the tree is (closed ancestors are reopened
+// through ".." on the way back up), plus at most two while a file is
+// compared. Every object is opened or stat'ed relative to its directory's
+// descriptor, never by a path from a layer root. One path string, the
+// current entry's, is extended and cut back as the walk goes; failures name
+// the absolute path (Named), which is built only then.
+const std::string kNoName;  // `shown` for the sys helpers
+
+// One directory on the walk's path: its upper listing and how far the walk
+// got in it.
+struct Frame {
+  std::vector<sys::DirEntry> entries;
+  size_t next = 0;
+  size_t path_len = 0;      // path's length while in this directory
+  bool lower = false;       // the lower directory at this path shows through
   bool xwhiteouts = false;  // may hold xattr whiteouts (opaque mark "x")
 };
 
@@ -31,9 +47,25 @@ struct ScanState {
   ScanStats stats;
   std::vector<Change> out;
   const ProgressFn& progress;
+  LayerStack stack;
+  std::vector<Frame> frames;  // root first
+  std::string path;           // the current entry's (or directory's) path
+
+  int upper() const { return stack.upper(); }
+  // The lower directory of the current one, or -1 when it does not show.
+  int lower() const { return frames.back().lower ? stack.lower() : -1; }
 };
 
-Status ScanDir(ScanState* s, const DirScan& dir);
+// `e` naming the current entry (s->path) in `layer`.
+Error Named(Error e, const Layer& layer, const std::string& rel) {
+  e.path = layer.Shown(rel);
+  return e;
+}
+
+void AppendName(std::string* path, const std::string& name) {
+  if (!path->empty()) path->push_back('/');
+  path->append(name);
+}
 
 // The mode git records for an object of `st_mode`.
 uint32_t GitMode(mode_t st_mode) {
@@ -42,21 +74,25 @@ uint32_t GitMode(mode_t st_mode) {
   return (st_mode & S_IXUSR) ? kModeExecutable : kModeBlob;
 }
 
-// Hashes a whole file with XXH3-64, streaming.
-Result<XXH64_hash_t> HashFile(const Layer& layer, const std::string& rel,
+// Hashes the whole file `name` of the directory `dirfd` with XXH3-64,
+// streaming.
+Result<XXH64_hash_t> HashFile(int dirfd, const std::string& name,
                               bool no_atime) {
-  auto fd = no_atime ? layer.OpenForReading(rel)
-                     : layer.Open(rel, O_RDONLY | O_NOFOLLOW);
+  const int flags = O_RDONLY | O_NOFOLLOW;
+  auto fd = sys::OpenBeneath(dirfd, name, flags | (no_atime ? O_NOATIME : 0), 0,
+                             kNoName);
+  if (!fd && no_atime && fd.err() == EPERM)
+    fd = sys::OpenBeneath(dirfd, name, flags, 0, kNoName);
   if (!fd) return fd.error();
   XxhState state(XXH3_createState());
-  if (!state) return Error::Of(ENOMEM, "XXH3_createState", layer.Shown(rel));
+  if (!state) return Error::Of(ENOMEM, "XXH3_createState", "");
   XXH3_64bits_reset(state.get());
   std::unique_ptr<char[]> buf(new char[1 << 16]);
   for (;;) {
     ssize_t n = ::read(fd->get(), buf.get(), 1 << 16);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Error::Errno("read", layer.Shown(rel));
+      return Error::Errno("read", "");
     }
     if (n == 0) break;
     XXH3_64bits_update(state.get(), buf.get(), static_cast<size_t>(n));
@@ -64,105 +100,112 @@ Result<XXH64_hash_t> HashFile(const Layer& layer, const std::string& rel,
   return XXH3_64bits_digest(state.get());
 }
 
-// Stats the lower object `name` of `dir` when the lower directory shows
-// through; *found is false otherwise.
-Status StatLower(ScanState* s, const DirScan& dir, const std::string& name,
-                 struct stat* st, bool* found) {
+// Stats the lower object `name` of the current directory when the lower
+// directory shows through; *found is false otherwise.
+Status StatLower(ScanState* s, const std::string& name, struct stat* st,
+                 bool* found) {
   *found = false;
-  if (!dir.lower) return Ok();
-  return sys::StatAtIfExists(dir.lower.get(), name, st, found,
-                             s->layers.lower.Shown(sys::Join(dir.path, name)));
+  if (s->lower() < 0) return Ok();
+  Status r = sys::StatAtIfExists(s->lower(), name, st, found, kNoName);
+  if (!r) return Named(r.error(), s->layers.lower, s->path);
+  return Ok();
 }
 
 // Is the upper object `name` (stat `up`) a byte-for-byte copy of the lower
-// object of the same name in `dir`?
-Result<bool> SameAsLower(ScanState* s, const DirScan& dir,
-                         const std::string& name, const struct stat& up) {
-  std::string rel = sys::Join(dir.path, name);
+// object of the same name?
+Result<bool> SameAsLower(ScanState* s, const std::string& name,
+                         const struct stat& up) {
+  const std::string& rel = s->path;
   struct stat lo;
   bool found = false;
-  ACQFS_TRY(StatLower(s, dir, name, &lo, &found));
+  ACQFS_TRY(StatLower(s, name, &lo, &found));
   if (!found || (lo.st_mode & S_IFMT) != (up.st_mode & S_IFMT) ||
       lo.st_size != up.st_size ||
       (lo.st_mode & S_IXUSR) != (up.st_mode & S_IXUSR))
     return false;
   if (S_ISLNK(up.st_mode)) {
-    auto a = sys::ReadLinkAt(dir.upper.get(), name, s->layers.upper.Shown(rel));
-    if (!a) return a.error();
-    auto b = sys::ReadLinkAt(dir.lower.get(), name, s->layers.lower.Shown(rel));
-    if (!b) return b.error();
+    auto a = sys::ReadLinkAt(s->upper(), name, kNoName);
+    if (!a) return Named(a.error(), s->layers.upper, rel);
+    auto b = sys::ReadLinkAt(s->lower(), name, kNoName);
+    if (!b) return Named(b.error(), s->layers.lower, rel);
     return *a == *b;  // the targets themselves, shorter than any hash
   }
-  auto a = HashFile(s->layers.upper, rel, false);
-  if (!a) return a.error();
-  auto b = HashFile(s->layers.lower, rel, true);
-  if (!b) return b.error();
+  auto a = HashFile(s->upper(), name, false);
+  if (!a) return Named(a.error(), s->layers.upper, rel);
+  auto b = HashFile(s->lower(), name, true);
+  if (!b) return Named(b.error(), s->layers.lower, rel);
   return *a == *b;
 }
 
 // A regular file or symlink of the upper: an upsert unless it is an
 // unchanged copy-up.
-Status ScanLeaf(ScanState* s, const DirScan& dir, const std::string& name,
-                const struct stat& st) {
-  auto same = SameAsLower(s, dir, name, st);
+Status ScanLeaf(ScanState* s, const std::string& name, const struct stat& st) {
+  auto same = SameAsLower(s, name, st);
   if (!same) return same.error();
   if (*same) {
     ++s->stats.unchanged_copies;
     return Ok();
   }
-  s->out.push_back(Change{Change::kUpsert, sys::Join(dir.path, name),
-                          st.st_mode, static_cast<uint64_t>(st.st_size)});
+  s->out.push_back(Change{Change::kUpsert, s->path, st.st_mode,
+                          static_cast<uint64_t>(st.st_size)});
+  return Ok();
+}
+
+// Lists the stack's current directory into a new frame.
+Status OpenFrame(ScanState* s, bool lower, bool xwhiteouts) {
+  Frame f;
+  f.lower = lower;
+  f.xwhiteouts = xwhiteouts;
+  f.path_len = s->path.size();
+  auto ents = sys::ReadDir(s->upper(), kNoName);
+  if (!ents) return Named(ents.error(), s->layers.upper, s->path);
+  f.entries = std::move(*ents);
+  s->frames.push_back(std::move(f));
   return Ok();
 }
 
 // An upper directory: reported as a delete when it is opaque or hides a
-// lower non-directory, then scanned with the lower directory it merges with.
-Status ScanSubdir(ScanState* s, const DirScan& dir, const std::string& name) {
-  DirScan sub;
-  sub.path = sys::Join(dir.path, name);
-  std::string shown = s->layers.upper.Shown(sub.path);
-  auto mark = s->layers.format.ReadOpaque(dir.upper.get(), name, shown);
-  if (!mark) return mark.error();
-  sub.xwhiteouts = *mark == OpaqueMark::kMayHoldXattrWhiteouts;
+// lower non-directory, then entered with the lower directory it merges with
+// (the walk goes on in it).
+Status EnterSubdir(ScanState* s, const std::string& name) {
+  auto mark = s->layers.format.ReadOpaque(s->upper(), name, kNoName);
+  if (!mark) return Named(mark.error(), s->layers.upper, s->path);
   struct stat lo;
   bool found = false;
-  ACQFS_TRY(StatLower(s, dir, name, &lo, &found));
+  ACQFS_TRY(StatLower(s, name, &lo, &found));
   bool opaque = *mark == OpaqueMark::kOpaque;
   // An opaque directory replaces whatever was there; a merged one replaces
   // only a lower non-directory.
   if (opaque || (found && !S_ISDIR(lo.st_mode)))
-    s->out.push_back(Change{Change::kDelete, sub.path});
+    s->out.push_back(Change{Change::kDelete, s->path});
   bool lower_dir = found && S_ISDIR(lo.st_mode) && !opaque;
-  auto ufd = s->layers.upper.OpenDir(sub.path);
-  if (!ufd) return ufd.error();
-  sub.upper = std::move(*ufd);
-  if (lower_dir) {
-    auto lfd = s->layers.lower.OpenDir(sub.path);
-    if (!lfd) return lfd.error();
-    sub.lower = std::move(*lfd);
-  }
-  return ScanDir(s, sub);
+  ACQFS_TRY(s->stack.Push(name, true, lower_dir));
+  return OpenFrame(s, lower_dir, *mark == OpaqueMark::kMayHoldXattrWhiteouts);
 }
 
 // Is the upper entry a whiteout, in either form?
-Result<bool> IsWhiteoutEntry(ScanState* s, const DirScan& dir,
-                             const std::string& name, const struct stat& st) {
+Result<bool> IsWhiteoutEntry(ScanState* s, const std::string& name,
+                             const struct stat& st) {
   if (LayerFormat::IsWhiteout(st)) return true;
-  if (!dir.xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
-  return s->layers.format.IsXattrWhiteout(
-      dir.upper.get(), name, s->layers.upper.Shown(sys::Join(dir.path, name)));
+  if (!s->frames.back().xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0)
+    return false;
+  auto xw = s->layers.format.IsXattrWhiteout(s->upper(), name, kNoName);
+  if (!xw) return Named(xw.error(), s->layers.upper, s->path);
+  return *xw;
 }
 
-Status ScanEntry(ScanState* s, const DirScan& dir, const std::string& name) {
-  std::string rel = sys::Join(dir.path, name);
+// Scans the entry `name` of the current directory (s->path is its path);
+// *entered when the walk went into it.
+Status ScanEntry(ScanState* s, const std::string& name, bool* entered) {
+  const std::string& rel = s->path;
   struct stat st;
   bool found = false;
-  ACQFS_TRY(sys::StatAtIfExists(dir.upper.get(), name, &st, &found,
-                                s->layers.upper.Shown(rel)));
+  Status r = sys::StatAtIfExists(s->upper(), name, &st, &found, kNoName);
+  if (!r) return Named(r.error(), s->layers.upper, rel);
   if (!found) return Ok();  // removed while we scan
   if (++s->stats.upper_entries % 1000 == 0)
     Report(s->progress, "scanning the upper layer", s->stats.upper_entries);
-  auto whiteout = IsWhiteoutEntry(s, dir, name, st);
+  auto whiteout = IsWhiteoutEntry(s, name, st);
   if (!whiteout) return whiteout.error();
   if (*whiteout) {
     s->out.push_back(Change{Change::kDelete, rel});
@@ -176,23 +219,39 @@ Status ScanEntry(ScanState* s, const DirScan& dir, const std::string& name) {
       return Ok();
     }
   }
-  if (S_ISDIR(st.st_mode)) return ScanSubdir(s, dir, name);
-  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))
-    return ScanLeaf(s, dir, name, st);
+  if (S_ISDIR(st.st_mode)) {
+    ACQFS_TRY(EnterSubdir(s, name));
+    *entered = true;
+    return Ok();
+  }
+  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return ScanLeaf(s, name, st);
   // Fifos, sockets and devices are not recorded by git, but they hide the
   // lower object of their name.
   struct stat lo;
-  ACQFS_TRY(StatLower(s, dir, name, &lo, &found));
+  ACQFS_TRY(StatLower(s, name, &lo, &found));
   if (found) s->out.push_back(Change{Change::kDelete, rel});
   return Ok();
 }
 
-Status ScanDir(ScanState* s, const DirScan& dir) {
-  auto ents = sys::ReadDir(dir.upper.get(), s->layers.upper.Shown(dir.path));
-  if (!ents) return ents.error();
-  for (const sys::DirEntry& e : *ents) {
-    if (e.name == ".git") continue;  // the sandbox's repository, not content
-    ACQFS_TRY(ScanEntry(s, dir, e.name));
+// The walk, from the layer roots (the stack at depth 0).
+Status Walk(ScanState* s, bool lower, bool xwhiteouts) {
+  ACQFS_TRY(OpenFrame(s, lower, xwhiteouts));
+  while (!s->frames.empty()) {
+    Frame& f = s->frames.back();
+    if (f.next == f.entries.size()) {
+      s->frames.pop_back();
+      if (s->frames.empty()) break;
+      ACQFS_TRY(s->stack.Pop());
+      s->path.resize(s->frames.back().path_len);
+      continue;
+    }
+    const std::string name = std::move(f.entries[f.next++].name);
+    if (name == ".git") continue;  // the sandbox's repository, not content
+    const size_t len = f.path_len;
+    AppendName(&s->path, name);
+    bool entered = false;
+    ACQFS_TRY(ScanEntry(s, name, &entered));  // `f` is stale once entered
+    if (!entered) s->path.resize(len);
   }
   return Ok();
 }
@@ -200,9 +259,7 @@ Status ScanDir(ScanState* s, const DirScan& dir) {
 // An opaque upper root hides the whole lower: every top-level lower name is
 // deleted (the root itself cannot be).
 Status DeleteLowerRoot(ScanState* s) {
-  auto lfd = s->layers.lower.OpenDir("");
-  if (!lfd) return lfd.error();
-  auto ents = sys::ReadDir(lfd->get(), s->layers.lower.Shown(""));
+  auto ents = sys::ReadDir(s->layers.lower.root(), s->layers.lower.Shown(""));
   if (!ents) return ents.error();
   for (const sys::DirEntry& e : *ents) {
     if (e.name != ".git") s->out.push_back(Change{Change::kDelete, e.name});
@@ -214,22 +271,11 @@ Status DeleteLowerRoot(ScanState* s) {
 
 Result<std::vector<Change>> ScanUpper(const Layers& layers, ScanStats* stats,
                                       const ProgressFn& progress) {
-  ScanState s{layers, {}, {}, progress};
+  ScanState s{layers, {}, {}, progress, LayerStack(layers), {}, {}};
   auto root = RootView(layers);
   if (!root) return root.error();
-  DirScan top;
-  top.xwhiteouts = root->xwhiteouts;
-  auto ufd = layers.upper.OpenDir("");
-  if (!ufd) return ufd.error();
-  top.upper = std::move(*ufd);
-  if (root->merged) {
-    auto lfd = layers.lower.OpenDir("");
-    if (!lfd) return lfd.error();
-    top.lower = std::move(*lfd);
-  } else {
-    ACQFS_TRY(DeleteLowerRoot(&s));
-  }
-  ACQFS_TRY(ScanDir(&s, top));
+  if (!root->merged) ACQFS_TRY(DeleteLowerRoot(&s));
+  ACQFS_TRY(Walk(&s, root->merged, root->xwhiteouts));
   // Path order: a directory's own kDelete ("a") sorts before its content
   // ("a/..."), since a prefix sorts first; the sort is stable, so the
   // kDelete of a lower name hidden by an opaque root stays before the

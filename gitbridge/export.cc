@@ -138,7 +138,16 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   Report(s.progress, "reading the host's working tree");
   std::vector<SkippedPath> host_skipped;
   auto dirty = s.host->DirtyCommit(bridge, &host_skipped);
-  if (!dirty) return dirty.error();
+  if (!dirty) {
+    // The snapshot sits on the host's working state, so what stops reading
+    // it stops the working tree alone, as below: libgit2 1.5's status
+    // gives up on a host checkout holding directories nested more than 100
+    // deep ("directory nesting too deep (100)", FILESYSTEM_MAX_DEPTH of its
+    // working-directory iterator). The branches still go out.
+    plan->refused.push_back("working tree: the host's working state: " +
+                            dirty.error().Message());
+    return Ok();
+  }
   for (SkippedPath& k : host_skipped)
     plan->skipped.push_back({std::move(k.path), std::move(k.reason), true});
   plan->host_dirty = *dirty;
@@ -169,9 +178,9 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   auto tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
                                 *s.layers, &stats, s.progress);
   if (!tree) {
-    // Whatever stops the working tree (a tree deeper than the scan can
-    // reach, a file that cannot be read) stops it alone: it is refused and
-    // named, the previous snapshot stays, the branches still go out.
+    // Whatever stops the working tree (a directory or file that cannot be
+    // read) stops it alone: it is refused and named, the previous snapshot
+    // stays, the branches still go out.
     plan->refused.push_back("working tree: " + tree.error().Message());
     plan->worktree_changed = false;
     return Ok();

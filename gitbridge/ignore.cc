@@ -90,7 +90,7 @@ bool NamedClassHas(std::string_view name, unsigned char c, bool* known) {
 
 // Adds "[:name:]" starting at p[i] (p[i] == '[', p[i+1] == ':'); returns the
 // index after it, or npos when it is not a complete or known class.
-size_t AddNamedClass(const std::string& p, size_t i, CharClass* cc) {
+size_t AddNamedClass(std::string_view p, size_t i, CharClass* cc) {
   size_t close = p.find(":]", i + 2);
   if (close == std::string::npos) return std::string::npos;
   std::string_view name(p.data() + i + 2, close - i - 2);
@@ -104,7 +104,7 @@ size_t AddNamedClass(const std::string& p, size_t i, CharClass* cc) {
 }
 
 // Parses the class whose '[' is at p[start].
-CharClass ParseClass(const std::string& p, size_t start) {
+CharClass ParseClass(std::string_view p, size_t start) {
   CharClass cc;
   size_t i = start + 1;
   if (i < p.size() && (p[i] == '!' || p[i] == '^')) {
@@ -138,12 +138,16 @@ CharClass ParseClass(const std::string& p, size_t start) {
 }
 
 // A memoised matcher of one pattern against one text (WM_PATHNAME rules).
+// Until the first '*' is reached the match cannot branch, so the memo (one
+// byte per pattern position and text position) is made only then: a
+// pattern that fails on its literal prefix costs nothing in proportion to
+// the text, however long the path.
 class Matcher {
  public:
-  Matcher(const std::string& p, const std::string& t)
-      : p_(p), t_(t), memo_((p.size() + 1) * (t.size() + 1), kUnknown) {}
+  Matcher(std::string_view p, std::string_view t) : p_(p), t_(t) {}
 
   bool Match(size_t pi, size_t ti) {
+    if (memo_.empty()) return Compute(pi, ti);
     char& m = memo_[pi * (t_.size() + 1) + ti];
     if (m == kUnknown) m = Compute(pi, ti) ? kYes : kNo;
     return m == kYes;
@@ -176,6 +180,8 @@ class Matcher {
 
   // A run of '*' starting at p_[pi].
   bool Star(size_t pi, size_t ti) {
+    if (memo_.empty())
+      memo_.assign((p_.size() + 1) * (t_.size() + 1), kUnknown);
     size_t qi = pi;
     while (qi < p_.size() && p_[qi] == '*') ++qi;
     bool starts_component = pi == 0 || p_[pi - 1] == '/';
@@ -201,18 +207,19 @@ class Matcher {
     return false;
   }
 
-  const std::string& p_;
-  const std::string& t_;
+  std::string_view p_;
+  std::string_view t_;
   std::vector<char> memo_;
 };
 
 // ---------------------------------------------------------------------------
 // Matching one pattern against a path
 
-bool PatternMatches(const IgnorePattern& p, const std::string& path,
-                    bool is_dir) {
+// `base_name` is the last component of `path`.
+bool PatternMatches(const IgnorePattern& p, std::string_view path,
+                    std::string_view base_name, bool is_dir) {
   if (p.dir_only && !is_dir) return false;
-  if (!p.anchored) return WildMatch(p.pattern, sys::Basename(path));
+  if (!p.anchored) return WildMatch(p.pattern, base_name);
   if (p.base.empty()) return WildMatch(p.pattern, path);
   if (path.size() <= p.base.size() + 1 ||
       path.compare(0, p.base.size(), p.base) != 0 || path[p.base.size()] != '/')
@@ -220,13 +227,16 @@ bool PatternMatches(const IgnorePattern& p, const std::string& path,
   return WildMatch(p.pattern, path.substr(p.base.size() + 1));
 }
 
-// Reads a .gitignore-format file of the merged view; a missing file, or one
-// that is not a regular file (git does not follow a symlinked .gitignore),
-// holds no patterns.
-Result<std::vector<IgnorePattern>> LoadPatterns(const MergedTree& tree,
-                                                const std::string& file,
-                                                const std::string& base) {
-  auto text = tree.ReadFile(file);
+std::string_view BaseName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// Patterns of a .gitignore-format file text, or none for a missing file or
+// one that is not a regular file (git does not follow a symlinked
+// .gitignore).
+Result<std::vector<IgnorePattern>> PatternsOfText(Result<std::string> text,
+                                                  const std::string& base) {
   if (!text) {
     int e = text.err();
     if (e == ENOENT || e == ENOTDIR || e == EISDIR || e == EINVAL)
@@ -258,62 +268,120 @@ std::vector<IgnorePattern> ParseIgnoreFile(const std::string& text,
   return out;
 }
 
-bool WildMatch(const std::string& pattern, const std::string& text) {
+bool WildMatch(std::string_view pattern, std::string_view text) {
   Matcher m(pattern, text);
   return m.Match(0, 0);
 }
 
-IgnoreRules::IgnoreRules(const MergedTree& tree) : tree_(tree) {}
+IgnoreRules::IgnoreRules(const Layers& layers) : tree_(layers) {}
 
-Result<const std::vector<IgnorePattern>*> IgnoreRules::PatternsOf(
-    const std::string& dir) {
-  auto it = by_dir_.find(dir);
-  if (it != by_dir_.end()) return &it->second;
-  auto patterns = LoadPatterns(tree_, sys::Join(dir, ".gitignore"), dir);
-  if (!patterns) return patterns.error();
-  return &by_dir_.emplace(dir, std::move(*patterns)).first->second;
+std::string_view IgnoreRules::NameOf(size_t i) const {
+  size_t start = i == 1 ? 0 : levels_[i - 1].end + 1;
+  return std::string_view(path_).substr(start, levels_[i].end - start);
 }
 
-Result<int> IgnoreRules::Match(const std::string& path, bool is_dir) {
+Status IgnoreRules::PushRoot() {
+  while (tree_.depth() > 0) ACQFS_TRY(tree_.Leave());
+  auto patterns = PatternsOfText(tree_.ReadChildFile(".gitignore"), "");
+  if (!patterns) return patterns.error();
+  Level root;
+  root.patterns = std::move(*patterns);
+  root.nearest = root.patterns.empty() ? -1 : 0;
+  root.entered = true;
+  path_.clear();
+  levels_.push_back(std::move(root));
+  return Ok();
+}
+
+// Adds the directory `name` below the deepest level: ignored when the
+// level is or a pattern above says so (then nothing below it is read),
+// else entered with the cursor and its .gitignore read.
+Status IgnoreRules::PushLevel(std::string_view name) {
+  const size_t parent = levels_.size() - 1;
+  if (!path_.empty()) path_.push_back('/');
+  path_.append(name);
+  Level level;
+  level.end = path_.size();
+  level.nearest = levels_[parent].nearest;
+  level.ignored =
+      levels_[parent].ignored || Match(parent, path_, /*is_dir=*/true) == 1;
+  if (!level.ignored && levels_[parent].entered) {
+    const std::string dir(name);
+    ACQFS_TRY(tree_.Enter(dir, &level.entered));
+    if (level.entered) {
+      auto patterns = PatternsOfText(tree_.ReadChildFile(".gitignore"), path_);
+      if (!patterns) return patterns.error();
+      level.patterns = std::move(*patterns);
+      if (!level.patterns.empty())
+        level.nearest = static_cast<int>(levels_.size());
+    }
+  }
+  levels_.push_back(std::move(level));
+  return Ok();
+}
+
+Status IgnoreRules::PopLevel() {
+  if (levels_.back().entered) ACQFS_TRY(tree_.Leave());
+  levels_.pop_back();
+  path_.resize(levels_.size() > 1 ? levels_.back().end : 0);
+  return Ok();
+}
+
+int IgnoreRules::Match(size_t dir, std::string_view path, bool is_dir) const {
   // Sources from the highest priority down: the deepest .gitignore first,
   // the root's last, then .git/info/exclude; in each, the last line wins.
-  std::vector<const std::vector<IgnorePattern>*> sources;
-  std::string dir = sys::Dirname(path);
-  for (;;) {
-    auto patterns = PatternsOf(dir);
-    if (!patterns) return patterns.error();
-    sources.push_back(*patterns);
-    if (dir.empty()) break;
-    dir = sys::Dirname(dir);
-  }
-  sources.push_back(&exclude_);
-  for (const auto* list : sources) {
-    for (auto p = list->rbegin(); p != list->rend(); ++p) {
-      if (PatternMatches(*p, path, is_dir)) return p->negate ? -1 : 1;
+  const std::string_view base_name = BaseName(path);
+  for (int i = levels_[dir].nearest; i >= 0;
+       i = i > 0 ? levels_[i - 1].nearest : -1) {
+    const auto& list = levels_[i].patterns;
+    for (auto p = list.rbegin(); p != list.rend(); ++p) {
+      if (PatternMatches(*p, path, base_name, is_dir))
+        return p->negate ? -1 : 1;
     }
+  }
+  for (auto p = exclude_.rbegin(); p != exclude_.rend(); ++p) {
+    if (PatternMatches(*p, path, base_name, is_dir)) return p->negate ? -1 : 1;
   }
   return 0;
 }
 
 Result<bool> IgnoreRules::IsIgnored(const std::string& path, bool is_dir) {
-  // The exclude file is read with the first query. Every query caches the
-  // root's .gitignore, so an empty cache means "not read yet" (or a
-  // previous attempt failed, and is retried).
-  if (by_dir_.empty()) {
-    auto exclude = LoadPatterns(tree_, kExcludeFile, "");
+  // The exclude file is read with the first query (and again after a
+  // failure).
+  if (!exclude_read_) {
+    MergedTree tree(tree_.layers());
+    auto exclude = PatternsOfText(tree.ReadFile(kExcludeFile), "");
     if (!exclude) return exclude.error();
     exclude_ = std::move(*exclude);
+    exclude_read_ = true;
+  }
+  if (levels_.empty()) ACQFS_TRY(PushRoot());
+  // The directories of `path`: keep those the last query shared, then go
+  // down. A failure leaves the levels consistent (or empty, re-read next).
+  std::vector<std::string_view> dirs;
+  const std::string_view p(path);
+  for (size_t start = 0;;) {
+    size_t slash = p.find('/', start);
+    if (slash == std::string_view::npos) break;
+    dirs.push_back(p.substr(start, slash - start));
+    start = slash + 1;
+  }
+  size_t keep = 0;
+  while (keep < dirs.size() && keep + 1 < levels_.size() &&
+         NameOf(keep + 1) == dirs[keep])
+    ++keep;
+  Status moved = Ok();
+  while (moved && levels_.size() > keep + 1) moved = PopLevel();
+  for (size_t i = keep; moved && i < dirs.size(); ++i)
+    moved = PushLevel(dirs[i]);
+  if (!moved) {
+    levels_.clear();
+    path_.clear();
+    return moved.error();
   }
   // A path below an ignored directory is ignored, whatever re-includes it.
-  for (size_t slash = path.find('/'); slash != std::string::npos;
-       slash = path.find('/', slash + 1)) {
-    auto m = Match(path.substr(0, slash), true);
-    if (!m) return m.error();
-    if (*m == 1) return true;
-  }
-  auto m = Match(path, is_dir);
-  if (!m) return m.error();
-  return *m == 1;
+  if (levels_.back().ignored) return true;
+  return Match(levels_.size() - 1, p, is_dir) == 1;
 }
 
 }  // namespace acqfs::gitbridge

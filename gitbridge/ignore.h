@@ -9,13 +9,24 @@
 // wins; a file below an ignored directory is ignored, whatever re-includes
 // it). core.excludesFile is not read (it belongs to a user's config outside
 // the sandbox).
-// Thread-safety: not thread-safe (caches parsed .gitignore files).
+//
+// Cost. IgnoreRules keeps the directories of its last query, root first,
+// each with its parsed .gitignore and whether it is ignored, on a cursor of
+// its own (a MergedTree, fs/layer_walk.h: bounded descriptors). A query
+// goes up to the deepest directory it shares with the last one and down
+// from there, reading each new directory's .gitignore relative to its
+// parent's descriptors; below an ignored directory nothing is read. So the
+// queries of one export, which come in path order, read each .gitignore
+// once, and a query costs O(length of its path) plus the patterns that
+// apply, not O(depth) opens from the layer root per ancestor. A pattern is
+// matched only against the directories of the .gitignore files that hold
+// patterns.
+// Thread-safety: one thread (the cursor and the kept directories are state).
 #ifndef ACQFS_GITBRIDGE_IGNORE_H_
 #define ACQFS_GITBRIDGE_IGNORE_H_
 
-#include <map>
-#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -37,24 +48,46 @@ std::vector<IgnorePattern> ParseIgnoreFile(const std::string& text,
                                            const std::string& base);
 // git's wildmatch with WM_PATHNAME: "*" and "?" do not match "/", "**/"
 // matches zero or more directories, "[...]" classes, "\" escapes.
-bool WildMatch(const std::string& pattern, const std::string& text);
+bool WildMatch(std::string_view pattern, std::string_view text);
 
 class IgnoreRules {
  public:
-  explicit IgnoreRules(const MergedTree& tree);
+  explicit IgnoreRules(const Layers& layers);
+  // The rules of `tree`'s layers (on a cursor of their own).
+  explicit IgnoreRules(const MergedTree& tree) : IgnoreRules(tree.layers()) {}
+  IgnoreRules(const IgnoreRules&) = delete;
+  IgnoreRules& operator=(const IgnoreRules&) = delete;
+
   // Is `path` ignored? `is_dir` says whether it names a directory. A path
   // inside an ignored directory is ignored.
   Result<bool> IsIgnored(const std::string& path, bool is_dir);
 
  private:
-  Result<const std::vector<IgnorePattern>*> PatternsOf(const std::string& dir);
-  // Decision of the patterns alone for one path (no parent check):
-  // 1 ignored, -1 re-included, 0 no pattern matched.
-  Result<int> Match(const std::string& path, bool is_dir);
+  // One directory of the last query's path, root first.
+  struct Level {
+    size_t end = 0;  // path_'s length up to and including this directory
+    std::vector<IgnorePattern> patterns;  // its .gitignore
+    // The deepest level at or above this one with patterns, or -1.
+    int nearest = -1;
+    bool ignored = false;  // it, or a directory above it, is ignored
+    bool entered = false;  // the cursor went into it (it exists, and no
+                           // directory above it is ignored)
+  };
+  // The name of level `i` (> 0) in path_.
+  std::string_view NameOf(size_t i) const;
+  Status PushRoot();
+  Status PushLevel(std::string_view name);
+  Status PopLevel();
+  // Decision of the patterns of level `dir` and above, then the exclude
+  // file, for `path` in that directory (no parent check): 1 ignored, -1
+  // re-included, 0 no pattern matched.
+  int Match(size_t dir, std::string_view path, bool is_dir) const;
 
-  const MergedTree& tree_;
+  MergedTree tree_;
+  bool exclude_read_ = false;
   std::vector<IgnorePattern> exclude_;  // .git/info/exclude
-  std::map<std::string, std::vector<IgnorePattern>> by_dir_;
+  std::string path_;                    // the deepest level's path
+  std::vector<Level> levels_;           // levels_[0] is the root
 };
 
 }  // namespace acqfs::gitbridge

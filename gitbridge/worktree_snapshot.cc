@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/dir_walk.h"
 #include "common/git_ptr.h"
 #include "common/sys.h"
+#include "fs/layer_walk.h"
 #include "gitbridge/delta_scan.h"
 #include "gitbridge/ignore.h"
 #include "gitbridge/merged_tree.h"
@@ -29,32 +32,68 @@ struct BaseInfo {
   bool tree = false;        // a directory is recorded at the path
 };
 
-// Walks the base tree along `path`, one prefix at a time.
-Result<BaseInfo> ClassifyBase(const git_tree* base, const std::string& path) {
+// The base tree's subtrees along the last path classified, root first, so
+// that changes in path order look each base tree up about once. (Looking
+// every prefix up from the root with git_tree_entry_bypath, which recurses
+// in libgit2, costs O(depth^2) lookups per path.)
+class BaseCursor {
+ public:
+  explicit BaseCursor(const git_tree* root) : root_(root) {}
+  BaseCursor(const BaseCursor&) = delete;
+  BaseCursor& operator=(const BaseCursor&) = delete;
+
+  // What the base holds at `path`.
+  Result<BaseInfo> Classify(const std::string& path);
+
+ private:
+  const git_tree* root_;            // null: no base
+  std::vector<std::string> names_;  // the directories entered
+  std::vector<GitTree> trees_;      // trees_[i]: the tree at names_[0..i]
+};
+
+Result<BaseInfo> BaseCursor::Classify(const std::string& path) {
   BaseInfo info;
-  if (!base) return info;
-  for (size_t end = 0; end != std::string::npos;) {
-    end = path.find('/', end + 1);
-    std::string prefix = path.substr(0, end);
-    git_tree_entry* raw = nullptr;
-    int rc = git_tree_entry_bypath(&raw, base, prefix.c_str());
-    GitTreeEntry entry(raw);
-    if (rc == GIT_ENOTFOUND) return info;
-    if (rc < 0) return GitError(rc, "git_tree_entry_bypath", path);
-    git_filemode_t mode = git_tree_entry_filemode(entry.get());
+  if (!root_) return info;
+  std::vector<std::string_view> parts;
+  const std::string_view p(path);
+  for (size_t start = 0;;) {
+    size_t slash = p.find('/', start);
+    parts.push_back(p.substr(start, slash == std::string_view::npos
+                                        ? std::string_view::npos
+                                        : slash - start));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  const size_t dirs = parts.size() - 1;
+  size_t keep = 0;
+  while (keep < dirs && keep < names_.size() && names_[keep] == parts[keep])
+    ++keep;
+  names_.resize(keep);
+  trees_.resize(keep);
+  for (size_t i = keep;; ++i) {
+    const git_tree* tree = i == 0 ? root_ : trees_[i - 1].get();
+    const std::string name(parts[i]);
+    const git_tree_entry* entry = git_tree_entry_byname(tree, name.c_str());
+    if (!entry) return info;
+    git_filemode_t mode = git_tree_entry_filemode(entry);
     if (mode == GIT_FILEMODE_COMMIT) {
       info.in_gitlink = true;
       return info;
     }
-    bool last = end == std::string::npos;
-    if (last) {
+    if (i == dirs) {
       info.tree = mode == GIT_FILEMODE_TREE;
       info.tracked = !info.tree;
-    } else if (mode != GIT_FILEMODE_TREE) {
-      return info;  // a file on the way: nothing is recorded below it
+      return info;
     }
+    if (mode != GIT_FILEMODE_TREE) return info;  // a file on the way
+    git_tree* raw = nullptr;
+    int rc =
+        git_tree_lookup(&raw, git_tree_owner(root_), git_tree_entry_id(entry));
+    GitTree sub(raw);
+    if (rc < 0) return GitError(rc, "git_tree_lookup", path);
+    names_.push_back(name);
+    trees_.push_back(std::move(sub));
   }
-  return info;
 }
 
 // Streams `size` bytes of `fd` into a new blob of `repo`.
@@ -85,16 +124,18 @@ Result<git_oid> StreamBlob(git_repository* repo, int fd, uint64_t size,
   return id;
 }
 
-// Hashes the upper object at `path` into `repo`: a regular file's bytes or
-// a symlink's target, never following a link.
+// Hashes the upper object at `c.path` into `repo`: a regular file's bytes or
+// a symlink's target, never following a link. `dirs` is a cursor over the
+// upper's directories (changes come in path order, so it moves a step or
+// two per change), and the object is opened relative to its directory.
 Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
-                           const Change& c) {
+                           DirStack* dirs, const Change& c) {
   TreeEdit edit{TreeEdit::kPut, c.path};
+  ACQFS_TRY(dirs->GoTo(sys::Dirname(c.path)));
+  const std::string name = sys::Basename(c.path);
   std::string shown = layers.upper.Shown(c.path);
   if (S_ISLNK(c.mode)) {
-    auto dir = layers.upper.OpenDir(sys::Dirname(c.path));
-    if (!dir) return dir.error();
-    auto target = sys::ReadLinkAt(dir->get(), sys::Basename(c.path), shown);
+    auto target = sys::ReadLinkAt(dirs->top(), name, shown);
     if (!target) return target.error();
     int rc = git_blob_create_from_buffer(&edit.id, repo, target->data(),
                                          target->size());
@@ -102,7 +143,8 @@ Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
     edit.mode = GIT_FILEMODE_LINK;
     return edit;
   }
-  auto fd = layers.upper.Open(c.path, O_RDONLY | O_NOFOLLOW);
+  auto fd =
+      sys::OpenBeneath(dirs->top(), name, O_RDONLY | O_NOFOLLOW, 0, shown);
   if (!fd) return fd.error();
   auto st = sys::Fstat(fd->get(), shown);
   if (!st) return st.error();
@@ -117,18 +159,23 @@ Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
   return edit;
 }
 
+// The state of one snapshot. Descriptors: the ignore rules' cursor and
+// `upper_dirs` each hold a bounded number (fs/layer_walk.h,
+// common/dir_walk.h), whatever the depth of the tree.
 struct Snapshot {
   git_repository* repo;
   const git_tree* base;
   const Layers& layers;
   IgnoreRules& ignore;
+  BaseCursor& base_cursor;
+  DirStack& upper_dirs;
   SnapshotStats stats;
   std::vector<TreeEdit> edits;
 };
 
 // Turns one change into the tree edits it stands for (maybe none).
 Status AddChange(Snapshot* s, const Change& c) {
-  auto base = ClassifyBase(s->base, c.path);
+  auto base = s->base_cursor.Classify(c.path);
   if (!base) return base.error();
   if (base->in_gitlink) return Ok();  // submodules are kept as they are
   if (c.kind == Change::kUnsafe) {
@@ -159,7 +206,7 @@ Status AddChange(Snapshot* s, const Change& c) {
       return Ok();
     }
   }
-  auto edit = WriteBlob(s->repo, s->layers, c);
+  auto edit = WriteBlob(s->repo, s->layers, &s->upper_dirs, c);
   if (!edit) return edit.error();
   ++s->stats.blobs_written;
   s->edits.push_back(std::move(*edit));
@@ -239,9 +286,11 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
     base.reset(raw);
     if (rc < 0) return GitError(rc, "git_tree_lookup", OidHex(*base_tree));
   }
-  MergedTree merged(layers);
-  IgnoreRules ignore(merged);
-  Snapshot s{repo, base.get(), layers, ignore, {}, {}};
+  IgnoreRules ignore(layers);
+  BaseCursor base_cursor(base.get());
+  DirStack upper_dirs(layers.upper.root(), layers.upper.root_path(),
+                      LayerStack::kOpenPerLayer, DirStack::kPathOnly);
+  Snapshot s{repo, base.get(), layers, ignore, base_cursor, upper_dirs, {}, {}};
   s.stats.changes = changes->size();
   uint64_t added = 0;
   for (const Change& c : *changes) {

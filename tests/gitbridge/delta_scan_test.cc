@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "deep_tree.h"
+
 namespace acqfs::gitbridge {
 namespace {
 
@@ -296,6 +298,57 @@ TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
       EXPECT_FALSE(c.reason.empty()) << c.path;
     }
   }
+}
+
+// Trees deeper than PATH_MAX (issue 13): the scan holds a bounded number of
+// descriptors (the open-files limit is lowered to 64 above what the test
+// holds; the old walk held two per level) and no C++ stack per level (a
+// 100,000-deep recursion overflows the 8 MB stack).
+TEST_F(DeltaScanTest, AChainOf100000DirectoriesIsScannedInBoundedFds) {
+  constexpr size_t kDepth = 100000;
+  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != kDepth) return "";
+                                   return deep_test::WriteAt(fd, "deep.txt",
+                                                             "deep\n");
+                                 }),
+            "");
+  V got;
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    got = Scan();
+  }
+  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "deep.txt") +
+                   " 100644 5"});
+  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+}
+
+TEST_F(DeltaScanTest, CopyUpsDeeperThanPathMaxAreComparedInBoundedFds) {
+  constexpr size_t kDepth = 3000;  // 6,000 bytes of "d/"
+  auto files = [](const char* changed) {
+    return [changed](int fd, size_t level) -> std::string {
+      if (level != kDepth) return "";
+      std::string why = deep_test::WriteAt(fd, "same", "same\n");
+      return why.empty() ? deep_test::WriteAt(fd, "changed", changed) : why;
+    };
+  };
+  ASSERT_EQ(deep_test::MakeChain(root_ + "/lower", "d", kDepth, files("old")),
+            "");
+  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth, files("new")),
+            "");
+  ScanStats stats;
+  V got;
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    got = Scan(&stats);
+  }
+  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "changed") +
+                   " 100644 3"});
+  EXPECT_EQ(stats.unchanged_copies, 1u);
+  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "deep_tree.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -421,6 +424,59 @@ TEST_F(IgnoreTest, GitignoreBelowAnIgnoredDirectoryIsNotConsulted) {
   IgnoreRules rules(tree);
   ASSERT_OK_AND_ASSIGN(f, rules.IsIgnored("gen/f", false));
   EXPECT_TRUE(f);
+}
+
+// A path deeper than PATH_MAX (issue 13), with .gitignore files along it.
+// Each is read once, relative to its parent directory (the old rules
+// resolved every ancestor's .gitignore from the layer root for every
+// prefix: O(depth^3), minutes at this depth), with a bounded number of
+// descriptors. git itself cannot judge these paths (check-ignore stats full
+// paths), so the answers are spelled out.
+TEST_F(IgnoreTest, RulesAlongAPathDeeperThanPathMaxApplyInBoundedTime) {
+  constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
+  Write(L(".gitignore"), "*.log\n");
+  ASSERT_EQ(deep_test::MakeChain(
+                Lower(), "d", kDepth,
+                [](int fd, size_t level) -> std::string {
+                  if (level == 1000)
+                    return deep_test::WriteAt(fd, ".gitignore",
+                                              "!keep.log\nsecret\n");
+                  if (level == 2000)
+                    return deep_test::WriteAt(fd, ".gitignore", "build/\n");
+                  return "";
+                }),
+            "");
+  auto chain = [](size_t depth, const std::string& leaf) {
+    return deep_test::ChainPath("d", depth, leaf);
+  };
+  const std::vector<std::pair<std::string, bool>> want = {
+      {chain(kDepth, "plain.txt"), false},
+      {chain(kDepth, "x.log"), true},      // the root's *.log
+      {chain(kDepth, "keep.log"), false},  // re-included at level 1000
+      {chain(999, "keep.log"), true},      // above that .gitignore
+      {chain(999, "secret"), false},
+      {chain(1500, "secret"), true},
+      {chain(2001, "build/f"), true},  // below a directory ignored at 2000
+      {chain(kDepth, "build/sub/f"), true},
+      {chain(1999, "build/f"), false},
+      {chain(kDepth, "plain2.txt"), false},
+  };
+  deep_test::FdLimit limit(64);
+  ASSERT_TRUE(limit.ok());
+  MergedTree tree(layers_);
+  IgnoreRules rules(tree);
+  auto start = std::chrono::steady_clock::now();
+  for (const auto& [path, ignored] : want) {
+    auto r = rules.IsIgnored(path, false);
+    ASSERT_TRUE(r.ok()) << r.error().Message();
+    EXPECT_EQ(*r, ignored) << path.size() << " bytes: ..."
+                           << path.substr(path.size() - 20);
+  }
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_LT(secs, 10.0);
+  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "deep_tree.h"
+
 namespace acqfs::gitbridge {
 namespace {
 
@@ -290,6 +292,65 @@ TEST_F(MergedTreeTest, OpaqueRootHidesTheWholeLower) {
   ASSERT_OK_AND_ASSIGN(f, tree.Resolve("f"));
   EXPECT_FALSE(f.exists);
   EXPECT_EQ(Names(""), std::vector<std::string>{"g"});
+}
+
+// Paths deeper than PATH_MAX (issue 13), through merged, upper-only and
+// lower-only directories, with the open-files limit lowered to 64 above
+// what the test holds: the cursor keeps a bounded number of descriptors and
+// moves between paths by their shared prefix.
+TEST_F(MergedTreeTest, PathsDeeperThanPathMaxResolveWithBoundedFds) {
+  constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
+  using deep_test::ChainPath;
+  using deep_test::MakeChain;
+  using deep_test::WriteAt;
+  ASSERT_EQ(MakeChain(root_ + "/lower", "d", kDepth,
+                      [](int fd, size_t level) -> std::string {
+                        if (level != kDepth) return "";
+                        std::string why = WriteAt(fd, "lo.txt", "lower\n");
+                        return why.empty() ? WriteAt(fd, "gone.txt", "x") : why;
+                      }),
+            "");
+  ASSERT_EQ(MakeChain(root_ + "/upper", "d", kDepth,
+                      [](int fd, size_t level) -> std::string {
+                        if (level != kDepth) return "";
+                        if (::mknodat(fd, "gone.txt", S_IFCHR | 0, 0) != 0)
+                          return "mknod gone.txt";
+                        return WriteAt(fd, "up.txt", "upper\n");
+                      }),
+            "");
+  ASSERT_EQ(MakeChain(root_ + "/lower", "e", kDepth,
+                      [](int fd, size_t level) -> std::string {
+                        return level == kDepth ? WriteAt(fd, "f", "e\n") : "";
+                      }),
+            "");
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    MergedTree tree(layers_);
+    ASSERT_OK_AND_ASSIGN(lo, tree.ReadFile(ChainPath("d", kDepth, "lo.txt")));
+    EXPECT_EQ(lo, "lower\n");
+    ASSERT_OK_AND_ASSIGN(up, tree.ReadFile(ChainPath("d", kDepth, "up.txt")));
+    EXPECT_EQ(up, "upper\n");
+    ASSERT_OK_AND_ASSIGN(gone,
+                         tree.Resolve(ChainPath("d", kDepth, "gone.txt")));
+    EXPECT_FALSE(gone.exists);
+    ASSERT_OK_AND_ASSIGN(e, tree.ReadFile(ChainPath("e", kDepth, "f")));
+    EXPECT_EQ(e, "e\n");
+    ASSERT_OK_AND_ASSIGN(list, tree.List(ChainPath("d", kDepth)));
+    std::vector<std::string> names;
+    for (const auto& m : list) names.push_back(m.name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"lo.txt", "up.txt"}));
+    ASSERT_OK_AND_ASSIGN(mid, tree.Resolve(ChainPath("d", kDepth / 2)));
+    EXPECT_TRUE(mid.exists);
+    EXPECT_TRUE(mid.dir.upper);
+    EXPECT_TRUE(mid.dir.merged);
+    ASSERT_OK_AND_ASSIGN(deeper, tree.Resolve(ChainPath("d", kDepth + 10)));
+    EXPECT_FALSE(deeper.exists);
+  }
+  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(deep_test::RemoveDeep(L("e")), "");
+  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/git_ptr.h"
+#include "deep_tree.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -24,6 +25,34 @@ namespace fs = std::filesystem;
 constexpr char kEmptyTree[] = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
+
+// The blob content at `path` of `tree`, looked up one tree at a time (a
+// path 100,000 directories deep: git_tree_entry_bypath recurses in
+// libgit2), or "<missing>".
+std::string DeepContent(git_repository* repo, const git_oid& tree,
+                        const std::string& path) {
+  git_oid id = tree;
+  size_t start = 0;
+  for (;;) {
+    git_tree* raw = nullptr;
+    if (git_tree_lookup(&raw, repo, &id) != 0) return "<not a tree>";
+    GitTree t(raw);
+    size_t slash = path.find('/', start);
+    std::string name = path.substr(
+        start, slash == std::string::npos ? std::string::npos : slash - start);
+    const git_tree_entry* e = git_tree_entry_byname(t.get(), name.c_str());
+    if (!e) return "<missing>";
+    id = *git_tree_entry_id(e);
+    if (slash == std::string::npos) break;
+    if (git_tree_entry_type(e) != GIT_OBJECT_TREE) return "<missing>";
+    start = slash + 1;
+  }
+  git_blob* braw = nullptr;
+  if (git_blob_lookup(&braw, repo, &id) != 0) return "<not a blob>";
+  GitBlob b(braw);
+  return std::string(static_cast<const char*>(git_blob_rawcontent(braw)),
+                     git_blob_rawsize(braw));
+}
 
 struct Entry {
   git_filemode_t mode;
@@ -308,6 +337,26 @@ TEST_F(TreeBuildTest, MissingBaseTreeIsAnError) {
   auto r = ApplyTreeEdits(repo_.get(), &ghost, {});
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().path.find("2222"), std::string::npos);
+}
+
+// An edited path 100,000 directories deep (issue 13: a legal tree on ext4)
+// is built without recursion: the old recursive BuildTree/BuildNode, and
+// the recursive destruction of the edit trie, overflowed the 8 MB stack.
+TEST_F(TreeBuildTest, AnEditPath100000DirectoriesDeepIsBuiltWithoutRecursion) {
+  constexpr size_t kDepth = 100000;
+  const std::string dir = deep_test::ChainPath("d", kDepth);
+  ASSERT_OK_AND_ASSIGN(
+      t1, ApplyTreeEdits(repo_.get(), nullptr, {Put(dir + "/f", "bottom\n")}));
+  EXPECT_EQ(DeepContent(repo_.get(), t1, dir + "/f"), "bottom\n");
+  // From that base: the file replaced by a sibling, and a file halfway.
+  const std::string half = deep_test::ChainPath("d", kDepth / 2, "h");
+  ASSERT_OK_AND_ASSIGN(
+      t2, ApplyTreeEdits(repo_.get(), &t1,
+                         {Remove(dir + "/f"), Put(dir + "/g", "sibling\n"),
+                          Put(half, "half\n")}));
+  EXPECT_EQ(DeepContent(repo_.get(), t2, dir + "/f"), "<missing>");
+  EXPECT_EQ(DeepContent(repo_.get(), t2, dir + "/g"), "sibling\n");
+  EXPECT_EQ(DeepContent(repo_.get(), t2, half), "half\n");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/git_ptr.h"
+#include "deep_tree.h"
 #include "gitbridge/tree_build.h"
 
 namespace acqfs::gitbridge {
@@ -32,6 +33,34 @@ struct Entry {
   git_filemode_t mode;
   git_oid id;
 };
+
+// The blob content at `path` of `tree`, looked up one tree at a time (a
+// path 100,000 directories deep: git_tree_entry_bypath recurses in
+// libgit2), or "<missing>".
+std::string DeepContent(git_repository* repo, const git_oid& tree,
+                        const std::string& path) {
+  git_oid id = tree;
+  size_t start = 0;
+  for (;;) {
+    git_tree* raw = nullptr;
+    if (git_tree_lookup(&raw, repo, &id) != 0) return "<not a tree>";
+    GitTree t(raw);
+    size_t slash = path.find('/', start);
+    std::string name = path.substr(
+        start, slash == std::string::npos ? std::string::npos : slash - start);
+    const git_tree_entry* e = git_tree_entry_byname(t.get(), name.c_str());
+    if (!e) return "<missing>";
+    id = *git_tree_entry_id(e);
+    if (slash == std::string::npos) break;
+    if (git_tree_entry_type(e) != GIT_OBJECT_TREE) return "<missing>";
+    start = slash + 1;
+  }
+  git_blob* braw = nullptr;
+  if (git_blob_lookup(&braw, repo, &id) != 0) return "<not a blob>";
+  GitBlob b(braw);
+  return std::string(static_cast<const char*>(git_blob_rawcontent(braw)),
+                     git_blob_rawsize(braw));
+}
 
 class WorktreeSnapshotTest : public ::testing::Test {
  protected:
@@ -401,6 +430,81 @@ TEST_F(WorktreeSnapshotTest, NamesGitRefusesAreSkippedAndListed) {
                                                "git~1", "sub/.GIT"}));
   EXPECT_FALSE(At(t, "ignored-dir"));
   EXPECT_EQ(stats.blobs_written, 2u);  // a, sub/fine.txt
+}
+
+// Trees deeper than PATH_MAX (issue 13), with the open-files limit lowered
+// to 64 above what the test holds (the old scan held two descriptors per
+// level) and no C++ stack per level (the old scan and tree build recursed,
+// hundreds of bytes per level: 30,000 levels overflow the 8 MB stack; the
+// scan and the tree build are tested at 100,000 levels on their own).
+TEST_F(WorktreeSnapshotTest, AnUntrackedChainOf30000DirectoriesIsRecorded) {
+  constexpr size_t kDepth = 30000;
+  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != kDepth) return "";
+                                   return deep_test::WriteAt(fd, "deep.txt",
+                                                             "deep\n");
+                                 }),
+            "");
+  git_oid t{};
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    SnapshotStats stats;
+    t = Snapshot(nullptr, &stats);
+    EXPECT_EQ(stats.blobs_written, 1u);
+  }
+  EXPECT_EQ(DeepContent(repo_.get(), t,
+                        deep_test::ChainPath("d", kDepth, "deep.txt")),
+            "deep\n");
+  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+}
+
+TEST_F(WorktreeSnapshotTest, TrackedAndIgnoredPathsDeeperThanPathMax) {
+  constexpr size_t kDepth = 3000;  // 6,000 bytes of "d/"
+  const std::string dir = deep_test::ChainPath("d", kDepth);
+  Tracked(".gitignore", "*.log\n");
+  // The base records two files at the bottom; the lower holds them too.
+  ASSERT_EQ(deep_test::MakeChain(
+                root_ + "/lower", "d", kDepth,
+                [](int fd, size_t level) -> std::string {
+                  if (level != kDepth) return "";
+                  std::string why = deep_test::WriteAt(fd, "t.txt", "old\n");
+                  return why.empty() ? deep_test::WriteAt(fd, "x.log", "log\n")
+                                     : why;
+                }),
+            "");
+  base_.push_back(TreeEdit{TreeEdit::kPut, dir + "/t.txt", GIT_FILEMODE_BLOB,
+                           Blob("old\n")});
+  base_.push_back(TreeEdit{TreeEdit::kPut, dir + "/x.log", GIT_FILEMODE_BLOB,
+                           Blob("log\n")});
+  git_oid base = Base();
+  // The sandbox changed t.txt and made an ignored and a plain file there.
+  ASSERT_EQ(deep_test::MakeChain(
+                root_ + "/upper", "d", kDepth,
+                [](int fd, size_t level) -> std::string {
+                  if (level != kDepth) return "";
+                  for (const char* n : {"t.txt", "new.txt", "new.log"}) {
+                    std::string why = deep_test::WriteAt(fd, n, "new\n");
+                    if (!why.empty()) return why;
+                  }
+                  return "";
+                }),
+            "");
+  git_oid t{};
+  SnapshotStats stats;
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    t = Snapshot(&base, &stats);
+  }
+  EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/t.txt"), "new\n");
+  EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/new.txt"), "new\n");
+  EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/new.log"), "<missing>");
+  EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/x.log"), "log\n");
+  EXPECT_EQ(stats.ignored_skipped, 1u);
+  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

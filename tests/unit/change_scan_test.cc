@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "deep_tree.h"
 #include "unit_test_util.h"
 
 namespace acqfs {
@@ -459,6 +461,101 @@ TEST_F(ChangeScanTest, ErrorsNameTheOperationAndThePath) {
   ASSERT_NE(bar2, std::string::npos) << got;
   EXPECT_GT(bar2, bar + 1) << "no operation named: " << got;
   EXPECT_EQ(got.substr(bar2 + 1), t_.U("locked")) << got;
+}
+
+// ---------------------------------------------------------------------------
+// Trees deeper than PATH_MAX (issue 13): the walk holds a bounded number of
+// descriptors and no C++ stack in proportion to the depth. The scans run
+// with the open-files limit lowered to 64 above what the test holds, so a
+// walk holding a descriptor per level fails with EMFILE; the old recursion
+// (some 600 bytes of stack per level) overflowed the 8 MB stack long before
+// 30,000 levels.
+
+TEST_F(ChangeScanTest, AChainOf30000CopiedUpDirectoriesIsScannedInBoundedFds) {
+  constexpr size_t kDepth = 30000;
+  // The lower chain, and the same directories copied up (equal metadata),
+  // with the file at the bottom changed.
+  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "d", kDepth,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != kDepth) return "";
+                                   return deep_test::WriteAt(fd, "f", "old\n");
+                                 }),
+            "");
+  ASSERT_EQ(deep_test::MakeChain(t_.upper(), "d", kDepth,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != kDepth) return "";
+                                   return deep_test::WriteAt(fd, "f", "new\n");
+                                 }),
+            "");
+  std::vector<PathChange> changes;
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    auto start = std::chrono::steady_clock::now();
+    auto r = ScanChanges(layers_);
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    ASSERT_TRUE(r.ok()) << r.error().Message();
+    changes = std::move(*r);
+    EXPECT_LT(secs, 60.0);
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].kind, PathChange::kModified);
+  EXPECT_EQ(changes[0].path, deep_test::ChainPath("d", kDepth, "f"));
+  EXPECT_EQ(deep_test::RemoveDeep(t_.L("d")), "");
+  EXPECT_EQ(deep_test::RemoveDeep(t_.U("d")), "");
+}
+
+TEST_F(ChangeScanTest, ALowerTreeDeeperThanPathMaxDeletedIsListedInBoundedFds) {
+  constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
+  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "d", kDepth,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != kDepth) return "";
+                                   return deep_test::WriteAt(fd, "f", "x");
+                                 }),
+            "");
+  MakeDeviceWhiteout(t_.U("d"));
+  std::vector<PathChange> changes;
+  {
+    deep_test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    auto r = ScanChanges(layers_);
+    ASSERT_TRUE(r.ok()) << r.error().Message();
+    changes = std::move(*r);
+  }
+  // Every directory of the chain, then the file.
+  ASSERT_EQ(changes.size(), kDepth + 1);
+  for (size_t i = 0; i < kDepth; ++i) {
+    EXPECT_EQ(changes[i].kind, PathChange::kDeleted);
+    EXPECT_EQ(changes[i].path, deep_test::ChainPath("d", i + 1));
+  }
+  EXPECT_EQ(changes.back().path, deep_test::ChainPath("d", kDepth, "f"));
+  EXPECT_TRUE(S_ISREG(changes.back().old_mode));
+  EXPECT_EQ(deep_test::RemoveDeep(t_.L("d")), "");
+}
+
+TEST_F(ChangeScanTest, NamesOfAnAddedTreeDeeperThanPathMaxAreReported) {
+  // 24 nested directories of 200-byte names and a file: 4,834 bytes.
+  const std::string name(200, 'n');
+  ASSERT_EQ(deep_test::MakeChain(t_.upper(), name, 24,
+                                 [](int fd, size_t level) -> std::string {
+                                   if (level != 24) return "";
+                                   return deep_test::WriteAt(fd, "bottom.txt",
+                                                             "bottom\n");
+                                 }),
+            "");
+  deep_test::FdLimit limit(64);
+  ASSERT_TRUE(limit.ok());
+  Strings want;
+  for (size_t i = 1; i <= 24; ++i)
+    want.push_back("A " + deep_test::ChainPath(name, i));
+  want.push_back("A " + deep_test::ChainPath(name, 24, "bottom.txt"));
+  EXPECT_EQ(Summary(), want);
+  ChangeScanOptions only;
+  only.paths = {deep_test::ChainPath(name, 24, "bottom.txt")};
+  EXPECT_EQ(Summary(only), Strings{want.back()});
+  EXPECT_EQ(deep_test::RemoveDeep(t_.U(name)), "");
 }
 
 }  // namespace
