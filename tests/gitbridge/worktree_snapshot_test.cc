@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/git_ptr.h"
+#include "deep_git.h"
 #include "deep_tree.h"
 #include "gitbridge/tree_build.h"
 
@@ -33,34 +34,6 @@ struct Entry {
   git_filemode_t mode;
   git_oid id;
 };
-
-// The blob content at `path` of `tree`, looked up one tree at a time (a
-// path 100,000 directories deep: git_tree_entry_bypath recurses in
-// libgit2), or "<missing>".
-std::string DeepContent(git_repository* repo, const git_oid& tree,
-                        const std::string& path) {
-  git_oid id = tree;
-  size_t start = 0;
-  for (;;) {
-    git_tree* raw = nullptr;
-    if (git_tree_lookup(&raw, repo, &id) != 0) return "<not a tree>";
-    GitTree t(raw);
-    size_t slash = path.find('/', start);
-    std::string name = path.substr(
-        start, slash == std::string::npos ? std::string::npos : slash - start);
-    const git_tree_entry* e = git_tree_entry_byname(t.get(), name.c_str());
-    if (!e) return "<missing>";
-    id = *git_tree_entry_id(e);
-    if (slash == std::string::npos) break;
-    if (git_tree_entry_type(e) != GIT_OBJECT_TREE) return "<missing>";
-    start = slash + 1;
-  }
-  git_blob* braw = nullptr;
-  if (git_blob_lookup(&braw, repo, &id) != 0) return "<not a blob>";
-  GitBlob b(braw);
-  return std::string(static_cast<const char*>(git_blob_rawcontent(braw)),
-                     git_blob_rawsize(braw));
-}
 
 class WorktreeSnapshotTest : public ::testing::Test {
  protected:

@@ -32,31 +32,7 @@ using acqfs_test::MakeDir;
 using acqfs_test::TempTree;
 using acqfs_test::WriteFile;
 
-size_t OpenFds() {
-  size_t n = 0;
-  DIR* d = ::opendir("/proc/self/fd");
-  while (d && ::readdir(d)) n++;
-  if (d) ::closedir(d);
-  return n - 3;  // ".", ".." and the DIR's own descriptor
-}
-
-// Lowers the soft open-files limit to what the process uses plus `room`
-// for the life of the object.
-class FdLimit {
- public:
-  explicit FdLimit(size_t room) {
-    ::getrlimit(RLIMIT_NOFILE, &saved_);
-    struct rlimit low = saved_;
-    low.rlim_cur = OpenFds() + room;
-    ok_ = ::setrlimit(RLIMIT_NOFILE, &low) == 0;
-  }
-  ~FdLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
-  bool ok() const { return ok_; }
-
- private:
-  struct rlimit saved_;
-  bool ok_ = false;
-};
+using deep_test::FdLimit;
 
 // `depth` nested directories "d" below `root`, each also holding a file.
 void MakeDeep(const std::string& root, int depth) {
