@@ -46,6 +46,16 @@ using GitTransaction = GitPtr<git_transaction, git_transaction_free>;
 // library's own message appended to op, errno EIO (ENOENT for GIT_ENOTFOUND).
 Error GitError(int rc, const std::string& op, const std::string& path);
 
+// git_repository_open_ext, tried again (up to 50 times, a millisecond
+// apart and more) while it fails on a file replaced under it: libgit2 1.5
+// stats a file (the config) by its path, opens it by its path, and then
+// insists on reading the size the stat said, so a writer renaming a new
+// config into place between the two (git, or another sandbox registering
+// its remote) fails the open with "could not read (expected N bytes, read
+// M)". Returns libgit2's code; the last error is that of the last try.
+int GitOpenRepository(git_repository** out, const std::string& path,
+                      unsigned flags);
+
 // Holds libgit2 initialised for its lifetime (git_libgit2_init/shutdown are
 // reference counted, so nesting is fine).
 class GitLibrary {

@@ -183,8 +183,7 @@ Result<git_oid> CommitDirty(git_repository* bridge, const git_oid& tree_id,
 
 Result<HostRepo> HostRepo::Open(const std::string& workdir) {
   git_repository* raw = nullptr;
-  int rc = git_repository_open_ext(&raw, workdir.c_str(),
-                                   GIT_REPOSITORY_OPEN_NO_SEARCH, nullptr);
+  int rc = GitOpenRepository(&raw, workdir, GIT_REPOSITORY_OPEN_NO_SEARCH);
   GitRepository repo(raw);
   if (rc < 0) return GitError(rc, "open git checkout", workdir);
   if (git_repository_is_bare(repo.get()))

@@ -133,8 +133,7 @@ class HostLock {
 
 Result<GitRepository> OpenHost(const std::string& workdir) {
   git_repository* raw = nullptr;
-  int rc = git_repository_open_ext(&raw, workdir.c_str(),
-                                   GIT_REPOSITORY_OPEN_NO_SEARCH, nullptr);
+  int rc = GitOpenRepository(&raw, workdir, GIT_REPOSITORY_OPEN_NO_SEARCH);
   if (rc < 0) return GitError(rc, "open git repository", workdir);
   return GitRepository(raw);
 }

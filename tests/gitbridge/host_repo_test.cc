@@ -12,12 +12,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "git_test_util.h"
 #include "gitbridge/bridge_repo.h"
@@ -146,6 +148,40 @@ TEST_F(HostRepoTest, OpenNeedsACheckout) {
   auto sub = HostRepo::Open(host_ + "/sub");  // no search upwards
   ASSERT_FALSE(sub.ok());
   EXPECT_EQ(sub.err(), ENOENT);
+}
+
+// A writer replacing .git/config (lock file and rename, as git and acqfs's
+// remote registration do) while the checkout is opened: libgit2 stats the
+// config, opens it and reads the size the stat said, so an open between the
+// two used to fail with "could not read (expected N bytes, read M)"
+// (LifecycleConcurrency.SixteenParallelMountsAndRemovalsOfOneCheckout
+// caught it once in CI). Every open must succeed.
+TEST_F(HostRepoTest, OpenWhileTheConfigIsReplacedSucceeds) {
+  const std::string config = host_ + "/.git/config";
+  const std::string base = ReadFile(config);
+  const std::string longer =
+      base + "[remote \"sandbox-x\"]\n\turl = /somewhere/else/bridge.git\n" +
+      "\tfetch = +refs/heads/*:refs/remotes/sandbox-x/*\n";
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop; ++i) {
+      const std::string lock = config + ".lock";
+      Write(lock, i % 2 ? longer : base);
+      ::rename(lock.c_str(), config.c_str());
+    }
+  });
+  int failures = 0;
+  std::string first;
+  for (int i = 0; i < 10000; ++i) {
+    auto repo = HostRepo::Open(host_);
+    if (!repo) {
+      if (first.empty()) first = repo.error().Message();
+      ++failures;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(failures, 0) << "of 10000 opens; the first: " << first;
 }
 
 TEST_F(HostRepoTest, PathsHeadBranchesAndObjects) {
