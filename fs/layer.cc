@@ -361,14 +361,9 @@ Status ResolveUpperChild(const Layers& layers, const DirView& dir, int ufd,
   Status st = sys::StatAtIfExists(ufd, name, &c->upper_st, &found, kNoName);
   if (!st) return NamedIn(st.error(), layers.upper, dir, name);
   if (!found) return Ok();
-  bool xw = false;
-  if (dir.xwhiteouts && S_ISREG(c->upper_st.st_mode) &&
-      c->upper_st.st_size == 0) {
-    auto r = layers.format.IsXattrWhiteout(ufd, name, kNoName);
-    if (!r) return NamedIn(r.error(), layers.upper, dir, name);
-    xw = *r;
-  }
-  if (LayerFormat::IsWhiteout(c->upper_st) || xw) {
+  auto xw = UpperXattrWhiteout(layers, dir, ufd, name, c->upper_st);
+  if (!xw) return xw.error();
+  if (LayerFormat::IsWhiteout(c->upper_st) || *xw) {
     c->whiteout = true;
     return Ok();
   }

@@ -54,6 +54,13 @@ def append(p, data=b"more\n"):
         os.write(fd, data)
     finally:
         os.close(fd)
+def r(a, b):
+    # A rename, then what each name shows (and what a moved directory holds).
+    t("rename %s %s" % (a, b), lambda: os.rename(a, b))
+    t("  %s" % a, lambda: m(a))
+    t("  %s" % b, lambda: m(b))
+    t("  %s/inside" % b, lambda: open(b + "/inside").read().strip()
+      if os.path.isdir(b) else None)
 def deep(top, names):
     # Makes the directories `names` nested below `top`, one at a time
     # through directory descriptors; returns a descriptor of the last.
@@ -519,12 +526,6 @@ for d, mode in (("t/w/ud1", 0o755), ("t/w/uw1", 0o777), ("t/s/ud1", 0o777)):
 )",
        kRoot);
   const std::string renames = R"(
-def r(a, b):
-    t("rename %s %s" % (a, b), lambda: os.rename(a, b))
-    t("  %s" % a, lambda: m(a))
-    t("  %s" % b, lambda: m(b))
-    t("  %s/inside" % b, lambda: open(b + "/inside").read().strip()
-      if os.path.isdir(b) else None)
 r("t/w/ld1", "t/w/ld1b")      # same parent, directory not mine: allowed
 r("t/w/ld2", "t/s/ld2b")      # another parent needs write on the directory
 r("t/w/lw1", "t/s/lw1b")      # ... which it has
@@ -557,10 +558,6 @@ for d, mode in (("t/w/n1", 0o755), ("t/w/n2", 0o755), ("t/w/n3", 0o777),
 )",
        kNobody);
   Same("renames of 65534's directories by 1000", R"(
-def r(a, b):
-    t("rename %s %s" % (a, b), lambda: os.rename(a, b))
-    t("  %s" % a, lambda: m(a))
-    t("  %s" % b, lambda: m(b))
 r("t/w/n1", "t/w/n1b")        # same parent: allowed
 r("t/w/n2", "t/s/n2b")        # another parent, not writable: EACCES
 r("t/w/n3", "t/s/n3b")        # another parent, writable: allowed
