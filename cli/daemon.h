@@ -16,7 +16,7 @@
 #include "cli/liveness.h"
 #include "cli/state.h"
 #include "common/error.h"
-#include "fs/mount.h"
+#include "fuse/mount.h"
 
 namespace acqfs::cli {
 

@@ -1,4 +1,4 @@
-#include "fs/page_dropper.h"
+#include "fuse/page_dropper.h"
 
 #include <fcntl.h>
 #include <linux/fuse.h>

@@ -1,4 +1,4 @@
-#include "fs/mount.h"
+#include "fuse/mount.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "fs/fd_budget.h"
-#include "fs/fuse_ops.h"
 #include "fs/layer.h"
 #include "fs/overlay.h"
+#include "fuse/fuse_ops.h"
 
 namespace acqfs {
 namespace {

@@ -2,8 +2,8 @@
 // RunFilesystem blocks until the filesystem is unmounted (or the daemon gets
 // SIGTERM/SIGINT/SIGHUP, which unmount it cleanly).
 // Thread-safety: call once per process.
-#ifndef ACQFS_FS_MOUNT_H_
-#define ACQFS_FS_MOUNT_H_
+#ifndef ACQFS_FUSE_MOUNT_H_
+#define ACQFS_FUSE_MOUNT_H_
 
 #include <functional>
 #include <memory>
@@ -54,4 +54,4 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready);
 
 }  // namespace acqfs
 
-#endif  // ACQFS_FS_MOUNT_H_
+#endif  // ACQFS_FUSE_MOUNT_H_

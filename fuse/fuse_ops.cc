@@ -1,4 +1,4 @@
-#include "fs/fuse_ops.h"
+#include "fuse/fuse_ops.h"
 
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -440,7 +440,7 @@ Result<int64_t> Charged(Overlay* ov, Node* node, int fd, Quota::Charge charge,
 
 // A refused delayed write (from the page cache: fi->writepage) leaves the
 // kernel's pages holding bytes that were never stored: they are dropped
-// (see fs/page_dropper.h) once the refusal is sent.
+// (see fuse/page_dropper.h) once the refusal is sent.
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   PageDropper* dropper = fi && fi->writepage ? Ctx(req)->page_dropper : nullptr;

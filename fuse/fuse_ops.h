@@ -5,8 +5,8 @@
 // modes. Directory handles (-o handles) own their listings.
 // Thread-safety: callbacks run on libfuse's worker threads; all shared state
 // lives in the Overlay, which locks for itself.
-#ifndef ACQFS_FS_FUSE_OPS_H_
-#define ACQFS_FS_FUSE_OPS_H_
+#ifndef ACQFS_FUSE_FUSE_OPS_H_
+#define ACQFS_FUSE_FUSE_OPS_H_
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "fs/overlay.h"
-#include "fs/page_dropper.h"
+#include "fuse/page_dropper.h"
 
 namespace acqfs {
 
@@ -50,4 +50,4 @@ const struct fuse_lowlevel_ops* FuseOperations();
 
 }  // namespace acqfs
 
-#endif  // ACQFS_FS_FUSE_OPS_H_
+#endif  // ACQFS_FUSE_FUSE_OPS_H_

@@ -17,8 +17,8 @@
 // duplicate of the session's /dev/fuse descriptor (the same message libfuse
 // sends), so it shares nothing with the session that a shutdown destroys.
 // Thread-safety: Drop() may be called from any thread.
-#ifndef ACQFS_FS_PAGE_DROPPER_H_
-#define ACQFS_FS_PAGE_DROPPER_H_
+#ifndef ACQFS_FUSE_PAGE_DROPPER_H_
+#define ACQFS_FUSE_PAGE_DROPPER_H_
 
 #include <cstdint>
 #include <memory>
@@ -52,4 +52,4 @@ class PageDropper {
 
 }  // namespace acqfs
 
-#endif  // ACQFS_FS_PAGE_DROPPER_H_
+#endif  // ACQFS_FUSE_PAGE_DROPPER_H_
