@@ -76,87 +76,6 @@ void Guard(fuse_req_t req, F&& f) noexcept {
 // node), so it only marks the open as counted.
 constexpr uint64_t kCountedOpen = 1;
 
-// An open directory (-o handles). The listing is made at the first READDIR
-// from offset 0 (and again at each later one: rewinddir sees changes), not
-// at OPENDIR: with the kernel's readdir cache an open served from the cache
-// never reads.
-struct DirHandle {
-  bool listed = false;
-  std::vector<ListedEntry> entries;  // "." and ".." first
-};
-
-// Fills `dh` with the merged listing of `node`.
-Status ListInto(Overlay* ov, Node* node, DirHandle* dh) {
-  auto list = ov->ReadDir(node);
-  if (!list) return list.error();
-  dh->entries.clear();
-  dh->entries.reserve(list->size() + 2);
-  dh->entries.push_back(ListedEntry{".", DT_DIR, node->ino});
-  dh->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(node)});
-  for (auto& e : *list) dh->entries.push_back(std::move(e));
-  dh->listed = true;
-  return Ok();
-}
-
-}  // namespace
-
-// The listings handle-less READDIRs read from (FuseContext::no_open: no
-// OPENDIR; the kernel fills its readdir cache from offset 0 up). Offset 0
-// lists the directory afresh; later offsets read the newest listing. Memory
-// only, no descriptors, and bounded: at most kMaxListings directories and
-// kMaxEntries entries in all (one larger directory is still kept, alone);
-// an evicted listing is made again. FORGET drops a node's listing.
-class Listings {
- public:
-  static constexpr size_t kMaxListings = 512;
-  static constexpr size_t kMaxEntries = 1 << 20;
-
-  Result<std::shared_ptr<DirHandle>> Get(Overlay* ov, Node* dir, off_t off) {
-    if (off != 0) {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = dirs_.find(dir);
-      if (it != dirs_.end()) return it->second;
-    }
-    auto dh = std::make_shared<DirHandle>();
-    if (Status s = ListInto(ov, dir, dh.get()); !s) return s.error();
-    std::vector<std::shared_ptr<DirHandle>> evicted;  // freed after the lock
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = dirs_.find(dir); it != dirs_.end()) {
-      entries_ -= it->second->entries.size();
-      evicted.push_back(std::move(it->second));
-      dirs_.erase(it);
-    }
-    while (!dirs_.empty() && (dirs_.size() >= kMaxListings ||
-                              entries_ + dh->entries.size() > kMaxEntries)) {
-      entries_ -= dirs_.begin()->second->entries.size();
-      evicted.push_back(std::move(dirs_.begin()->second));
-      dirs_.erase(dirs_.begin());
-    }
-    entries_ += dh->entries.size();
-    dirs_[dir] = dh;
-    return dh;
-  }
-
-  void Drop(Node* node) {
-    std::shared_ptr<DirHandle> gone;  // freed outside the lock
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto d = dirs_.find(node); d != dirs_.end()) {
-      entries_ -= d->second->entries.size();
-      gone = std::move(d->second);
-      dirs_.erase(d);
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<Node*, std::shared_ptr<DirHandle>> dirs_;  // mu_
-  size_t entries_ = 0;  // mu_: entries of the listings in dirs_
-};
-
-void ListingsDeleter::operator()(Listings* l) const { delete l; }
-
-namespace {
-
 // The descriptor a data request works through: the node's, from the
 // Overlay's file cache (whatever the handle, in both file modes).
 Result<FileLease> FileOf(fuse_req_t req, fuse_ino_t ino, bool write) {
@@ -220,7 +139,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   want(FUSE_CAP_ASYNC_READ);
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
-    ctx->listings.reset(new Listings);
+    ctx->listings = std::make_unique<ListingCache>();
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
     conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
   } else if (ctx->no_open)
@@ -517,14 +436,15 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     // Handle-less directories too: ENOSYS makes the kernel stop sending
     // OPENDIR and RELEASEDIR and cache every listing (FOPEN_CACHE_DIR).
     if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
-    auto* dh = new DirHandle;
-    fi->fh = reinterpret_cast<uint64_t>(dh);
+    auto dh = std::make_unique<DirListing>();
+    fi->fh = HandleOf(dh.get());
     // The kernel may keep the listing in its page cache across opens; it
     // drops it when it changes the directory itself, or when the
     // directory's mtime moves (a host edit seen after the attr timeout).
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
-    if (fuse_reply_open(req, fi) != 0) delete dh;
+    // The kernel's handle owns the listing once the reply got through.
+    if (fuse_reply_open(req, fi) == 0) dh.release();
   });
 }
 
@@ -532,17 +452,21 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                struct fuse_file_info* fi, bool plus) {
   Overlay* ov = Ctx(req)->overlay;
   Node* dir = NodeOf(req, ino);
-  std::shared_ptr<DirHandle> shared;  // the handle-less mode's listing
-  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
+  // Handle-less, the cache's listing, held for this request.
+  std::shared_ptr<const DirListing> shared;
+  const DirListing* dh = BorrowHandle(fi->fh);
   if (dh == nullptr) {
     if (!Ctx(req)->listings)
       return ReplyError(req, Error::Of(EBADF, "readdir without a handle", ""));
-    auto l = Ctx(req)->listings->Get(ov, dir, off);
+    auto l = Ctx(req)->listings->Get(
+        dir, off, [&](DirListing* out) { return ListInto(ov, dir, out); });
     if (!l) return ReplyError(req, l.error());
     shared = std::move(*l);
     dh = shared.get();
   } else if (off == 0 || !dh->listed) {
-    if (Status s = ListInto(ov, dir, dh); !s) return ReplyError(req, s.error());
+    DirListing* own = BorrowHandle(fi->fh);
+    if (Status s = ListInto(ov, dir, own); !s)
+      return ReplyError(req, s.error());
   }
   std::vector<char> buf(size);
   size_t used = 0;
@@ -588,7 +512,7 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 void OpReleasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  TakeHandle(fi->fh);  // frees the listing
   fuse_reply_err(req, 0);
 }
 

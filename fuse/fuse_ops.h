@@ -2,7 +2,8 @@
 // fuse_req_t requests into Overlay calls and Overlay results into replies.
 // Node ids are Node addresses (the root is FUSE_ROOT_ID). File handles own
 // nothing: data requests use the Overlay's file cache by node, in both file
-// modes. Directory handles (-o handles) own their listings.
+// modes. Directory handles (-o handles) own their listings
+// (fuse/dir_listings.h).
 // Thread-safety: callbacks run on libfuse's worker threads; all shared state
 // lives in the Overlay, which locks for itself.
 #ifndef ACQFS_FUSE_FUSE_OPS_H_
@@ -14,14 +15,10 @@
 #include <memory>
 
 #include "fs/overlay.h"
+#include "fuse/dir_listings.h"
 #include "fuse/page_dropper.h"
 
 namespace acqfs {
-
-class Listings;
-struct ListingsDeleter {
-  void operator()(Listings* l) const;
-};
 
 // The state every callback reaches through fuse_req_userdata().
 struct FuseContext {
@@ -37,7 +34,7 @@ struct FuseContext {
   PageDropper* page_dropper = nullptr;
   // Set up by INIT when the kernel offers that mode: the listings the
   // handle-less READDIRs read from (no descriptors, a bounded number).
-  std::unique_ptr<Listings, ListingsDeleter> listings;
+  std::unique_ptr<ListingCache> listings;
 };
 
 // Is the mount in the handle-less mode (no OPEN/RELEASE for files)?

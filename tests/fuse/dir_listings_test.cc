@@ -1,0 +1,183 @@
+// ListingCache: the handle-less mode's directory listings. What is cached,
+// when a directory is listed afresh, and that the cache stays within its
+// bounds however many directories are read, evicting the least recently
+// used.
+#include "fuse/dir_listings.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acqfs {
+namespace {
+
+// Stand-ins for the kernel's nodes: the cache only keys by address.
+struct FakeDirs {
+  explicit FakeDirs(size_t n) {
+    for (size_t i = 0; i < n; i++)
+      nodes.push_back(std::make_unique<Node>(100 + i, S_IFDIR));
+  }
+  const Node* operator[](size_t i) const { return nodes[i].get(); }
+  std::vector<std::unique_ptr<Node>> nodes;
+};
+
+// A lister that makes `n` entries named after `tag` and counts its calls.
+struct CountingLister {
+  size_t n = 3;
+  std::string tag = "a";
+  int calls = 0;
+  ListingCache::Lister Fn() {
+    return [this](DirListing* out) {
+      calls++;
+      out->entries.clear();
+      for (size_t i = 0; i < n; i++)
+        out->entries.push_back(
+            ListedEntry{tag + std::to_string(i), DT_REG, i + 1});
+      out->listed = true;
+      return Ok();
+    };
+  }
+};
+
+TEST(ListingCache, OffsetZeroListsAfreshAndLaterOffsetsReadTheNewest) {
+  FakeDirs dirs(1);
+  ListingCache cache;
+  CountingLister lister;
+  auto first = cache.Get(dirs[0], 0, lister.Fn());
+  ASSERT_TRUE(first) << first.error().Message();
+  EXPECT_EQ(lister.calls, 1);
+  auto again = cache.Get(dirs[0], 2, lister.Fn());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(lister.calls, 1) << "a later offset must read the cached listing";
+  EXPECT_EQ(again->get(), first->get());
+
+  lister.tag = "b";  // the directory changed; rewinddir must see it
+  auto rewound = cache.Get(dirs[0], 0, lister.Fn());
+  ASSERT_TRUE(rewound);
+  EXPECT_EQ(lister.calls, 2);
+  EXPECT_EQ((*rewound)->entries[0].name, "b0");
+  auto next = cache.Get(dirs[0], 1, lister.Fn());
+  ASSERT_TRUE(next);
+  EXPECT_EQ((*next)->entries[0].name, "b0");
+  // The earlier holder still reads the listing it got.
+  EXPECT_EQ((*first)->entries[0].name, "a0");
+  EXPECT_EQ(cache.listings(), 1u);
+  EXPECT_EQ(cache.entries(), 3u);
+}
+
+TEST(ListingCache, ALaterOffsetWithNothingCachedLists) {
+  FakeDirs dirs(1);
+  ListingCache cache;
+  CountingLister lister;
+  ASSERT_TRUE(cache.Get(dirs[0], 5, lister.Fn()));
+  EXPECT_EQ(lister.calls, 1);
+}
+
+TEST(ListingCache, AFailedListingCachesNothing) {
+  FakeDirs dirs(1);
+  ListingCache cache;
+  auto r = cache.Get(dirs[0], 0, [](DirListing*) -> Status {
+    return Error::Of(EACCES, "readdir", "d");
+  });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err(), EACCES);
+  EXPECT_EQ(cache.listings(), 0u);
+  CountingLister lister;
+  ASSERT_TRUE(cache.Get(dirs[0], 3, lister.Fn()));
+  EXPECT_EQ(lister.calls, 1);
+}
+
+TEST(ListingCache, KeepsAtMostMaxListingsEvictingTheLeastRecentlyUsed) {
+  FakeDirs dirs(5);
+  ListingCache cache(/*max_listings=*/3, /*max_entries=*/1000);
+  CountingLister lister;
+  for (size_t i = 0; i < 3; i++)
+    ASSERT_TRUE(cache.Get(dirs[i], 0, lister.Fn()));
+  // Reading dir 0 again makes dir 1 the least recently used.
+  ASSERT_TRUE(cache.Get(dirs[0], 1, lister.Fn()));
+  EXPECT_EQ(lister.calls, 3);
+  ASSERT_TRUE(cache.Get(dirs[3], 0, lister.Fn()));
+  EXPECT_EQ(cache.listings(), 3u);
+  EXPECT_EQ(cache.entries(), 9u);
+
+  lister.calls = 0;
+  ASSERT_TRUE(cache.Get(dirs[0], 1, lister.Fn()));
+  ASSERT_TRUE(cache.Get(dirs[2], 1, lister.Fn()));
+  ASSERT_TRUE(cache.Get(dirs[3], 1, lister.Fn()));
+  EXPECT_EQ(lister.calls, 0) << "dirs 0, 2 and 3 must still be cached";
+  ASSERT_TRUE(cache.Get(dirs[1], 1, lister.Fn()));
+  EXPECT_EQ(lister.calls, 1) << "dir 1 was the one evicted";
+
+  for (int round = 0; round < 100; round++)
+    for (size_t i = 0; i < 5; i++) {
+      ASSERT_TRUE(cache.Get(dirs[i], round % 2, lister.Fn()));
+      ASSERT_LE(cache.listings(), 3u);
+    }
+}
+
+TEST(ListingCache, KeepsAtMostMaxEntriesButAlwaysTheNewestListing) {
+  FakeDirs dirs(4);
+  ListingCache cache(/*max_listings=*/100, /*max_entries=*/10);
+  CountingLister lister;
+  lister.n = 4;
+  ASSERT_TRUE(cache.Get(dirs[0], 0, lister.Fn()));
+  ASSERT_TRUE(cache.Get(dirs[1], 0, lister.Fn()));
+  EXPECT_EQ(cache.entries(), 8u);
+  ASSERT_TRUE(cache.Get(dirs[2], 0, lister.Fn()));  // 12 > 10: dir 0 goes
+  EXPECT_EQ(cache.listings(), 2u);
+  EXPECT_EQ(cache.entries(), 8u);
+
+  lister.n = 50;  // larger than the whole budget: kept, alone
+  auto big = cache.Get(dirs[3], 0, lister.Fn());
+  ASSERT_TRUE(big);
+  EXPECT_EQ(cache.listings(), 1u);
+  EXPECT_EQ(cache.entries(), 50u);
+  lister.calls = 0;
+  ASSERT_TRUE(cache.Get(dirs[3], 7, lister.Fn()));
+  EXPECT_EQ(lister.calls, 0);
+}
+
+TEST(ListingCache, ReplacingAListingCountsItsEntriesOnce) {
+  FakeDirs dirs(1);
+  ListingCache cache;
+  CountingLister lister;
+  for (int i = 0; i < 10; i++) ASSERT_TRUE(cache.Get(dirs[0], 0, lister.Fn()));
+  EXPECT_EQ(cache.listings(), 1u);
+  EXPECT_EQ(cache.entries(), 3u);
+}
+
+TEST(ListingCache, DropForgetsOneDirectory) {
+  FakeDirs dirs(2);
+  ListingCache cache;
+  CountingLister lister;
+  ASSERT_TRUE(cache.Get(dirs[0], 0, lister.Fn()));
+  ASSERT_TRUE(cache.Get(dirs[1], 0, lister.Fn()));
+  cache.Drop(dirs[0]);
+  cache.Drop(dirs[0]);  // twice is harmless
+  EXPECT_EQ(cache.listings(), 1u);
+  EXPECT_EQ(cache.entries(), 3u);
+  lister.calls = 0;
+  ASSERT_TRUE(cache.Get(dirs[0], 1, lister.Fn()));
+  ASSERT_TRUE(cache.Get(dirs[1], 1, lister.Fn()));
+  EXPECT_EQ(lister.calls, 1);
+}
+
+TEST(DirHandle, TheHandleNamesTheListingAndTakingItBackFreesIt) {
+  auto owned = std::make_unique<DirListing>();
+  owned->entries.push_back(ListedEntry{"x", DT_REG, 7});
+  const uint64_t fh = HandleOf(owned.get());
+  EXPECT_NE(fh, 0u);
+  DirListing* raw = owned.release();
+  EXPECT_EQ(BorrowHandle(fh), raw);
+  EXPECT_EQ(BorrowHandle(fh)->entries[0].name, "x");
+  EXPECT_EQ(BorrowHandle(0), nullptr);
+  std::unique_ptr<DirListing> back = TakeHandle(fh);
+  EXPECT_EQ(back.get(), raw);
+}
+
+}  // namespace
+}  // namespace acqfs
