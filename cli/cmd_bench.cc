@@ -50,6 +50,7 @@
 #include "cli/liveness.h"
 #include "cli/process.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/sys.h"
 #include "gitbridge/remote.h"
@@ -357,7 +358,7 @@ int Bench::RunSandbox(int run) {
   const std::string name = "bench-" + std::to_string(::getpid()) + "-" + n;
   const std::string mnt = workdir_ + "/mnt-" + n;
   // Never touch a sandbox this run did not make.
-  if (Exists(SandboxPaths(state_, name).dir))
+  if (Sandbox(state_, name).HasFolder())
     return Fail(kExitBadInput, "bench: sandbox", name,
                 "exists already in " + state_);
   if (::mkdir(mnt.c_str(), 0755) != 0)
@@ -437,7 +438,8 @@ int Bench::TimeCommand(int run, const std::string& where,
 // when the commands succeeded and nothing is left.
 bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
                           bool mounted) {
-  SandboxPaths paths(state_, name);
+  const Sandbox sandbox(state_, name);
+  const SandboxPaths& paths = sandbox.paths();
   const std::string log = "teardown-" + name;
   bool ok = true;
   if (IsAcqfsMounted(mnt)) {
@@ -448,7 +450,7 @@ bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
       ok = false;
     }
   }
-  if (Exists(paths.dir)) {
+  if (sandbox.HasFolder()) {
     Outcome rm =
         Helper({"rm", name, "--state-dir", state_, "--force"}, log + "-rm");
     if (!rm.ok()) {

@@ -44,6 +44,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/git_ptr.h"
 #include "common/sys.h"
@@ -337,11 +338,10 @@ int RunDiff(const DiffArgs& a) {
     options.paths.push_back(rel.empty() ? "." : rel);
   }
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  auto found = FindSandbox(state, a.name);
+  auto found = Sandbox::Find(state, a.name);
   if (!found) return FailFind("diff", a.name, found.error());
-  const SandboxPaths& paths = found->paths;
-  const SandboxMeta& meta = found->meta;
-  auto layers = OpenSandboxLayers(paths, meta);
+  const SandboxPaths& paths = found->paths();
+  auto layers = found->OpenLayers();
   if (!layers) return Fail(kExitFailed, "diff", layers.error());
   Progress progress("diff " + paths.name);
   options.progress = [&](uint64_t n) { progress.Update("scanning", n); };

@@ -56,6 +56,7 @@
 #include "cli/liveness.h"
 #include "cli/policy_args.h"
 #include "cli/process.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -156,7 +157,7 @@ class Runner {
   std::string bwrap_;        // bwrap, found in PATH
   std::string state_;        // the state directory, as given (absolute)
   std::string state_canon_;  // ... and canonical
-  SandboxMeta meta_;         // the sandbox's, once it exists
+  Sandbox sandbox_{"", ""};  // the sandbox (its metadata once it exists)
   std::optional<PolicyRecord> policy_;  // the policy options, when given
   std::string lower_;                   // canonical
   std::string mountpoint_;  // where the sandbox is (or will be) mounted
@@ -302,23 +303,23 @@ int Runner::InspectHost() {
 int Runner::ResolveSandbox() {
   state_ = Absolute(ResolveStateDir(a_.state_dir));
   state_canon_ = CanonicalPath(state_);
-  SandboxPaths paths(state_, a_.name);
-  if (!Exists(paths.meta)) return ResolveLower(&lower_);
-  auto meta = ReadMeta(paths.meta);
-  if (!meta) return Fail(kExitBadInput, "run: sandbox metadata", meta.error());
-  meta_ = *meta;
-  auto live = ProbeSandbox(paths, meta_);
+  sandbox_ = Sandbox(state_, a_.name);
+  if (!sandbox_.HasMeta()) return ResolveLower(&lower_);
+  if (Status s = sandbox_.Load(); !s)
+    return Fail(kExitBadInput, "run: sandbox metadata", s.error());
+  const SandboxMeta& meta = sandbox_.meta();
+  auto live = sandbox_.Probe();
   if (!live) return Fail(kExitFailed, "run: sandbox state", live.error());
   if (live->state == MountState::kMounted) {
     reuse_ = true;
-    lower_ = meta_.lower;
-    mountpoint_ = meta_.mountpoint;
+    lower_ = meta.lower;
+    mountpoint_ = meta.mountpoint;
     return CheckReuse();
   }
   // Not mounted, or stale: `acqfs mount` mounts it again (and refuses a
   // --repo that is not its lower).
   if (a_.repo.empty()) {
-    lower_ = meta_.lower;
+    lower_ = meta.lower;
     return 0;
   }
   return ResolveLower(&lower_);
@@ -326,14 +327,15 @@ int Runner::ResolveSandbox() {
 
 // A running mount is used as it is: what would change it is refused.
 int Runner::CheckReuse() {
+  const SandboxMeta& meta = sandbox_.meta();
   const std::string where = "is already mounted at " + mountpoint_;
   if (!a_.repo.empty()) {
     std::string lower;
     if (int rc = ResolveLower(&lower)) return rc;
-    if (lower != meta_.lower)
+    if (lower != meta.lower)
       return Fail(
           kExitBadInput, "run: sandbox", a_.name,
-          "exists over a different lower directory (" + meta_.lower + ")");
+          "exists over a different lower directory (" + meta.lower + ")");
   }
   if (!a_.mountpoint.empty() && CanonicalPath(a_.mountpoint) != mountpoint_)
     return Fail(kExitBadInput, "run: sandbox", a_.name,
@@ -346,9 +348,9 @@ int Runner::CheckReuse() {
                     "; --allow-other, --no-allow-other and -o apply only "
                     "when run mounts it (drop them, or unmount it first)");
   if (policy_) {
-    if (!(*policy_ == meta_.policy))
+    if (!(*policy_ == meta.policy))
       return Fail(kExitBadInput, "run: sandbox", a_.name,
-                  "was created with the policy \"" + meta_.policy.Summary() +
+                  "was created with the policy \"" + meta.policy.Summary() +
                       "\"; a running sandbox cannot change it (run without "
                       "policy options, or `acqfs rm` it and create it anew)");
   }
@@ -484,14 +486,12 @@ int Runner::Mount() {
     return rc;
   }
   mounted_ = true;
-  auto meta = ReadMeta(SandboxPaths(state_, a_.name).meta);
-  if (!meta) {
-    Fail(kExitFailed, "run: sandbox metadata", meta.error());
+  if (Status s = sandbox_.Load(); !s) {
+    Fail(kExitFailed, "run: sandbox metadata", s.error());
     Unmount();
     return kExitFailed;
   }
-  meta_ = *meta;
-  mountpoint_ = meta_.mountpoint;
+  mountpoint_ = sandbox_.meta().mountpoint;
   return 0;
 }
 
