@@ -18,6 +18,7 @@
 #include "cli/cli_util.h"
 #include "cli/liveness.h"
 #include "cli/process.h"
+#include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
 
@@ -42,8 +43,8 @@ void SetUpLogging(const DaemonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
-// Writes the pid file atomically (temp file, rename): readers never see it
-// half written. Once mounted, it also names the mount's device.
+// Writes the pid file atomically (common/atomic_file.h): readers never see
+// it half written. Once mounted, it also names the mount's device.
 void WritePidFile(const std::string& path, const std::string& mountpoint) {
   if (path.empty()) return;
   DaemonRecord r;
@@ -63,15 +64,8 @@ void WritePidFile(const std::string& path, const std::string& mountpoint) {
     if (!r.mount_dev && !mounts.empty())
       r.mount_dev = mounts.back().dev;  // the topmost fuse.acqfs one: ours
   }
-  const std::string tmp = path + ".tmp";
-  const std::string text = FormatDaemonRecord(r);
-  UniqueFd fd(
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  Status s = fd ? sys::PwriteAll(fd.get(), text.data(), text.size(), 0, tmp)
-                : Status(Error::Errno("create", tmp));
-  if (s && ::rename(tmp.c_str(), path.c_str()) != 0)
-    s = Error::Errno("rename", path);
-  if (!s) spdlog::error("pid file: {}", s.error().Message());
+  if (Status s = WriteFileAtomically(path, FormatDaemonRecord(r), 0644); !s)
+    spdlog::error("pid file: {}", s.error().Message());
 }
 
 // A daemon must end cleanly on SIGTERM and SIGINT (and, detached, SIGHUP):
