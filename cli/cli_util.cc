@@ -1,19 +1,10 @@
 #include "cli/cli_util.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <optional>
-#include <utility>
-#include <vector>
-
-#include "cli/daemon.h"
-#include "cli/liveness.h"
-#include "common/handle.h"
 
 namespace acqfs::cli {
 
@@ -51,125 +42,6 @@ bool Within(const std::string& inner, const std::string& outer) {
   if (inner == outer) return true;
   std::string o = outer == "/" ? outer : outer + "/";
   return inner.rfind(o, 0) == 0;
-}
-
-namespace {
-
-// The sandbox `name` when <state>/<name>/meta.json exists (nullopt when it
-// does not), or the error reading it.
-std::optional<Result<FoundSandbox>> Named(const std::string& state,
-                                          const std::string& name) {
-  if (!ValidSandboxName(name) || !Exists(state + "/" + name + "/meta.json"))
-    return std::nullopt;
-  FoundSandbox f;
-  f.paths = SandboxPaths(state, name);
-  f.by_name = true;
-  auto m = ReadMeta(f.paths.meta);
-  if (!m)
-    return Result<FoundSandbox>(Error::Of(m.err(),
-                                          "its metadata " + f.paths.meta +
-                                              ": " + std::strerror(m.err()) +
-                                              " (" + m.error().op + ")",
-                                          name));
-  f.meta = *m;
-  return Result<FoundSandbox>(std::move(f));
-}
-
-// Every sandbox in `state` whose metadata records `mountpoint`, by name.
-// Folders whose metadata cannot be read are skipped (`acqfs ls` shows
-// them).
-std::vector<FoundSandbox> RecordedAt(const std::string& state,
-                                     const std::string& mountpoint) {
-  std::vector<FoundSandbox> found;
-  UniqueDir dir(::opendir(state.c_str()));
-  if (!dir) return found;
-  while (struct dirent* e = ::readdir(dir.get())) {
-    std::string n = e->d_name;
-    if (n == "." || n == ".." || !ValidSandboxName(n)) continue;
-    FoundSandbox f;
-    f.paths = SandboxPaths(state, n);
-    auto m = ReadMeta(f.paths.meta);
-    if (!m || m->mountpoint != mountpoint) continue;
-    f.meta = *m;
-    found.push_back(std::move(f));
-  }
-  std::sort(found.begin(), found.end(),
-            [](const FoundSandbox& a, const FoundSandbox& b) {
-              return a.paths.name < b.paths.name;
-            });
-  return found;
-}
-
-// "a", "a and b", "a, b and c".
-std::string NameList(const std::vector<const FoundSandbox*>& sandboxes) {
-  std::string s;
-  for (size_t i = 0; i < sandboxes.size(); i++) {
-    if (i > 0) s += i + 1 == sandboxes.size() ? " and " : ", ";
-    s += sandboxes[i]->paths.name;
-  }
-  return s;
-}
-
-Error Ambiguous(const std::string& arg, const std::string& mountpoint,
-                const std::vector<const FoundSandbox*>& sandboxes,
-                const std::string& how) {
-  const std::string where = arg == mountpoint ? "" : " (" + mountpoint + ")";
-  return Error::Of(ENOTUNIQ,
-                   "is the recorded mountpoint" + where + " of the sandboxes " +
-                       NameList(sandboxes) + ", " + how +
-                       "; give the name of the one you mean (acqfs ls lists "
-                       "them)",
-                   arg);
-}
-
-// Of several sandboxes whose own mounts are all at `mountpoint` (stacked
-// there by hand), the one whose mount the path leads to.
-Result<FoundSandbox> Reached(
-    const std::string& arg, const std::string& mountpoint,
-    const std::vector<std::pair<FoundSandbox*, MountEntry>>& mounted) {
-  auto reached = MountReachedAt(mountpoint);
-  std::vector<const FoundSandbox*> all;
-  for (const auto& [f, m] : mounted) {
-    if (reached && reached->id == m.id && reached->dev == m.dev) return *f;
-    all.push_back(f);
-  }
-  return Ambiguous(arg, mountpoint, all,
-                   "all mounted there, none of them on top");
-}
-
-}  // namespace
-
-Result<FoundSandbox> FindSandboxByName(const std::string& state,
-                                       const std::string& name) {
-  if (auto named = Named(state, name)) return std::move(*named);
-  return Error::Of(ENOENT, "no such sandbox", name);
-}
-
-Result<FoundSandbox> FindSandbox(const std::string& state,
-                                 const std::string& arg) {
-  if (auto named = Named(state, arg)) return std::move(*named);
-  const std::string target = MountpointPath(arg);
-  std::vector<FoundSandbox> recorded = RecordedAt(state, target);
-  if (recorded.empty()) return Error::Of(ENOENT, "no such sandbox", arg);
-  // The sandboxes whose own mount is there now (a probe that fails counts
-  // as not mounted there).
-  std::vector<std::pair<FoundSandbox*, MountEntry>> mounted;
-  for (FoundSandbox& f : recorded) {
-    auto live = ProbeSandbox(f.paths, f.meta);
-    if (!live || !live->mount) continue;
-    f.mounted_at = true;
-    mounted.push_back({&f, *live->mount});
-  }
-  if (mounted.size() == 1) return *mounted[0].first;
-  if (mounted.size() > 1) return Reached(arg, target, mounted);
-  if (recorded.size() == 1) return recorded[0];
-  std::vector<const FoundSandbox*> all;
-  for (const FoundSandbox& f : recorded) all.push_back(&f);
-  return Ambiguous(arg, target, all, "and none of them is mounted there now");
-}
-
-int FailFind(const std::string& what, const std::string& arg, const Error& e) {
-  return Fail(kExitBadInput, what, e.path.empty() ? arg : e.path, e.op);
 }
 
 namespace {
@@ -244,52 +116,6 @@ std::string QuotePath(const std::string& path) {
   }
   out += '"';
   return out;
-}
-
-Result<Layers> OpenSandboxLayers(const SandboxPaths& paths,
-                                 const SandboxMeta& meta) {
-  XattrNamespace ns = meta.xattr_namespace == "trusted"
-                          ? XattrNamespace::kTrusted
-                          : XattrNamespace::kUser;
-  auto layers = Layers::OpenForReading(meta.lower, paths.upper, ns);
-  if (!layers) return layers.error();
-  auto policy = meta.policy.Build();
-  if (!policy) return policy.error();
-  layers->policy = *policy;
-  return layers;
-}
-
-int CleanUpStaleSandbox(const std::string& command, const SandboxPaths& paths,
-                        const SandboxMeta& meta) {
-  const std::string what = command + ": clean up a stale mount";
-  auto live = ProbeSandbox(paths, meta);
-  if (!live) return Fail(kExitFailed, what, live.error());
-  if (live->mount) {
-    if (Status s = DetachStaleMount(*live->mount); !s)
-      return Fail(kExitFailed, what, s.error());
-    std::fprintf(stderr,
-                 "acqfs: %s: %s: cleaned up a stale mount of sandbox %s\n",
-                 command.c_str(), meta.mountpoint.c_str(), paths.name.c_str());
-  }
-  if (::unlink(paths.pid.c_str()) != 0 && errno != ENOENT)
-    return Fail(kExitFailed, what, paths.pid, std::strerror(errno));
-  return 0;
-}
-
-gitbridge::ExportConfig ExportConfigFor(const SandboxPaths& paths,
-                                        const SandboxMeta& meta) {
-  gitbridge::ExportConfig c;
-  c.sandbox = paths.name;
-  c.lower = meta.lower;
-  c.upper = paths.upper;
-  c.bridge = paths.bridge;
-  c.xattr_namespace = meta.xattr_namespace == "trusted"
-                          ? XattrNamespace::kTrusted
-                          : XattrNamespace::kUser;
-  auto policy = meta.policy.Build();
-  // Callers that publish (export) check first that the policy builds.
-  if (policy) c.policy = *policy;
-  return c;
 }
 
 }  // namespace acqfs::cli

@@ -28,9 +28,7 @@
 // could not be made or removed, COMMAND failed, or an interruption.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +39,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,12 +48,12 @@
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/liveness.h"
+#include "cli/process.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/sys.h"
 #include "gitbridge/remote.h"
-
-extern char** environ;
 
 namespace acqfs::cli {
 namespace {
@@ -69,169 +68,58 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Termination signals and SIGCHLD, blocked for the object's life and taken
-// with sigtimedwait(2): the waits below see a child's end and a signal
-// alike. Construct it before any thread starts, so every thread inherits
-// the mask and the signals reach only sigtimedwait.
-class Signals {
- public:
-  Signals() {
-    sigemptyset(&term_);
-    for (int s : kTermSignals) sigaddset(&term_, s);
-    sigset_t all = term_;
-    sigaddset(&all, SIGCHLD);
-    // A handler, so that SIGCHLD is never discarded as ignored.
-    struct sigaction sa {};
-    sa.sa_handler = [](int) {};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_NOCLDSTOP;
-    ::sigaction(SIGCHLD, &sa, &old_chld_);
-    ::sigprocmask(SIG_BLOCK, &all, &old_mask_);
-  }
-  ~Signals() {
-    Poll();  // consumed here rather than delivered when unblocked
-    ::sigaction(SIGCHLD, &old_chld_, nullptr);
-    ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-  Signals(const Signals&) = delete;
-  Signals& operator=(const Signals&) = delete;
-
-  // The first termination signal taken, or 0.
-  int received() const { return received_; }
-  // Takes the termination signals that arrived meanwhile, without waiting.
-  int Poll() {
-    struct timespec zero {};
-    for (int s; (s = ::sigtimedwait(&term_, nullptr, &zero)) > 0;) Take(s, 0);
-    return received_;
-  }
-  // Waits for the child `pid` and returns its wait status. With `forward`,
-  // a termination signal is passed on to the child's process group (the
-  // second and later ones as SIGKILL); otherwise it is only recorded.
-  int Wait(pid_t pid, bool forward) {
-    sigset_t set = term_;
-    sigaddset(&set, SIGCHLD);
-    for (;;) {
-      int status = 0;
-      pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == pid) return status;
-      if (r < 0 && errno != EINTR) return -1;
-      struct timespec tick = {1, 0};  // in case a SIGCHLD went elsewhere
-      int s = ::sigtimedwait(&set, nullptr, &tick);
-      if (s > 0 && s != SIGCHLD) Take(s, forward ? pid : 0);
-    }
-  }
-
- private:
-  void Take(int sig, pid_t group) {
-    if (received_ == 0) received_ = sig;
-    if (group > 0) ::kill(-group, ++forwarded_ > 1 ? SIGKILL : sig);
-  }
-
-  sigset_t term_;
-  sigset_t old_mask_;
-  struct sigaction old_chld_ {};
-  int received_ = 0;
-  int forwarded_ = 0;
-};
-
 // How a child ended.
 struct Outcome {
-  pid_t pid = 0;       // also its process group
-  int status = -1;     // wait status; -1 when it could not be waited for
-  int spawn_err = 0;   // errno of posix_spawnp, 0 when it started
-  double seconds = 0;  // from spawning to reaping
+  pid_t pid = 0;                     // also its process group
+  int spawn_err = 0;                 // errno of posix_spawnp, 0 when it started
+  std::optional<ExitStatus> status;  // nullopt when it could not be waited for
+  double seconds = 0;                // from spawning to reaping
 
-  bool ok() const {
-    return spawn_err == 0 && status >= 0 && WIFEXITED(status) &&
-           WEXITSTATUS(status) == 0;
-  }
+  bool ok() const { return spawn_err == 0 && status && status->success(); }
   // "exited with status 3", "was killed by signal 9 (Killed)", ...
   std::string Describe() const {
     if (spawn_err != 0)
       return std::string("could not be started: ") + std::strerror(spawn_err);
-    if (status < 0) return "could not be waited for";
-    if (WIFEXITED(status))
-      return "exited with status " + std::to_string(WEXITSTATUS(status));
-    int sig = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(sig) + " (" +
-           ::strsignal(sig) + ")";
+    if (!status) return "could not be waited for";
+    return status->Describe();
   }
 };
 
-// posix_spawn settings: cwd, stdin from /dev/null, stdout and stderr to
-// files, a process group of its own, an empty signal mask and default
-// dispositions for the signals this process blocks or handles.
-class SpawnSetup {
- public:
-  SpawnSetup(const std::string& cwd, const std::string& out,
-             const std::string& err) {
-    ::posix_spawn_file_actions_init(&actions_);
-    ::posix_spawnattr_init(&attr_);
-    const int wr = O_WRONLY | O_CREAT | O_TRUNC;
-    ::posix_spawn_file_actions_addchdir_np(&actions_, cwd.c_str());
-    ::posix_spawn_file_actions_addopen(&actions_, 0, "/dev/null", O_RDONLY, 0);
-    ::posix_spawn_file_actions_addopen(&actions_, 1, out.c_str(), wr, 0600);
-    ::posix_spawn_file_actions_addopen(&actions_, 2, err.c_str(), wr, 0600);
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    for (int s : kTermSignals) sigaddset(&dfl, s);
-    sigaddset(&dfl, SIGCHLD);
-    sigaddset(&dfl, SIGPIPE);
-    ::posix_spawnattr_setsigmask(&attr_, &none);
-    ::posix_spawnattr_setsigdefault(&attr_, &dfl);
-    ::posix_spawnattr_setpgroup(&attr_, 0);
-    ::posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETPGROUP |
-                                           POSIX_SPAWN_SETSIGMASK |
-                                           POSIX_SPAWN_SETSIGDEF);
-  }
-  ~SpawnSetup() {
-    ::posix_spawn_file_actions_destroy(&actions_);
-    ::posix_spawnattr_destroy(&attr_);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-
-  const posix_spawn_file_actions_t* actions() const { return &actions_; }
-  const posix_spawnattr_t* attr() const { return &attr_; }
-
- private:
-  posix_spawn_file_actions_t actions_;
-  posix_spawnattr_t attr_;
-};
-
-// This process's environment with PWD set to `cwd`.
-std::vector<std::string> EnvironmentIn(const std::string& cwd) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; e++)
-    if (std::strncmp(*e, "PWD=", 4) != 0) env.emplace_back(*e);
-  env.push_back("PWD=" + cwd);
-  return env;
-}
-
-std::vector<char*> CStrings(std::vector<std::string>& words) {
-  std::vector<char*> v;
-  for (auto& w : words) v.push_back(w.data());
-  v.push_back(nullptr);
-  return v;
-}
-
-// Runs `argv` in `cwd` (see SpawnSetup) and waits for it; `forward` as in
-// Signals::Wait.
-Outcome Spawn(Signals& signals, std::vector<std::string> argv,
+// Runs `argv` (found in PATH) in `cwd` with $PWD set to it, stdin from
+// /dev/null, stdout and stderr to the files `out` and `err`, in a process
+// group of its own, and waits for it. With `forward`, a termination signal
+// is passed on to its process group (the second and later ones as
+// SIGKILL); otherwise it is only recorded in `signals`.
+Outcome Spawn(SignalWatch& signals, const std::vector<std::string>& argv,
               const std::string& cwd, const std::string& out,
               const std::string& err, bool forward) {
-  SpawnSetup setup(cwd, out, err);
-  std::vector<std::string> env = EnvironmentIn(cwd);
-  std::vector<char*> cargv = CStrings(argv), cenv = CStrings(env);
-  Outcome o;
+  SpawnOptions o;
+  o.search_path = true;
+  o.new_group = true;
+  o.cwd = cwd;
+  o.env = EnvironmentWith("PWD", cwd);
+  o.stdin_fd = SpawnOptions::kDevNull;
+  o.stdout_path = out;
+  o.stderr_path = err;
+  o.reset_signals = signals.ChildDefaults();
+  Outcome outcome;
   auto t0 = Clock::now();
-  o.spawn_err = ::posix_spawnp(&o.pid, cargv[0], setup.actions(), setup.attr(),
-                               cargv.data(), cenv.data());
-  if (o.spawn_err != 0) return o;
-  o.status = signals.Wait(o.pid, forward);
-  o.seconds = Since(t0);
-  return o;
+  auto pid = Spawn(argv[0], argv, o);
+  if (!pid) {
+    outcome.spawn_err = pid.err();
+    return outcome;
+  }
+  outcome.pid = *pid;
+  int forwarded = 0;
+  auto on_signal = [&](int sig) {
+    if (forward)
+      (void)SendSignal(-outcome.pid, ++forwarded > 1 ? SIGKILL : sig,
+                       "process group " + std::to_string(outcome.pid));
+  };
+  auto status = WaitWatching(signals, outcome.pid, argv[0], on_signal);
+  if (status) outcome.status = *status;
+  outcome.seconds = Since(t0);
+  return outcome;
 }
 
 // The last kTailLines lines of the file (at most kTailBytes).
@@ -254,23 +142,6 @@ std::vector<std::string> Tail(const std::string& path) {
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-// A word as a POSIX shell would need it written, for messages.
-std::string Quote(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                        "@%+=:,./_-") == std::string::npos)
-    return w;
-  std::string q = "'";
-  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string Shown(const std::vector<std::string>& words) {
-  std::string s;
-  for (const auto& w : words) s += (s.empty() ? "" : " ") + Quote(w);
-  return s;
 }
 
 double Median(std::vector<double> v) {
@@ -305,7 +176,7 @@ nlohmann::json ToJson(const Series& s) {
 // One `acqfs bench` invocation: its workspaces, its results, its cleanup.
 class Bench {
  public:
-  Bench(const BenchArgs& a, Signals& signals)
+  Bench(const BenchArgs& a, SignalWatch& signals)
       : a_(a), signals_(signals), progress_("bench") {}
   ~Bench() { RemoveWorkdir(); }
   Bench(const Bench&) = delete;
@@ -339,9 +210,14 @@ class Bench {
                      std::to_string(a_.runs) + ": " + what);
   }
   void Print() const;
+  // Takes the signals that arrived meanwhile: was bench interrupted?
+  bool Interrupted() {
+    (void)signals_.Take();
+    return signals_.first() != 0;
+  }
 
   const BenchArgs& a_;
-  Signals& signals_;
+  SignalWatch& signals_;
   Progress progress_;
   std::string self_;                    // this program
   std::string repo_;                    // the checkout's top level
@@ -363,12 +239,12 @@ int Bench::Run() {
   progress_.Update("cleaning up");
   RemoveWorkdir();
   progress_.Finish();
-  const bool interrupted = rc == kInterrupted || signals_.Poll() != 0;
+  const bool interrupted = rc == kInterrupted || Interrupted();
   const int left = Leftovers();
   if (interrupted)
-    return Fail(kExitFailed, "bench", "`" + Shown(a_.command) + "`",
+    return Fail(kExitFailed, "bench", "`" + ShellLine(a_.command) + "`",
                 std::string("interrupted by SIG") +
-                    sigabbrev_np(signals_.received()) +
+                    sigabbrev_np(signals_.first()) +
                     (left ? "; see above for what is left"
                           : "; removed everything it made"));
   if (rc != 0) return rc;
@@ -384,11 +260,9 @@ int Bench::Run() {
 }
 
 int Bench::Prepare() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0)
-    return Fail(kExitFailed, "bench", "/proc/self/exe", std::strerror(errno));
-  self_.assign(buf, n);
+  auto self = SelfExe();
+  if (!self) return Fail(kExitFailed, "bench", self.error());
+  self_ = *self;
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl =
       std::string(tmp && *tmp ? tmp : "/tmp") + "/acqfs-bench-XXXXXX";
@@ -404,7 +278,7 @@ int Bench::Prepare() {
   if (int rc = PrepareStateDir()) return rc;
   progress_.Update("checking the checkout");
   CheckCheckoutClean();
-  return signals_.Poll() ? kInterrupted : 0;
+  return Interrupted() ? kInterrupted : 0;
 }
 
 // The checkout: --repo's (or the current directory's) git top level.
@@ -484,7 +358,7 @@ int Bench::RunSandbox(int run) {
   const std::string name = "bench-" + std::to_string(::getpid()) + "-" + n;
   const std::string mnt = workdir_ + "/mnt-" + n;
   // Never touch a sandbox this run did not make.
-  if (Exists(SandboxPaths(state_, name).dir))
+  if (Sandbox(state_, name).HasFolder())
     return Fail(kExitBadInput, "bench: sandbox", name,
                 "exists already in " + state_);
   if (::mkdir(mnt.c_str(), 0755) != 0)
@@ -498,7 +372,7 @@ int Bench::RunSandbox(int run) {
     rc = HelperFailed("acqfs mount", mnt, m, "mount-" + n);
   else
     acqfs_.setup.push_back(m.seconds);
-  if (rc == 0 && signals_.Poll()) rc = kInterrupted;
+  if (rc == 0 && Interrupted()) rc = kInterrupted;
   if (rc == 0) {
     Phase(run, "running in the acqfs sandbox");
     rc = TimeCommand(run, "the acqfs sandbox", "sandbox-" + n, mnt, &acqfs_);
@@ -517,7 +391,7 @@ int Bench::RunClone(int run) {
       {"git", "clone", "--no-hardlinks", "--quiet", "--", repo_, clone},
       workdir_, Log("clone-" + n + ".out"), Log("clone-" + n + ".err"), true);
   int rc = 0;
-  if (signals_.Poll())
+  if (Interrupted())
     rc = kInterrupted;
   else if (!c.ok())
     rc = HelperFailed("git clone", repo_, c, "clone-" + n);
@@ -541,15 +415,17 @@ int Bench::TimeCommand(int run, const std::string& where,
                        Series* series) {
   const std::string err = Log("command-" + tag + ".err");
   Outcome o = Spawn(signals_, a_.command, cwd, "/dev/null", err, true);
-  if (o.spawn_err == 0) ::kill(-o.pid, SIGKILL);
-  if (signals_.Poll()) return kInterrupted;
+  if (o.spawn_err == 0)
+    (void)SendSignal(-o.pid, SIGKILL,
+                     "process group " + std::to_string(o.pid));  // leftovers
+  if (Interrupted()) return kInterrupted;
   if (o.ok()) {
     series->runs.push_back(o.seconds);
     return 0;
   }
   progress_.Finish();
   Fail(kExitFailed, "bench: run " + std::to_string(run + 1) + " in " + where,
-       "`" + Shown(a_.command) + "`", o.Describe());
+       "`" + ShellLine(a_.command) + "`", o.Describe());
   std::vector<std::string> tail = Tail(err);
   if (!tail.empty()) std::fprintf(stderr, "  the end of its stderr:\n");
   for (const auto& l : tail) std::fprintf(stderr, "    %s\n", l.c_str());
@@ -562,7 +438,8 @@ int Bench::TimeCommand(int run, const std::string& where,
 // when the commands succeeded and nothing is left.
 bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
                           bool mounted) {
-  SandboxPaths paths(state_, name);
+  const Sandbox sandbox(state_, name);
+  const SandboxPaths& paths = sandbox.paths();
   const std::string log = "teardown-" + name;
   bool ok = true;
   if (IsAcqfsMounted(mnt)) {
@@ -573,7 +450,7 @@ bool Bench::RemoveSandbox(const std::string& name, const std::string& mnt,
       ok = false;
     }
   }
-  if (Exists(paths.dir)) {
+  if (sandbox.HasFolder()) {
     Outcome rm =
         Helper({"rm", name, "--state-dir", state_, "--force"}, log + "-rm");
     if (!rm.ok()) {
@@ -639,7 +516,7 @@ void Bench::Print() const {
     return;
   }
   std::printf("acqfs bench: `%s` in %s, %d run%s each\n",
-              Shown(a_.command).c_str(), repo_.c_str(), a_.runs,
+              ShellLine(a_.command).c_str(), repo_.c_str(), a_.runs,
               a_.runs == 1 ? "" : "s");
   std::printf("%-8s %12s %12s\n", "run", "acqfs", "clone");
   for (int i = 0; i < a_.runs; i++)
@@ -662,7 +539,10 @@ int RunBench(const BenchArgs& a) {
   if (a.runs < 1)
     return Fail(kExitBadInput, "bench: --runs", std::to_string(a.runs),
                 "must be at least 1");
-  Signals signals;  // first: the progress thread inherits the mask
+  // First: the progress thread inherits the mask.
+  SignalWatch signals({std::begin(kTermSignals), std::end(kTermSignals)});
+  if (Status s = signals.Start(); !s)
+    return Fail(kExitFailed, "bench: block signals", s.error());
   Bench bench(a, signals);
   return bench.Run();
 }

@@ -10,8 +10,8 @@
 //   index <old>..<new>[ <mode>]    (abbreviated blob ids, 0000000 for none)
 //   --- a/P | --- /dev/null
 //   +++ b/P | +++ /dev/null
-//   @@ hunks from libgit2 (git_patch_from_buffers), with its
-//      "\ No newline at end of file" markers
+//   @@ hunks from libgit2, with its "\ No newline at end of file" markers
+//      (the blocks are rendered by gitbridge/patch.h)
 // Modes are git's: 100644, 100755 (owner exec bit set) or 120000. A symlink
 // is a file whose content is its target, without a newline. A file with a
 // NUL byte in its first 8000 bytes on either side, or larger than 512 MiB
@@ -38,64 +38,33 @@
 
 #include <cstdio>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
-#include "common/git_ptr.h"
 #include "common/sys.h"
 #include "fs/change_scan.h"
 #include "fs/layer.h"
+#include "gitbridge/patch.h"
 
 namespace acqfs::cli {
 
 namespace {
 
-using GitPatch = GitPtr<git_patch, git_patch_free>;
-
-constexpr size_t kBinaryProbe = 8000;        // git's buffer_is_binary window
-constexpr size_t kMaxTextSize = 512u << 20;  // git's core.bigFileThreshold
-constexpr char kNoBlob[] = "0000000";
-
-// One side of a block: what a/P or b/P holds.
-struct Side {
-  bool exists = false;
-  unsigned mode = 0;  // git's: 0100644, 0100755, 0120000
-  std::string data;   // content or link target ("" when too big)
-  bool too_big = false;
-  std::string blob;  // abbreviated blob id, "" when too big
-};
-
-unsigned GitMode(mode_t mode) {
-  if (S_ISLNK(mode)) return 0120000;
-  return (mode & S_IXUSR) ? 0100755 : 0100644;
-}
+using gitbridge::PatchPath;
+using gitbridge::PatchSide;
 
 bool Representable(mode_t mode) { return S_ISREG(mode) || S_ISLNK(mode); }
 
-std::string Octal(unsigned mode) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%06o", mode);
-  return buf;
-}
-
-Result<std::string> BlobId(const std::string& data, const std::string& shown) {
-  git_oid oid;
-  int rc = git_odb_hash(&oid, data.data(), data.size(), GIT_OBJECT_BLOB);
-  if (rc < 0) return GitError(rc, "hash blob", shown);
-  char hex[8];
-  git_oid_tostr(hex, sizeof hex, &oid);
-  return std::string(hex);
-}
-
-// Reads the object at `rel` in `layer` (st_mode `mode`) into a Side.
-Result<Side> ReadSide(const Layer& layer, const std::string& rel, mode_t mode) {
-  Side s;
+// Reads the object at `rel` in `layer` (st_mode `mode`) into a PatchSide.
+Result<PatchSide> ReadSide(const Layer& layer, const std::string& rel,
+                           mode_t mode) {
+  PatchSide s;
   s.exists = true;
-  s.mode = GitMode(mode);
+  s.mode = mode;
   if (S_ISLNK(mode)) {
     auto dir = layer.OpenDir(sys::Dirname(rel));
     if (!dir) return dir.error();
@@ -106,126 +75,33 @@ Result<Side> ReadSide(const Layer& layer, const std::string& rel, mode_t mode) {
   } else {
     auto fd = layer.OpenForReading(rel);
     if (!fd) return fd.error();
-    auto data = sys::ReadAll(fd->get(), kMaxTextSize, layer.Shown(rel));
+    auto data =
+        sys::ReadAll(fd->get(), gitbridge::kPatchMaxTextSize, layer.Shown(rel));
     if (!data && data.err() != EFBIG) return data.error();
     s.too_big = !data;
     if (data) s.data = std::move(*data);
   }
-  if (s.too_big) return s;
-  auto blob = BlobId(s.data, layer.Shown(rel));
-  if (!blob) return blob.error();
-  s.blob = std::move(*blob);
   return s;
 }
 
-bool LooksBinary(const Side& s) {
-  if (s.too_big) return true;
-  std::string_view head(s.data.data(), std::min(s.data.size(), kBinaryProbe));
-  return head.find('\0') != std::string_view::npos;
+// The names a block prints for `path`: "a/P" and "b/P", quoted as `acqfs
+// status` quotes paths.
+PatchPath NamesOf(const std::string& path) {
+  return {path, QuotePath("a/" + path), QuotePath("b/" + path)};
 }
 
-// Writes a block's text to stdout, building it first.
-class Block {
- public:
-  explicit Block(const std::string& path) : path_(path) {}
-  void Line(const std::string& s) { text_ += s + "\n"; }
-  std::string& text() { return text_; }
-  // "a/P" or "b/P", quoted when needed.
-  std::string Name(char side) const {
-    return QuotePath(std::string(1, side) + "/" + path_);
-  }
-  // The ---/+++ name, with git's tab after a name holding a space.
-  std::string FileLineName(char side) const {
-    return Name(side) + (path_.find(' ') != std::string::npos ? "\t" : "");
-  }
-  void Flush() { std::fwrite(text_.data(), 1, text_.size(), stdout); }
-
- private:
-  const std::string& path_;
-  std::string text_;
-};
-
-// Appends the ---/+++ lines and libgit2's hunks of old -> new (nothing when
-// there are no hunks, as for an empty new file).
-Status AppendHunks(const std::string& path, const Side& old_side,
-                   const Side& new_side, Block* block) {
-  git_diff_options opts;
-  git_diff_options_init(&opts, GIT_DIFF_OPTIONS_VERSION);
-  opts.flags |= GIT_DIFF_FORCE_TEXT;  // binary is decided above
-  git_patch* raw = nullptr;
-  int rc = git_patch_from_buffers(
-      &raw, old_side.exists ? old_side.data.data() : nullptr,
-      old_side.data.size(), path.c_str(),
-      new_side.exists ? new_side.data.data() : nullptr, new_side.data.size(),
-      path.c_str(), &opts);
-  GitPatch patch(raw);
-  if (rc < 0) return GitError(rc, "diff", path);
-  size_t hunks = git_patch_num_hunks(patch.get());
-  if (hunks == 0) return Ok();
-  block->Line(old_side.exists ? "--- " + block->FileLineName('a')
-                              : "--- /dev/null");
-  block->Line(new_side.exists ? "+++ " + block->FileLineName('b')
-                              : "+++ /dev/null");
-  std::string& out = block->text();
-  for (size_t h = 0; h < hunks; ++h) {
-    const git_diff_hunk* hunk = nullptr;
-    size_t lines = 0;
-    rc = git_patch_get_hunk(&hunk, &lines, patch.get(), h);
-    if (rc < 0) return GitError(rc, "diff hunk", path);
-    out.append(hunk->header, hunk->header_len);
-    for (size_t i = 0; i < lines; ++i) {
-      const git_diff_line* line = nullptr;
-      rc = git_patch_get_line_in_hunk(&line, patch.get(), h, i);
-      if (rc < 0) return GitError(rc, "diff line", path);
-      // ' ', '+', '-' lead their line; the end-of-file markers carry their
-      // own "\n\ No newline at end of file\n".
-      if (line->origin == GIT_DIFF_LINE_CONTEXT ||
-          line->origin == GIT_DIFF_LINE_ADDITION ||
-          line->origin == GIT_DIFF_LINE_DELETION)
-        out.push_back(line->origin);
-      out.append(line->content, line->content_len);
-    }
-  }
-  return Ok();
+void Write(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
 // One "diff --git" block from `old_side` to `new_side` (either may be
-// missing, not both).
-Status EmitBlock(const std::string& path, const Side& old_side,
-                 const Side& new_side) {
-  bool same_data = old_side.exists && new_side.exists && !old_side.too_big &&
-                   !new_side.too_big && old_side.data == new_side.data;
-  bool mode_change =
-      old_side.exists && new_side.exists && old_side.mode != new_side.mode;
-  if (same_data && !mode_change) return Ok();
-  Block b(path);
-  b.Line("diff --git " + b.Name('a') + " " + b.Name('b'));
-  if (!old_side.exists) b.Line("new file mode " + Octal(new_side.mode));
-  if (!new_side.exists) b.Line("deleted file mode " + Octal(old_side.mode));
-  if (mode_change) {
-    b.Line("old mode " + Octal(old_side.mode));
-    b.Line("new mode " + Octal(new_side.mode));
-  }
-  if (!same_data) {
-    if (!old_side.too_big && !new_side.too_big) {
-      std::string index = "index " +
-                          (old_side.exists ? old_side.blob : kNoBlob) + ".." +
-                          (new_side.exists ? new_side.blob : kNoBlob);
-      if (old_side.exists && new_side.exists && !mode_change)
-        index += " " + Octal(new_side.mode);
-      b.Line(index);
-    }
-    if (LooksBinary(old_side) || LooksBinary(new_side)) {
-      b.Line("Binary files " +
-             (old_side.exists ? b.Name('a') : std::string("/dev/null")) +
-             " and " +
-             (new_side.exists ? b.Name('b') : std::string("/dev/null")) +
-             " differ");
-    } else {
-      ACQFS_TRY(AppendHunks(path, old_side, new_side, &b));
-    }
-  }
-  b.Flush();
+// missing, not both), written to stdout.
+Status EmitBlock(const gitbridge::PatchRenderer& renderer,
+                 const std::string& path, const PatchSide& old_side,
+                 const PatchSide& new_side) {
+  auto block = renderer.Block(NamesOf(path), old_side, new_side);
+  if (!block) return block.error();
+  Write(*block);
   return Ok();
 }
 
@@ -241,40 +117,35 @@ class DiffWriter {
   Status EmitNew(const PathChange& c);   // the merged object arrives
   Status EmitBoth(const PathChange& c);  // same type: an edit
   const Layers& layers_;
+  gitbridge::PatchRenderer renderer_;
 };
 
 Status DiffWriter::EmitOld(const PathChange& c) {
   if (!Representable(c.old_mode)) return Ok();
   auto old_side = ReadSide(layers_.lower, c.path, c.old_mode);
   if (!old_side) return old_side.error();
-  return EmitBlock(c.path, *old_side, Side{});
+  return EmitBlock(renderer_, c.path, *old_side, PatchSide{});
 }
 
 Status DiffWriter::EmitNew(const PathChange& c) {
   if (!Representable(c.new_mode)) return Ok();
   auto new_side = ReadSide(layers_.upper, c.path, c.new_mode);
   if (!new_side) return new_side.error();
-  return EmitBlock(c.path, Side{}, *new_side);
+  return EmitBlock(renderer_, c.path, PatchSide{}, *new_side);
 }
 
 Status DiffWriter::EmitBoth(const PathChange& c) {
   if (!Representable(c.new_mode)) return Ok();  // devices: not in a patch
   if (c.kind == PathChange::kMetadata) {
     // The same content: the exec bit is all a patch can say.
-    unsigned old_mode = GitMode(c.old_mode), new_mode = GitMode(c.new_mode);
-    if (old_mode == new_mode) return Ok();
-    Block b(c.path);
-    b.Line("diff --git " + b.Name('a') + " " + b.Name('b'));
-    b.Line("old mode " + Octal(old_mode));
-    b.Line("new mode " + Octal(new_mode));
-    b.Flush();
+    Write(renderer_.ModeBlock(NamesOf(c.path), c.old_mode, c.new_mode));
     return Ok();
   }
   auto old_side = ReadSide(layers_.lower, c.path, c.old_mode);
   if (!old_side) return old_side.error();
   auto new_side = ReadSide(layers_.upper, c.path, c.new_mode);
   if (!new_side) return new_side.error();
-  return EmitBlock(c.path, *old_side, *new_side);
+  return EmitBlock(renderer_, c.path, *old_side, *new_side);
 }
 
 Result<size_t> DiffWriter::Emit(const std::vector<PathChange>& changes,
@@ -337,18 +208,16 @@ int RunDiff(const DiffArgs& a) {
     options.paths.push_back(rel.empty() ? "." : rel);
   }
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  auto found = FindSandbox(state, a.name);
+  auto found = Sandbox::Find(state, a.name);
   if (!found) return FailFind("diff", a.name, found.error());
-  const SandboxPaths& paths = found->paths;
-  const SandboxMeta& meta = found->meta;
-  auto layers = OpenSandboxLayers(paths, meta);
+  const SandboxPaths& paths = found->paths();
+  auto layers = found->OpenLayers();
   if (!layers) return Fail(kExitFailed, "diff", layers.error());
   Progress progress("diff " + paths.name);
   options.progress = [&](uint64_t n) { progress.Update("scanning", n); };
   auto changes = ScanChanges(*layers, options);
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "diff", changes.error());
-  GitLibrary git;
   DiffWriter writer(*layers);
   for (size_t i = 0; i < changes->size();) {
     auto next = writer.Emit(*changes, i);

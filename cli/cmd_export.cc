@@ -8,6 +8,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "gitbridge/export.h"
 
@@ -78,14 +79,14 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
 int ExportAndReport(const std::string& what, const std::string& name,
                     const std::string& state_dir, bool json) {
   std::string state = Absolute(ResolveStateDir(state_dir));
-  auto found = FindSandbox(state, name);
+  auto found = Sandbox::Find(state, name);
   if (!found) return FailFind(what, name, found.error());
-  const SandboxPaths& paths = found->paths;
-  SandboxMeta& meta = found->meta;
+  const SandboxPaths& paths = found->paths();
+  SandboxMeta& meta = found->meta();
   // A policy that no longer parses is never dropped silently: no export.
   if (auto p = meta.policy.Build(); !p)
     return Fail(kExitBadInput, what + ": sandbox policy", p.error());
-  gitbridge::ExportConfig config = ExportConfigFor(paths, meta);
+  gitbridge::ExportConfig config = found->ExportConfig();
   Progress progress(what + " " + paths.name);
   config.progress = [&](const std::string& phase, uint64_t n) {
     progress.Update(phase, n);
@@ -99,7 +100,7 @@ int ExportAndReport(const std::string& what, const std::string& name,
   }
   // The export happened; a failure to note its time only loses that note.
   meta.last_export = static_cast<int64_t>(std::time(nullptr));
-  if (Status s = WriteMeta(paths.meta, meta); !s)
+  if (Status s = found->Save(); !s)
     Fail(0, what + ": record the export time", s.error());
   if (json)
     PrintJson(paths.name, *r);

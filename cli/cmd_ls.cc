@@ -40,6 +40,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/liveness.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
@@ -82,29 +83,30 @@ std::optional<uint64_t> QuotaUse(const SandboxPaths& paths) {
   return *used + *parked;
 }
 
-std::optional<uint64_t> CountChanges(const SandboxPaths& paths,
-                                     const SandboxMeta& meta) {
-  auto layers = OpenSandboxLayers(paths, meta);
+std::optional<uint64_t> CountChanges(const Sandbox& sandbox) {
+  auto layers = sandbox.OpenLayers();
   if (!layers) return std::nullopt;
   auto changes = ScanChanges(*layers);
   if (!changes) return std::nullopt;
   return changes->size();
 }
 
-Row Describe(const SandboxPaths& paths, const SandboxMeta& meta) {
+Row Describe(const Sandbox& sandbox) {
+  const SandboxPaths& paths = sandbox.paths();
+  const SandboxMeta& meta = sandbox.meta();
   Row r;
   r.name = paths.name;
   r.lower = meta.lower;
   r.mountpoint = meta.mountpoint;
   r.last_export = meta.last_export;
-  if (auto live = ProbeSandbox(paths, meta)) r.state = live->state;
+  if (auto live = sandbox.Probe()) r.state = live->state;
   if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
-  r.changed_paths = CountChanges(paths, meta);
+  r.changed_paths = CountChanges(sandbox);
   r.policy = meta.policy;
   if (meta.policy.quota_bytes) r.quota_used = QuotaUse(paths);
-  r.git = gitbridge::IsGitCheckout(meta.lower);
+  r.git = sandbox.IsGit();
   if (r.git) {
-    if (auto p = gitbridge::Pending(ExportConfigFor(paths, meta)))
+    if (auto p = gitbridge::Pending(sandbox.ExportConfig()))
       r.unfetched = !p->unfetched.empty();
   }
   return r;
@@ -127,12 +129,12 @@ Result<std::vector<Row>> ListSandboxes(const std::string& state) {
     }
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
-    SandboxPaths paths(state, name);
+    Sandbox sandbox(state, name);
     struct stat st;
-    if (::lstat(paths.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    auto meta = ReadMeta(paths.meta);
-    if (!meta) continue;
-    rows.push_back(Describe(paths, *meta));
+    if (::lstat(sandbox.paths().dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      continue;
+    if (!sandbox.Load()) continue;
+    rows.push_back(Describe(sandbox));
   }
   std::sort(rows.begin(), rows.end(),
             [](const Row& a, const Row& b) { return a.name < b.name; });

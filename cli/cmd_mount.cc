@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "cli/daemon.h"
 #include "cli/liveness.h"
 #include "cli/policy_args.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -155,9 +157,9 @@ int CheckOperands(const MountArgs& a, MountTarget* t) {
   return 0;
 }
 
-// What is known of the sandbox before anything is written.
+// What is known of the sandbox before anything is written (its metadata,
+// when it exists, is the Sandbox's, updated for this mount).
 struct SandboxFacts {
-  SandboxMeta meta;  // its metadata, when it exists (updated for this mount)
   SandboxMeta original;  // the metadata as it was, to put back on failure
   bool existed = false;  // meta.json was there
   bool stale = false;    // its daemon died and left its mount behind
@@ -184,29 +186,28 @@ int CheckLayersFree(const MountTarget& t, const SandboxPaths& paths) {
 
 // Reads the sandbox's metadata and liveness when it exists; refuses a
 // different lower and a sandbox that is mounted (or being mounted).
-int CheckSandbox(const MountTarget& t, const SandboxPaths& paths,
-                 SandboxFacts* f) {
-  if (!Exists(paths.dir)) return 0;
-  auto m = ReadMeta(paths.meta);
-  if (!m) {
-    auto held = LockHeld(paths.lock);
+int CheckSandbox(const MountTarget& t, Sandbox* sandbox, SandboxFacts* f) {
+  const SandboxPaths& paths = sandbox->paths();
+  if (!sandbox->HasFolder()) return 0;
+  if (Status loaded = sandbox->Load(); !loaded) {
+    auto held = sandbox->LockHeld();
     if (held && *held)  // a first mount that has not written it yet
       return Fail(
           kExitBadInput, "mount: sandbox", t.name,
           "is being mounted right now (its lock " + paths.lock + " is held)");
-    return Fail(kExitBadInput, "mount: sandbox metadata", m.error());
+    return Fail(kExitBadInput, "mount: sandbox metadata", loaded.error());
   }
-  if (m->lower != t.lower)
+  const SandboxMeta& meta = sandbox->meta();
+  if (meta.lower != t.lower)
     return Fail(kExitBadInput, "mount: sandbox", t.name,
-                "exists over a different lower directory (" + m->lower + ")");
-  f->meta = *m;
-  f->original = *m;
+                "exists over a different lower directory (" + meta.lower + ")");
+  f->original = meta;
   f->existed = true;
-  auto live = ProbeSandbox(paths, f->meta);
+  auto live = sandbox->Probe();
   if (!live) return Fail(kExitFailed, "mount: sandbox state", live.error());
   if (live->state == MountState::kMounted)
     return Fail(kExitBadInput, "mount: sandbox", t.name,
-                "is already mounted at " + f->meta.mountpoint);
+                "is already mounted at " + meta.mountpoint);
   if (live->daemon_alive)
     return Fail(kExitBadInput, "mount: sandbox", t.name,
                 "is being mounted or unmounted right now (its lock " +
@@ -218,8 +219,8 @@ int CheckSandbox(const MountTarget& t, const SandboxPaths& paths,
 // The mountpoint must be a directory and hold no acqfs mount, except the
 // sandbox's own dead one, which the mount cleans up first.
 int CheckMountpoint(const MountArgs& a, const MountTarget& t,
-                    const SandboxFacts& f) {
-  if (f.stale && f.meta.mountpoint == t.mountpoint) return 0;
+                    const Sandbox& sandbox, const SandboxFacts& f) {
+  if (f.stale && sandbox.meta().mountpoint == t.mountpoint) return 0;
   if (IsAcqfsMounted(t.mountpoint))
     return Fail(kExitBadInput, "mount: mountpoint", t.mountpoint,
                 "already holds an acqfs mount");
@@ -232,21 +233,21 @@ int CheckMountpoint(const MountArgs& a, const MountTarget& t,
 
 // Creates the sandbox's folder (`*created` tells whether this call did) and
 // takes its lock, which the daemon inherits.
-int CreateAndLock(const MountTarget& t, const SandboxPaths& paths,
-                  bool* created, UniqueFd* lock) {
+int CreateAndLock(const MountTarget& t, const Sandbox& sandbox, bool* created,
+                  UniqueFd* lock) {
+  const SandboxPaths& paths = sandbox.paths();
   if (Status s = MakeDirs(t.state); !s)
     return Fail(kExitFailed, "mount: state directory", s.error());
   *created = ::mkdir(paths.dir.c_str(), 0700) == 0;
   if (!*created && errno != EEXIST)
     return Fail(kExitFailed, "mount: state directory", paths.dir,
                 std::strerror(errno));
-  lock->reset(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  int e = errno;
-  if (*lock) {
-    Status locked = LockSandbox(lock->get(), paths.lock);
-    if (locked) return 0;
-    e = locked.err();
+  auto locked = sandbox.Lock(/*create=*/true);
+  if (locked) {
+    *lock = std::move(*locked);
+    return 0;
   }
+  const int e = locked.err();
   // Contention means another mount owns the folder now: leave it alone.
   if (e == EWOULDBLOCK)
     return Fail(kExitBadInput, "mount: sandbox", t.name,
@@ -315,21 +316,22 @@ int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
 
 // Every check that can refuse the mount, in order; nothing is written yet.
 int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
-             SandboxFacts* f) {
+             std::optional<Sandbox>* sandbox, SandboxFacts* f) {
   if (int rc = CheckOperands(a, t)) return rc;
   if (int rc = CheckGitFile(t->lower)) return rc;
   if (int rc = ChooseAllowOther(a, config)) return rc;
-  SandboxPaths paths(t->state, t->name);
-  if (int rc = CheckSandbox(*t, paths, f)) return rc;
-  if (int rc = CheckMountpoint(a, *t, *f)) return rc;
+  sandbox->emplace(t->state, t->name);
+  const SandboxPaths& paths = (*sandbox)->paths();
+  if (int rc = CheckSandbox(*t, &**sandbox, f)) return rc;
+  if (int rc = CheckMountpoint(a, *t, **sandbox, *f)) return rc;
   if (gitbridge::IsGitCheckout(t->lower)) {
     if (Status s = gitbridge::CheckRemoteFree(t->lower, t->name, paths.bridge);
         !s)
       return Fail(kExitBadInput, "mount: " + s.error().op, t->lower,
                   "remove it or choose another --name");
   }
-  if (int rc = ChooseNamespace(*t, config, &f->meta)) return rc;
-  return ChoosePolicy(a, *t, config, &f->meta);
+  if (int rc = ChooseNamespace(*t, config, &(*sandbox)->meta())) return rc;
+  return ChoosePolicy(a, *t, config, &(*sandbox)->meta());
 }
 
 }  // namespace
@@ -338,12 +340,14 @@ int RunMount(const MountArgs& a) {
   MountTarget t;
   MountConfig config;
   SandboxFacts facts;
-  if (int rc = CheckAll(a, &t, &config, &facts)) return rc;
-  SandboxPaths paths(t.state, t.name);
-  SandboxMeta& meta = facts.meta;
+  std::optional<Sandbox> found;
+  if (int rc = CheckAll(a, &t, &config, &found, &facts)) return rc;
+  Sandbox& sandbox = *found;
+  const SandboxPaths& paths = sandbox.paths();
+  SandboxMeta& meta = sandbox.meta();
   bool created = false;
   UniqueFd lock;
-  if (int rc = CreateAndLock(t, paths, &created, &lock)) return rc;
+  if (int rc = CreateAndLock(t, sandbox, &created, &lock)) return rc;
   const bool git = gitbridge::IsGitCheckout(t.lower);
   bool meta_written = false;
   auto fail = [&](int rc) {
@@ -359,17 +363,17 @@ int RunMount(const MountArgs& a) {
   if (Status s = SecureSandboxDir(paths.dir); !s)
     return fail(Fail(kExitFailed, "mount: state directory", s.error()));
   if (facts.stale) {
-    if (int rc = CleanUpStaleSandbox("mount", paths, meta)) return fail(rc);
+    if (int rc = sandbox.CleanUpStale("mount")) return fail(rc);
   }
   if (int rc = PrepareLayers(t, paths)) return fail(rc);
   meta.name = t.name;
   meta.lower = t.lower;
   meta.mountpoint = t.mountpoint;
-  if (Status s = WriteMeta(paths.meta, meta); !s)
+  if (Status s = sandbox.Save(); !s)
     return fail(Fail(kExitFailed, "mount: sandbox metadata", s.error()));
   meta_written = true;
   if (git) {
-    if (Status s = gitbridge::PrepareBridge(ExportConfigFor(paths, meta)); !s)
+    if (Status s = gitbridge::PrepareBridge(sandbox.ExportConfig()); !s)
       return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
   }
   config.lower = t.lower;

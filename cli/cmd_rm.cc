@@ -14,6 +14,7 @@
 #include "cli/daemon.h"
 #include "cli/liveness.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -40,13 +41,14 @@ int RunRm(const RmArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
   // By name only: a mountpoint may name another sandbox than one expects,
   // and rm removes what it finds.
-  auto found = FindSandboxByName(state, a.name);
+  auto found = Sandbox::FindByName(state, a.name);
   if (!found) return FailFind("rm", a.name, found.error());
-  const SandboxPaths& paths = found->paths;
-  const SandboxMeta& meta = found->meta;
+  const Sandbox& sandbox = *found;
+  const SandboxPaths& paths = sandbox.paths();
+  const SandboxMeta& meta = sandbox.meta();
   // Only the sandbox's own mount: another sandbox may be mounted at the
   // mountpoint this one used last.
-  auto live = ProbeSandbox(paths, meta);
+  auto live = sandbox.Probe();
   if (!live) return Fail(kExitFailed, "rm: sandbox state", live.error());
   if (live->state == MountState::kStale) {
     if (Status s = DetachStaleMount(*live->mount); !s)
@@ -71,15 +73,13 @@ int RunRm(const RmArgs& a) {
                                 : std::string("an acqfs daemon")) +
                       "; unmount its mount first");
   }
-  UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock)
-    return Fail(kExitFailed, "rm: lock", paths.lock, std::strerror(errno));
-  if (Status locked = LockSandbox(lock.get(), paths.lock); !locked) {
-    if (locked.err() == EWOULDBLOCK)
+  auto lock = sandbox.Lock(/*create=*/true);
+  if (!lock) {
+    if (lock.err() == EWOULDBLOCK)
       return Fail(
           kExitBadInput, "rm", a.name,
           "is being mounted right now (its lock " + paths.lock + " is held)");
-    return Fail(kExitFailed, "rm: lock", locked.error());
+    return Fail(kExitFailed, "rm: lock", lock.error());
   }
   auto claim = LayersClaim::Take(paths.upper, paths.work, 0);
   if (!claim && claim.err() == EBUSY)
@@ -87,9 +87,8 @@ int RunRm(const RmArgs& a) {
         kExitBadInput, "rm", a.name,
         "a daemon took its layers meanwhile: " + claim.error().Message());
   // Another failure (a folder without its layers) does not stop the removal.
-  const bool git = gitbridge::IsGitCheckout(meta.lower);
-  if (git) {
-    auto pending = gitbridge::Pending(ExportConfigFor(paths, meta));
+  if (sandbox.IsGit()) {
+    auto pending = gitbridge::Pending(sandbox.ExportConfig());
     if (!pending && !a.force)
       return Fail(kExitFailed, "rm: check for unsaved work", pending.error());
     if (pending && !pending->empty()) {

@@ -37,20 +37,15 @@
 // anything is mounted; the export's failure code (2, 3) or 2 for a failed
 // unmount when the command itself succeeded.
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -60,11 +55,12 @@
 #include "cli/commands.h"
 #include "cli/liveness.h"
 #include "cli/policy_args.h"
+#include "cli/process.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
+#include "common/sys.h"
 #include "gitbridge/export.h"
-
-extern char** environ;
 
 namespace acqfs::cli {
 namespace {
@@ -76,232 +72,14 @@ constexpr char kWorkspace[] = "/workspace";
 constexpr const char* kUsrParts[] = {"bin",   "sbin",  "lib",
                                      "lib64", "lib32", "libx32"};
 
-std::string SignalName(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-// A word as a POSIX shell would need it, for messages.
-std::string ShellWord(const std::string& w) {
-  static const char kPlain[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-      "@%+=:,./_-";
-  if (!w.empty() && w.find_first_not_of(kPlain) == std::string::npos) return w;
-  std::string out = "'";
-  for (char c : w) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
-
-std::string ShellLine(const std::vector<std::string>& words) {
-  std::string line;
-  for (const auto& w : words) line += (line.empty() ? "" : " ") + ShellWord(w);
-  return line;
-}
-
-// The signals run handles, blocked for the object's life and read from a
-// signalfd. Start() it before any child is spawned.
-class SignalWatch {
- public:
-  SignalWatch() = default;
-  ~SignalWatch() {
-    if (!started_) return;
-    (void)Take();  // consumed here, not delivered when unblocked
-    ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-  SignalWatch(const SignalWatch&) = delete;
-  SignalWatch& operator=(const SignalWatch&) = delete;
-
-  Status Start() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : kForwardedSignals) sigaddset(&set, s);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTSTP);
-    if (::sigprocmask(SIG_BLOCK, &set, &old_mask_) != 0)
-      return Error::Errno("sigprocmask", "SIG_BLOCK");
-    started_ = true;
-    fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!fd_) return Error::Errno("signalfd", "");
-    return Ok();
-  }
-  int fd() const { return fd_.get(); }
-  // The first termination signal taken, or 0.
-  int first() const { return first_; }
-  // The termination signals that arrived since the last call, in order.
-  std::vector<int> Take() {
-    std::vector<int> taken;
-    struct signalfd_siginfo si;
-    while (fd_) {
-      ssize_t n = ::read(fd_.get(), &si, sizeof si);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN) {
-        Fail(0, "run: read signals", "signalfd", std::strerror(errno));
-        break;
-      }
-      if (n != static_cast<ssize_t>(sizeof si)) break;
-      int sig = static_cast<int>(si.ssi_signo);
-      if (sig == SIGCHLD || sig == SIGTSTP) continue;
-      if (first_ == 0) first_ = sig;
-      taken.push_back(sig);
-    }
-    return taken;
-  }
-
- private:
-  UniqueFd fd_;
-  sigset_t old_mask_;
-  bool started_ = false;
-  int first_ = 0;
-};
-
-// How a child's descriptors are set up: kInherit, kDevNull, or a descriptor
-// of this process to dup2 onto 0, 1 or 2.
-constexpr int kInherit = -1;
-constexpr int kDevNull = -2;
-struct SpawnIo {
-  int in = kInherit, out = kInherit, err = kInherit;
-  int keep = -1;          // a descriptor left open (FD_CLOEXEC cleared)
-  std::string cwd;        // "" = this process's
-  bool own_group = true;  // a process group of its own
-};
-
-// posix_spawn's two attribute objects, owned.
-class SpawnSetup {
- public:
-  SpawnSetup() {
-    actions_rc_ = ::posix_spawn_file_actions_init(&actions_);
-    attr_rc_ = ::posix_spawnattr_init(&attr_);
-  }
-  ~SpawnSetup() {
-    if (actions_rc_ == 0) ::posix_spawn_file_actions_destroy(&actions_);
-    if (attr_rc_ == 0) ::posix_spawnattr_destroy(&attr_);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-
-  // 0 or the errno of the first call that failed.
-  int Prepare(const SpawnIo& io) {
-    if (actions_rc_ != 0) return actions_rc_;
-    if (attr_rc_ != 0) return attr_rc_;
-    int rc = 0;
-    auto step = [&rc](int r) {
-      if (rc == 0) rc = r;
-    };
-    const int fds[3] = {io.in, io.out, io.err};
-    for (int target = 0; target < 3; target++) {
-      if (fds[target] == kDevNull)
-        step(::posix_spawn_file_actions_addopen(
-            &actions_, target, "/dev/null", target == 0 ? O_RDONLY : O_WRONLY,
-            0));
-      else if (fds[target] >= 0)
-        step(
-            ::posix_spawn_file_actions_adddup2(&actions_, fds[target], target));
-    }
-    // dup2 onto itself clears FD_CLOEXEC (glibc 2.29 and later, POSIX 2024).
-    if (io.keep >= 0)
-      step(::posix_spawn_file_actions_adddup2(&actions_, io.keep, io.keep));
-    if (!io.cwd.empty())
-      step(::posix_spawn_file_actions_addchdir_np(&actions_, io.cwd.c_str()));
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    for (int s : kForwardedSignals) sigaddset(&dfl, s);
-    for (int s : {SIGCHLD, SIGTSTP, SIGPIPE}) sigaddset(&dfl, s);
-    step(::posix_spawnattr_setsigmask(&attr_, &none));
-    step(::posix_spawnattr_setsigdefault(&attr_, &dfl));
-    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    if (io.own_group) {
-      step(::posix_spawnattr_setpgroup(&attr_, 0));
-      flags |= POSIX_SPAWN_SETPGROUP;
-    }
-    step(::posix_spawnattr_setflags(&attr_, flags));
-    return rc;
-  }
-  const posix_spawn_file_actions_t* actions() const { return &actions_; }
-  const posix_spawnattr_t* attr() const { return &attr_; }
-
- private:
-  posix_spawn_file_actions_t actions_;
-  posix_spawnattr_t attr_;
-  int actions_rc_ = 0, attr_rc_ = 0;
-};
-
-// Starts `program` (a path: no PATH search) with `argv` and this process's
-// environment.
-Result<pid_t> Spawn(const std::string& program,
-                    const std::vector<std::string>& argv, const SpawnIo& io) {
-  SpawnSetup setup;
-  if (int rc = setup.Prepare(io); rc != 0)
-    return Error::Of(rc, "posix_spawn setup", program);
-  std::vector<std::string> words = argv;
-  std::vector<char*> cargv;
-  for (auto& w : words) cargv.push_back(w.data());
-  cargv.push_back(nullptr);
-  pid_t pid = 0;
-  if (int rc = ::posix_spawn(&pid, program.c_str(), setup.actions(),
-                             setup.attr(), cargv.data(), environ);
-      rc != 0)
-    return Error::Of(rc, "posix_spawn", program);
-  return pid;
-}
-
-// Waits for the child `pid` while taking signals: `on_signal` gets each
-// termination signal, and `on_readable` is called when `fd` (when >= 0) can
-// be read, until it returns false. The wait status; ECHILD when `pid` is not
-// (or no longer) a child of this process.
-Result<int> WaitChild(SignalWatch& signals, pid_t pid,
-                      const std::function<void(int)>& on_signal, int fd = -1,
-                      const std::function<bool()>& on_readable = nullptr) {
-  const std::string who = "process " + std::to_string(pid);
-  for (;;) {
-    int status = 0;
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (r < 0 && errno != EINTR) return Error::Errno("waitpid", who);
-    struct pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {fd, POLLIN, 0}};
-    // The timeout only guards against a lost wakeup; SIGCHLD is in the set.
-    int n = ::poll(fds, fd >= 0 ? 2 : 1, 1000);
-    if (n < 0 && errno != EINTR) return Error::Errno("poll", who);
-    if (n <= 0) continue;
-    if (fds[0].revents != 0) {
-      for (int sig : signals.Take())
-        if (on_signal) on_signal(sig);
-    }
-    if (fd >= 0 && fds[1].revents != 0 && !on_readable()) fd = -1;
-  }
-}
-
-// A wait status as a shell reports it: the exit status, or 128+N.
-int ShellStatus(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kExitFailed;
-}
-
-// The first executable regular file `name` in $PATH's directories, as
-// execvp(3) would find it; ENOENT when there is none.
-Result<std::string> FindInPath(const std::string& name) {
-  const char* env = std::getenv("PATH");
-  const std::string path = env ? env : "/bin:/usr/bin";
-  size_t from = 0;
-  for (;;) {
-    size_t colon = path.find(':', from);
-    std::string dir = path.substr(
-        from, colon == std::string::npos ? std::string::npos : colon - from);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    struct stat st;
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0)
-      return Absolute(candidate);
-    if (colon == std::string::npos) break;
-    from = colon + 1;
-  }
-  return Error::Of(ENOENT, "find in PATH", name);
+// How run's children start: stdin, stdout and stderr as given, in a
+// process group of their own, with the signals run takes at their default
+// action.
+SpawnOptions ChildOptions(const SignalWatch& signals) {
+  SpawnOptions o;
+  o.new_group = true;
+  o.reset_signals = signals.ChildDefaults();
+  return o;
 }
 
 // Reads bwrap's --info-fd, a JSON object whose "child-pid" is the sandbox's
@@ -373,12 +151,13 @@ class Runner {
   void Forward(int sig);
 
   const RunArgs& a_;
-  SignalWatch signals_;
+  SignalWatch signals_{
+      {std::begin(kForwardedSignals), std::end(kForwardedSignals)}, {SIGTSTP}};
   std::string self_;         // this program
   std::string bwrap_;        // bwrap, found in PATH
   std::string state_;        // the state directory, as given (absolute)
   std::string state_canon_;  // ... and canonical
-  SandboxMeta meta_;         // the sandbox's, once it exists
+  Sandbox sandbox_{"", ""};  // the sandbox (its metadata once it exists)
   std::optional<PolicyRecord> policy_;  // the policy options, when given
   std::string lower_;                   // canonical
   std::string mountpoint_;  // where the sandbox is (or will be) mounted
@@ -474,12 +253,9 @@ int Runner::CheckArgs() {
                     "); install it with `apt-get install bubblewrap`");
   }
   bwrap_ = *bwrap;
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0)
-    return Fail(kExitFailed, "run: readlink", "/proc/self/exe",
-                std::strerror(errno));
-  self_.assign(buf, static_cast<size_t>(n));
+  auto self = SelfExe();
+  if (!self) return Fail(kExitFailed, "run", self.error());
+  self_ = *self;
   return 0;
 }
 
@@ -527,23 +303,23 @@ int Runner::InspectHost() {
 int Runner::ResolveSandbox() {
   state_ = Absolute(ResolveStateDir(a_.state_dir));
   state_canon_ = CanonicalPath(state_);
-  SandboxPaths paths(state_, a_.name);
-  if (!Exists(paths.meta)) return ResolveLower(&lower_);
-  auto meta = ReadMeta(paths.meta);
-  if (!meta) return Fail(kExitBadInput, "run: sandbox metadata", meta.error());
-  meta_ = *meta;
-  auto live = ProbeSandbox(paths, meta_);
+  sandbox_ = Sandbox(state_, a_.name);
+  if (!sandbox_.HasMeta()) return ResolveLower(&lower_);
+  if (Status s = sandbox_.Load(); !s)
+    return Fail(kExitBadInput, "run: sandbox metadata", s.error());
+  const SandboxMeta& meta = sandbox_.meta();
+  auto live = sandbox_.Probe();
   if (!live) return Fail(kExitFailed, "run: sandbox state", live.error());
   if (live->state == MountState::kMounted) {
     reuse_ = true;
-    lower_ = meta_.lower;
-    mountpoint_ = meta_.mountpoint;
+    lower_ = meta.lower;
+    mountpoint_ = meta.mountpoint;
     return CheckReuse();
   }
   // Not mounted, or stale: `acqfs mount` mounts it again (and refuses a
   // --repo that is not its lower).
   if (a_.repo.empty()) {
-    lower_ = meta_.lower;
+    lower_ = meta.lower;
     return 0;
   }
   return ResolveLower(&lower_);
@@ -551,14 +327,15 @@ int Runner::ResolveSandbox() {
 
 // A running mount is used as it is: what would change it is refused.
 int Runner::CheckReuse() {
+  const SandboxMeta& meta = sandbox_.meta();
   const std::string where = "is already mounted at " + mountpoint_;
   if (!a_.repo.empty()) {
     std::string lower;
     if (int rc = ResolveLower(&lower)) return rc;
-    if (lower != meta_.lower)
+    if (lower != meta.lower)
       return Fail(
           kExitBadInput, "run: sandbox", a_.name,
-          "exists over a different lower directory (" + meta_.lower + ")");
+          "exists over a different lower directory (" + meta.lower + ")");
   }
   if (!a_.mountpoint.empty() && CanonicalPath(a_.mountpoint) != mountpoint_)
     return Fail(kExitBadInput, "run: sandbox", a_.name,
@@ -571,9 +348,9 @@ int Runner::CheckReuse() {
                     "; --allow-other, --no-allow-other and -o apply only "
                     "when run mounts it (drop them, or unmount it first)");
   if (policy_) {
-    if (!(*policy_ == meta_.policy))
+    if (!(*policy_ == meta.policy))
       return Fail(kExitBadInput, "run: sandbox", a_.name,
-                  "was created with the policy \"" + meta_.policy.Summary() +
+                  "was created with the policy \"" + meta.policy.Summary() +
                       "\"; a running sandbox cannot change it (run without "
                       "policy options, or `acqfs rm` it and create it anew)");
   }
@@ -594,41 +371,33 @@ int Runner::ResolveLower(std::string* lower) {
   dir = Absolute(dir);
   if (!IsDir(dir))
     return Fail(kExitBadInput, "run: repository", dir, "not a directory");
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    return Fail(kExitFailed, "run: pipe", "git rev-parse",
-                std::strerror(errno));
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  SpawnIo io;
-  io.in = kDevNull;
-  io.out = wr.get();
-  io.err = kDevNull;
+  auto out = MakePipe("git rev-parse");
+  if (!out) return Fail(kExitFailed, "run", out.error());
+  SpawnOptions io = ChildOptions(signals_);
+  io.stdin_fd = SpawnOptions::kDevNull;
+  io.stdout_fd = out->write.get();
+  io.stderr_fd = SpawnOptions::kDevNull;
   auto git = FindInPath("git");
   std::string top;
-  int status = -1;
+  bool found_top = false;
   if (git) {
     auto pid = Spawn(*git,
                      {"git", "-c", "safe.directory=*", "-C", dir, "rev-parse",
                       "--show-toplevel"},
                      io);
-    wr.reset();
+    out->write.reset();
     if (!pid) return Fail(kExitFailed, "run: git", pid.error());
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(rd.get(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        return Fail(kExitFailed, "run: read git's output", dir,
-                    std::strerror(errno));
-      if (n == 0) break;
-      top.append(buf, static_cast<size_t>(n));
-    }
-    auto st = WaitChild(signals_, *pid, nullptr);
+    auto text = sys::ReadAll(out->read.get(), 1 << 20, "git's output");
+    if (!text)
+      return Fail(kExitFailed, "run: read git's output", dir,
+                  std::strerror(text.err()));
+    top = std::move(*text);
+    auto st = WaitWatching(signals_, *pid, "git", nullptr);
     if (!st) return Fail(kExitFailed, "run: git", st.error());
-    status = *st;
+    found_top = st->success();
   }
   while (!top.empty() && top.back() == '\n') top.pop_back();
-  if (status == 0 && !top.empty())
+  if (found_top && !top.empty())
     dir = top;
   else if (a_.repo.empty())
     return Fail(kExitBadInput, "run: repository", dir,
@@ -717,14 +486,12 @@ int Runner::Mount() {
     return rc;
   }
   mounted_ = true;
-  auto meta = ReadMeta(SandboxPaths(state_, a_.name).meta);
-  if (!meta) {
-    Fail(kExitFailed, "run: sandbox metadata", meta.error());
+  if (Status s = sandbox_.Load(); !s) {
+    Fail(kExitFailed, "run: sandbox metadata", s.error());
     Unmount();
     return kExitFailed;
   }
-  meta_ = *meta;
-  mountpoint_ = meta_.mountpoint;
+  mountpoint_ = sandbox_.meta().mountpoint;
   return 0;
 }
 
@@ -757,66 +524,61 @@ std::vector<std::string> Runner::BwrapArgs(int info_fd) const {
 // it; the command and what it started get it), or to bwrap while the
 // sandbox has no group yet; a later one kills everything.
 void Runner::Forward(int sig) {
+  const std::string bwrap =
+      "bwrap (process " + std::to_string(bwrap_pid_) + ")";
   if (++forwarded_ == 1) {
     if (sandbox_pid_ > 0 && ::kill(-sandbox_pid_, sig) == 0) return;
-    if (::kill(bwrap_pid_, sig) != 0 && errno != ESRCH)
-      Fail(0, "run: pass on " + SignalName(sig),
-           "bwrap (process " + std::to_string(bwrap_pid_) + ")",
-           std::strerror(errno));
+    if (Status s = SendSignal(bwrap_pid_, sig, bwrap); !s)
+      Fail(0, "run: pass on " + SignalName(sig), bwrap, std::strerror(s.err()));
     return;
   }
-  if (::kill(bwrap_pid_, SIGKILL) != 0 && errno != ESRCH)
-    Fail(0, "run: kill", "bwrap (process " + std::to_string(bwrap_pid_) + ")",
-         std::strerror(errno));
-  if (sandbox_pid_ > 0 && ::kill(-sandbox_pid_, SIGKILL) != 0 && errno != ESRCH)
-    Fail(0, "run: kill",
-         "the sandbox (group " + std::to_string(sandbox_pid_) + ")",
-         std::strerror(errno));
+  if (Status s = SendSignal(bwrap_pid_, SIGKILL, bwrap); !s)
+    Fail(0, "run: kill", bwrap, std::strerror(s.err()));
+  const std::string group =
+      "the sandbox (group " + std::to_string(sandbox_pid_) + ")";
+  if (sandbox_pid_ > 0) {
+    if (Status s = SendSignal(-sandbox_pid_, SIGKILL, group); !s)
+      Fail(0, "run: kill", group, std::strerror(s.err()));
+  }
 }
 
 // Runs bwrap and waits for it and for the sandbox's pid 1; the command's
 // exit status.
 int Runner::RunCommand() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    return Fail(kExitFailed, "run: pipe", "bwrap --info-fd",
-                std::strerror(errno));
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  int flags = ::fcntl(rd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(rd.get(), F_SETFL, flags | O_NONBLOCK) != 0)
-    return Fail(kExitFailed, "run: fcntl O_NONBLOCK", "bwrap --info-fd",
-                std::strerror(errno));
+  auto info_pipe = MakePipe("bwrap --info-fd", /*nonblocking_read=*/true);
+  if (!info_pipe) return Fail(kExitFailed, "run", info_pipe.error());
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
     return Fail(kExitFailed, "run: prctl", "PR_SET_CHILD_SUBREAPER",
                 std::strerror(errno));
-  SpawnIo io;  // stdin, stdout and stderr pass through
-  io.keep = wr.get();
-  auto pid = Spawn(bwrap_, BwrapArgs(wr.get()), io);
-  wr.reset();
+  SpawnOptions io = ChildOptions(signals_);  // stdin, stdout, stderr pass
+  io.keep_fds = {info_pipe->write.get()};
+  auto pid = Spawn(bwrap_, BwrapArgs(info_pipe->write.get()), io);
+  info_pipe->write.reset();
   int code = 0;
   if (!pid) {
     code = Fail(kExitFailed, "run: start bwrap", pid.error());
   } else {
     bwrap_pid_ = *pid;
-    SandboxInfo info(std::move(rd));
+    SandboxInfo info(std::move(info_pipe->read));
     auto on_signal = [this, &info](int sig) {
       if (sandbox_pid_ == 0) sandbox_pid_ = info.pid();
       Forward(sig);
     };
-    auto st =
-        WaitChild(signals_, bwrap_pid_, on_signal, info.fd(), [this, &info] {
-          bool more = info.OnReadable();
-          sandbox_pid_ = info.pid();
-          return more;
-        });
-    code = st ? ShellStatus(*st)
+    auto st = WaitWatching(signals_, bwrap_pid_, "bwrap", on_signal, info.fd(),
+                           [this, &info] {
+                             bool more = info.OnReadable();
+                             sandbox_pid_ = info.pid();
+                             return more;
+                           });
+    code = st ? st->ShellCode(kExitFailed)
               : Fail(kExitFailed, "run: wait for bwrap", st.error());
     // bwrap may end before its pid 1 has finished ending the sandbox; that
     // process is this one's child now (subreaper). When it is reaped, every
     // process of the sandbox is gone and the mount is no longer in use.
     if (info.pid() > 0) {
       sandbox_pid_ = info.pid();
-      auto reaped = WaitChild(signals_, sandbox_pid_, on_signal);
+      auto reaped =
+          WaitWatching(signals_, sandbox_pid_, "the sandbox", on_signal);
       if (!reaped && reaped.err() != ECHILD)
         Fail(0, "run: wait for the sandbox", reaped.error());
     }
@@ -854,18 +616,18 @@ int Runner::Unmount() {
 int Runner::Helper(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {self_};
   argv.insert(argv.end(), args.begin(), args.end());
-  SpawnIo io;
-  io.in = kDevNull;
-  io.out = STDERR_FILENO;
+  SpawnOptions io = ChildOptions(signals_);
+  io.stdin_fd = SpawnOptions::kDevNull;
+  io.stdout_fd = STDERR_FILENO;
   io.cwd = "/";
   const std::string what = "run: acqfs " + args[0];
   auto pid = Spawn(self_, argv, io);
   if (!pid) return Fail(kExitFailed, what, pid.error());
-  auto st = WaitChild(signals_, *pid, nullptr);
+  auto st = WaitWatching(signals_, *pid, "acqfs " + args[0], nullptr);
   if (!st) return Fail(kExitFailed, what, st.error());
-  if (WIFEXITED(*st)) return WEXITSTATUS(*st);
+  if (st->exited()) return st->code();
   return Fail(kExitFailed, what, ShellLine(argv),
-              "was killed by " + SignalName(WTERMSIG(*st)));
+              "was killed by " + SignalName(st->signal()));
 }
 
 }  // namespace

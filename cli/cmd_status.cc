@@ -35,6 +35,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "fs/change_scan.h"
 #include "fs/layer.h"
@@ -120,11 +121,11 @@ void PrintLines(const std::vector<PathChange>& changes, bool nul) {
 
 int RunStatus(const StatusArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  auto found = FindSandbox(state, a.name);
+  auto found = Sandbox::Find(state, a.name);
   if (!found) return FailFind("status", a.name, found.error());
-  const SandboxPaths& paths = found->paths;
-  const SandboxMeta& meta = found->meta;
-  auto layers = OpenSandboxLayers(paths, meta);
+  const SandboxPaths& paths = found->paths();
+  const SandboxMeta& meta = found->meta();
+  auto layers = found->OpenLayers();
   if (!layers) return Fail(kExitFailed, "status", layers.error());
   ChangeScanOptions options;
   options.include_git_dir = a.include_git_dir;

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/liveness.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "gitbridge/export.h"
@@ -27,28 +28,25 @@ constexpr double kDaemonExitSeconds = 15.0;
 // Detaches the mount the sandbox's dead daemon left and removes its pid
 // file. This happens under the sandbox's lock, as `acqfs mount` cleans up,
 // so a mount starting meanwhile is never taken for the dead one.
-int CleanUpStale(const SandboxPaths& paths, const SandboxMeta& meta) {
-  const std::string what = "umount: clean up a stale mount";
-  UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CLOEXEC));
-  if (!lock) return Fail(kExitFailed, what, paths.lock, std::strerror(errno));
-  if (Status locked = LockSandbox(lock.get(), paths.lock); !locked) {
-    if (locked.err() == EWOULDBLOCK)
-      return Fail(
-          kExitBadInput, "umount", paths.name,
-          "is being mounted right now (its lock " + paths.lock + " is held)");
-    return Fail(kExitFailed, what, locked.error());
+int CleanUpStale(const Sandbox& sandbox) {
+  auto lock = sandbox.Lock(/*create=*/false);
+  if (!lock) {
+    if (lock.err() == EWOULDBLOCK)
+      return Fail(kExitBadInput, "umount", sandbox.name(),
+                  "is being mounted right now (its lock " +
+                      sandbox.paths().lock + " is held)");
+    return Fail(kExitFailed, "umount: clean up a stale mount", lock.error());
   }
-  return CleanUpStaleSandbox("umount", paths, meta);
+  return sandbox.CleanUpStale("umount");
 }
 
 // Ends the sandbox's mount, whatever state it is in; 0 when it is over.
-int Detach(const std::string& target, const SandboxPaths& paths,
-           const SandboxMeta& meta) {
-  auto live = ProbeSandbox(paths, meta);
+int Detach(const std::string& target, const Sandbox& sandbox) {
+  auto live = sandbox.Probe();
   if (!live) return Fail(kExitFailed, "umount: sandbox state", live.error());
   switch (live->state) {
     case MountState::kStale:
-      return CleanUpStale(paths, meta);
+      return CleanUpStale(sandbox);
     case MountState::kMounted:
       if (Status s = Unmount(*live->mount); !s)
         return Fail(kExitFailed, "umount", s.error());
@@ -59,7 +57,7 @@ int Detach(const std::string& target, const SandboxPaths& paths,
         return Fail(kExitBadInput, "umount", target, "not mounted");
       break;
   }
-  if (Status s = WaitForDaemonExit(paths, kDaemonExitSeconds); !s)
+  if (Status s = WaitForDaemonExit(sandbox.paths(), kDaemonExitSeconds); !s)
     return Fail(kExitFailed, "umount", s.error());
   return 0;
 }
@@ -68,12 +66,12 @@ int Detach(const std::string& target, const SandboxPaths& paths,
 
 int RunUmount(const UmountArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  auto found = FindSandbox(state, a.target);
+  auto found = Sandbox::Find(state, a.target);
   if (!found && found.err() != ENOENT && found.err() != ENOTUNIQ)
     return FailFind("umount", a.target, found.error());
   // A mountpoint where no sandbox's own mount is, but an acqfs mount made
   // outside the state directory (mount.fuse.acqfs): that one goes.
-  if (!found || (!found->by_name && !found->mounted_at)) {
+  if (!found || (!found->by_name() && !found->mounted_at())) {
     std::string mnt = MountpointPath(a.target);
     if (IsAcqfsMounted(mnt)) {
       if (Status s = UnmountAcqfsAt(mnt); !s)
@@ -85,10 +83,9 @@ int RunUmount(const UmountArgs& a) {
     return Fail(kExitBadInput, "umount", a.target,
                 "no such sandbox or acqfs mount");
   if (!found) return FailFind("umount", a.target, found.error());
-  const SandboxPaths& paths = found->paths;
-  if (int rc = Detach(a.target, paths, found->meta)) return rc;
-  if (a.no_export || !gitbridge::IsGitCheckout(found->meta.lower)) return 0;
-  return ExportAndReport("umount: export", paths.name, state, a.json);
+  if (int rc = Detach(a.target, *found)) return rc;
+  if (a.no_export || !found->IsGit()) return 0;
+  return ExportAndReport("umount: export", found->name(), state, a.json);
 }
 
 }  // namespace acqfs::cli

@@ -2,12 +2,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,10 +17,10 @@
 
 #include "cli/cli_util.h"
 #include "cli/liveness.h"
+#include "cli/process.h"
+#include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
-
-extern char** environ;
 
 namespace acqfs::cli {
 namespace {
@@ -45,8 +43,8 @@ void SetUpLogging(const DaemonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
-// Writes the pid file atomically (temp file, rename): readers never see it
-// half written. Once mounted, it also names the mount's device.
+// Writes the pid file atomically (common/atomic_file.h): readers never see
+// it half written. Once mounted, it also names the mount's device.
 void WritePidFile(const std::string& path, const std::string& mountpoint) {
   if (path.empty()) return;
   DaemonRecord r;
@@ -66,15 +64,8 @@ void WritePidFile(const std::string& path, const std::string& mountpoint) {
     if (!r.mount_dev && !mounts.empty())
       r.mount_dev = mounts.back().dev;  // the topmost fuse.acqfs one: ours
   }
-  const std::string tmp = path + ".tmp";
-  const std::string text = FormatDaemonRecord(r);
-  UniqueFd fd(
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  Status s = fd ? sys::PwriteAll(fd.get(), text.data(), text.size(), 0, tmp)
-                : Status(Error::Errno("create", tmp));
-  if (s && ::rename(tmp.c_str(), path.c_str()) != 0)
-    s = Error::Errno("rename", path);
-  if (!s) spdlog::error("pid file: {}", s.error().Message());
+  if (Status s = WriteFileAtomically(path, FormatDaemonRecord(r), 0644); !s)
+    spdlog::error("pid file: {}", s.error().Message());
 }
 
 // A daemon must end cleanly on SIGTERM and SIGINT (and, detached, SIGHUP):
@@ -82,54 +73,40 @@ void WritePidFile(const std::string& path, const std::string& mountpoint) {
 // starts background jobs with SIGINT ignored, so both the dispositions and
 // the mask inherited from the caller are reset first.
 void ResetTerminationSignals(bool hangup) {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
-    if (sig == SIGHUP && !hangup) continue;
-    sigaddset(&set, sig);
-    struct sigaction sa {};
-    sa.sa_handler = SIG_DFL;
-    sigemptyset(&sa.sa_mask);
-    if (::sigaction(sig, &sa, nullptr) != 0)
-      spdlog::warn("reset signal {}: {}", sig, std::strerror(errno));
-  }
-  if (::sigprocmask(SIG_UNBLOCK, &set, nullptr) != 0)
-    spdlog::warn("unblock signals: {}", std::strerror(errno));
+  std::vector<int> signals = {SIGTERM, SIGINT};
+  if (hangup) signals.push_back(SIGHUP);
+  if (Status s = RestoreDefaultSignals(signals); !s)
+    spdlog::warn("reset signals: {}", s.error().Message());
 }
 
-void WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += n;
-  }
-}
-
-[[noreturn]] void RunChild(const DaemonOptions& o, int report_fd) {
-  ::setsid();
-  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null >= 0) {
-    ::dup2(null, 0);
-    ::dup2(null, 1);
-    ::dup2(null, 2);
+// The detached daemon (StartDetached's child): reports "OK\n" or
+// "ERR <errno> <message>" on `report_fd` once it has mounted or failed.
+int RunChild(const DaemonOptions& o, const Status& detached, int report_fd) {
+  UniqueFd report(report_fd);
+  auto send = [&report](const Status& r) {
+    if (!report) return;
+    (void)WriteFully(
+        report.get(),
+        r ? std::string("OK\n")
+          : "ERR " + std::to_string(r.err()) + " " + r.error().Message(),
+        "the daemon's readiness pipe");
+    report.reset();
+  };
+  if (!detached) {
+    send(detached);
+    return 1;
   }
   SetUpLogging(o);
   ResetTerminationSignals(/*hangup=*/true);
   WritePidFile(o.pid_path, "");
   Status s = RunFilesystem(o.config, [&](const Status& r) {
     if (r) WritePidFile(o.pid_path, o.config.mountpoint);
-    WriteAll(report_fd,
-             r ? std::string("OK\n")
-               : "ERR " + std::to_string(r.err()) + " " + r.error().Message());
-    ::close(report_fd);
-    report_fd = -1;
+    send(r);
   });
   if (!s) spdlog::error("{}", s.error().Message());
   spdlog::shutdown();
   if (!o.pid_path.empty()) ::unlink(o.pid_path.c_str());
-  ::_exit(s ? 0 : 1);
+  return s ? 0 : 1;
 }
 
 }  // namespace
@@ -147,27 +124,14 @@ Status StartDaemon(const DaemonOptions& o) {
     if (!s) return Error::Of(s.err(), s.error().Message(), "");
     return s;
   }
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Error::Errno("pipe", "");
-  UniqueFd rd(fds[0]), wr(fds[1]);
-  pid_t pid = ::fork();
-  if (pid < 0) return Error::Errno("fork", "");
-  if (pid == 0) {
-    rd.reset();
-    RunChild(o, wr.release());
-  }
-  wr.reset();
-  std::string msg;
-  char buf[512];
-  for (;;) {
-    ssize_t n = ::read(rd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    msg.append(buf, n);
-  }
+  auto child = StartDetached([&o](const Status& detached, int report_fd) {
+    return RunChild(o, detached, report_fd);
+  });
+  if (!child) return child.error();
+  const std::string& msg = child->report;
   if (msg.rfind("OK", 0) == 0) return Ok();
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  // Reaped so that it leaves no zombie; what it reported is the error.
+  (void)Wait(child->pid, "the daemon");
   if (msg.rfind("ERR ", 0) == 0) {
     // "ERR <errno> <message>": the daemon's own error, errno kept (EBUSY:
     // another daemon serves these layers).
@@ -191,20 +155,17 @@ namespace {
 // 0.
 Status RunFusermount(std::vector<const char*> args,
                      const std::string& mountpoint) {
-  std::vector<const char*> argv = {"fusermount3"};
+  std::vector<std::string> argv = {"fusermount3"};
   argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back(mountpoint.c_str());
-  argv.push_back(nullptr);
-  pid_t pid;
-  if (int e = ::posix_spawnp(&pid, "fusermount3", nullptr, nullptr,
-                             const_cast<char* const*>(argv.data()), environ);
-      e != 0)
-    return Error::Of(e, "run fusermount3", mountpoint);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return Error::Errno("wait for fusermount3", mountpoint);
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  argv.push_back(mountpoint);
+  SpawnOptions options;
+  options.search_path = true;
+  auto pid = Spawn("fusermount3", argv, options);
+  if (!pid) return Error::Of(pid.err(), "run fusermount3", mountpoint);
+  auto status = Wait(*pid, "fusermount3");
+  if (!status)
+    return Error::Of(status.err(), "wait for fusermount3", mountpoint);
+  if (!status->success()) {
     std::string what = "fusermount3";
     for (const char* a : args) what += std::string(" ") + a;
     return Error::Of(EBUSY, what, mountpoint);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
 
@@ -138,24 +139,7 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
                    {"read_only", meta.policy.read_only},
                    {"quota_bytes", meta.policy.quota_bytes},
                    {"hide_secrets", meta.policy.hide_secrets}};
-  std::string tmp = path + ".tmp";
-  std::string text = j.dump(2) + "\n";
-  {
-    UniqueFd fd(
-        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd) return Error::Errno("create", tmp);
-    size_t off = 0;
-    while (off < text.size()) {
-      ssize_t n = ::write(fd.get(), text.data() + off, text.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Error::Errno("write", tmp);
-      off += static_cast<size_t>(n);
-    }
-    if (::fsync(fd.get()) != 0) return Error::Errno("fsync", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return Error::Errno("rename", path);
-  return Ok();
+  return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
 }
 
 Status MakeDirs(const std::string& path) {

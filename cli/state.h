@@ -63,7 +63,7 @@ struct SandboxMeta {
 };
 
 Result<SandboxMeta> ReadMeta(const std::string& path);
-// Writes atomically and durably (temp file, fsync, rename).
+// Writes atomically and durably, mode 0600 (common/atomic_file.h).
 Status WriteMeta(const std::string& path, const SandboxMeta& meta);
 
 // "512 B", "1.5 KiB", "500.0 MiB".

@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
 
@@ -67,24 +68,6 @@ Status Configure(const std::string& path) {
   return Ok();
 }
 
-Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                           const std::string& content) {
-  auto dfd = sys::OpenDirPath(dir, O_RDONLY);
-  if (!dfd) return dfd.error();
-  std::string tmp = sys::TempName("." + name + ".");
-  std::string shown = dir + "/" + tmp;
-  int fd = ::openat(dfd->get(), tmp.c_str(),
-                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Error::Errno("create", shown);
-  UniqueFd owned(fd);
-  Status s = sys::PwriteAll(fd, content.data(), content.size(), 0, shown);
-  if (s && ::fsync(fd) != 0) s = Error::Errno("fsync", shown);
-  if (s)
-    s = sys::Renameat2(dfd->get(), tmp, dfd->get(), name, 0, dir + "/" + name);
-  if (!s) ::unlinkat(dfd->get(), tmp.c_str(), 0);
-  return s;
-}
-
 // objects/info/alternates = `host_objects_dir`, rewritten only on change.
 Status WriteAlternates(const std::string& path,
                        const std::string& host_objects_dir) {
@@ -102,7 +85,7 @@ Status WriteAlternates(const std::string& path,
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return Error::Errno("mkdir", dir);
-  return WriteFileAtomically(dir, "alternates", want);
+  return WriteFileAtomically(file, want, 0644);
 }
 
 // libgit2 "freshens" (touches) an existing object instead of writing it

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/git_ptr.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -482,10 +483,7 @@ Status DropEmptySection(git_repository* repo, const std::string& name) {
   if (text) after = WithoutEmptySection(*text, name);
   Status w = text ? Ok() : Status(text.error());
   if (w && after) {
-    w = sys::PwriteAll(fd.get(), after->data(), after->size(), 0, lock);
-    if (w && ::fsync(fd.get()) != 0) w = Error::Errno("fsync", lock);
-    if (w && ::rename(lock.c_str(), path.c_str()) != 0)
-      w = Error::Errno("rename", path);
+    w = ReplaceWithTemp(fd.get(), lock, path, *after);
     if (w) return w;
   }
   if (::unlink(lock.c_str()) != 0 && w) return Error::Errno("remove", lock);

@@ -1,5 +1,5 @@
-// Finding the sandbox a command's argument names (cli/cli_util.h,
-// FindSandbox), on state directories made here, with nothing mounted: a name
+// Finding the sandbox a command's argument names (cli/sandbox.h,
+// Sandbox::Find), on state directories made here, with nothing mounted: a name
 // first, else the mountpoint sandboxes recorded, compared canonically; one
 // sandbox that recorded it is found, several are refused by name. (Which of
 // several is mounted there now is tested with real mounts in
@@ -12,6 +12,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/liveness.h"
+#include "cli/sandbox.h"
 #include "cli/state.h"
 #include "unit_test_util.h"
 
@@ -50,27 +51,27 @@ class FindSandboxTest : public ::testing::Test {
 TEST_F(FindSandboxTest, TheOneSandboxThatRecordedTheMountpoint) {
   Make("a", root_ + "/w");
   Make("b", root_ + "/v");
-  auto f = FindSandbox(state_, root_ + "/w");
+  auto f = Sandbox::Find(state_, root_ + "/w");
   ASSERT_TRUE(f.ok()) << f.error().op;
-  EXPECT_EQ(f->paths.name, "a");
-  EXPECT_FALSE(f->by_name);
-  EXPECT_FALSE(f->mounted_at);  // nothing is mounted
+  EXPECT_EQ(f->name(), "a");
+  EXPECT_FALSE(f->by_name());
+  EXPECT_FALSE(f->mounted_at());  // nothing is mounted
   // Spelled otherwise: a trailing slash, "." and "..", a symlink, relative.
   ASSERT_EQ(::symlink("w", (root_ + "/link").c_str()), 0);
   for (const std::string& spelling :
        {root_ + "/w/", root_ + "/w/.", root_ + "/v/../w", root_ + "/link",
         t_.root() + "/w"}) {
-    auto g = FindSandbox(state_, spelling);
+    auto g = Sandbox::Find(state_, spelling);
     ASSERT_TRUE(g.ok()) << spelling << ": " << g.error().op;
-    EXPECT_EQ(g->paths.name, "a") << spelling;
+    EXPECT_EQ(g->name(), "a") << spelling;
   }
   char cwd[4096];
   ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
   ASSERT_EQ(::chdir(root_.c_str()), 0);
-  auto rel = FindSandbox(state_, "./w");
+  auto rel = Sandbox::Find(state_, "./w");
   ASSERT_EQ(::chdir(cwd), 0);
   ASSERT_TRUE(rel.ok()) << rel.error().op;
-  EXPECT_EQ(rel->paths.name, "a");
+  EXPECT_EQ(rel->name(), "a");
 }
 
 TEST_F(FindSandboxTest, ANameComesFirst) {
@@ -79,12 +80,12 @@ TEST_F(FindSandboxTest, ANameComesFirst) {
   char cwd[4096];
   ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
   ASSERT_EQ(::chdir(root_.c_str()), 0);
-  auto f = FindSandbox(state_, "w");  // also the relative path ./w
+  auto f = Sandbox::Find(state_, "w");  // also the relative path ./w
   ASSERT_EQ(::chdir(cwd), 0);
   ASSERT_TRUE(f.ok()) << f.error().op;
-  EXPECT_EQ(f->paths.name, "w");
-  EXPECT_TRUE(f->by_name);
-  EXPECT_EQ(f->meta.mountpoint, root_ + "/v");
+  EXPECT_EQ(f->name(), "w");
+  EXPECT_TRUE(f->by_name());
+  EXPECT_EQ(f->meta().mountpoint, root_ + "/v");
 }
 
 TEST_F(FindSandboxTest, SeveralUnmountedSandboxesAreRefusedByName) {
@@ -92,7 +93,7 @@ TEST_F(FindSandboxTest, SeveralUnmountedSandboxesAreRefusedByName) {
   Make("alpha", root_ + "/w");
   Make("mid", root_ + "/w");
   Make("elsewhere", root_ + "/v");
-  auto f = FindSandbox(state_, root_ + "/w");
+  auto f = Sandbox::Find(state_, root_ + "/w");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.err(), ENOTUNIQ);
   EXPECT_EQ(f.error().path, root_ + "/w");
@@ -102,27 +103,27 @@ TEST_F(FindSandboxTest, SeveralUnmountedSandboxesAreRefusedByName) {
       << f.error().op;
   EXPECT_EQ(f.error().op.find("elsewhere"), std::string::npos) << f.error().op;
   // By name each one is found.
-  auto named = FindSandbox(state_, "mid");
+  auto named = Sandbox::Find(state_, "mid");
   ASSERT_TRUE(named.ok());
-  EXPECT_EQ(named->paths.name, "mid");
+  EXPECT_EQ(named->name(), "mid");
 }
 
 TEST_F(FindSandboxTest, NothingMatches) {
   Make("a", root_ + "/w");
-  auto f = FindSandbox(state_, root_ + "/v");
+  auto f = Sandbox::Find(state_, root_ + "/v");
   EXPECT_EQ(f.err(), ENOENT);
-  EXPECT_EQ(FindSandbox(state_, "nosuch").err(), ENOENT);
-  EXPECT_EQ(FindSandbox(state_ + "/missing", root_ + "/w").err(), ENOENT);
+  EXPECT_EQ(Sandbox::Find(state_, "nosuch").err(), ENOENT);
+  EXPECT_EQ(Sandbox::Find(state_ + "/missing", root_ + "/w").err(), ENOENT);
 }
 
 TEST_F(FindSandboxTest, RmFindsOnlyNames) {
   Make("a", root_ + "/w");
-  EXPECT_TRUE(FindSandboxByName(state_, "a").ok());
-  EXPECT_EQ(FindSandboxByName(state_, root_ + "/w").err(), ENOENT);
+  EXPECT_TRUE(Sandbox::FindByName(state_, "a").ok());
+  EXPECT_EQ(Sandbox::FindByName(state_, root_ + "/w").err(), ENOENT);
   char cwd[4096];
   ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
   ASSERT_EQ(::chdir(root_.c_str()), 0);
-  auto rel = FindSandboxByName(state_, "w");  // a path, not a name
+  auto rel = Sandbox::FindByName(state_, "w");  // a path, not a name
   ASSERT_EQ(::chdir(cwd), 0);
   EXPECT_EQ(rel.err(), ENOENT);
 }
@@ -131,7 +132,7 @@ TEST_F(FindSandboxTest, UnreadableMetadataOfANameIsReported) {
   SandboxPaths p(state_, "broken");
   ASSERT_EQ(::mkdir(p.dir.c_str(), 0700), 0);
   acqfs_test::WriteFile(p.meta, "not json");
-  auto f = FindSandbox(state_, "broken");
+  auto f = Sandbox::Find(state_, "broken");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.err(), EINVAL);
   EXPECT_EQ(f.error().path, "broken");

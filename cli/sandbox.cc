@@ -1,0 +1,211 @@
+#include "cli/sandbox.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "cli/daemon.h"
+
+namespace acqfs::cli {
+namespace {
+
+// The sandbox `name` when <state>/<name>/meta.json exists (nullopt when it
+// does not), or the error reading it.
+std::optional<Result<Sandbox>> Named(const std::string& state,
+                                     const std::string& name) {
+  if (!ValidSandboxName(name) || !Exists(state + "/" + name + "/meta.json"))
+    return std::nullopt;
+  Sandbox s(state, name);
+  if (Status loaded = s.Load(); !loaded)
+    return Result<Sandbox>(Error::Of(loaded.err(),
+                                     "its metadata " + s.paths().meta + ": " +
+                                         std::strerror(loaded.err()) + " (" +
+                                         loaded.error().op + ")",
+                                     name));
+  return Result<Sandbox>(std::move(s));
+}
+
+// Every sandbox in `state` whose metadata records `mountpoint`, by name.
+// Folders whose metadata cannot be read are skipped (`acqfs ls` shows
+// them).
+std::vector<Sandbox> RecordedAt(const std::string& state,
+                                const std::string& mountpoint) {
+  std::vector<Sandbox> found;
+  UniqueDir dir(::opendir(state.c_str()));
+  if (!dir) return found;
+  while (struct dirent* e = ::readdir(dir.get())) {
+    std::string n = e->d_name;
+    if (n == "." || n == ".." || !ValidSandboxName(n)) continue;
+    Sandbox s(state, n);
+    if (!s.Load() || s.meta().mountpoint != mountpoint) continue;
+    found.push_back(std::move(s));
+  }
+  std::sort(found.begin(), found.end(), [](const Sandbox& a, const Sandbox& b) {
+    return a.name() < b.name();
+  });
+  return found;
+}
+
+// "a", "a and b", "a, b and c".
+std::string NameList(const std::vector<const Sandbox*>& sandboxes) {
+  std::string s;
+  for (size_t i = 0; i < sandboxes.size(); i++) {
+    if (i > 0) s += i + 1 == sandboxes.size() ? " and " : ", ";
+    s += sandboxes[i]->name();
+  }
+  return s;
+}
+
+Error Ambiguous(const std::string& arg, const std::string& mountpoint,
+                const std::vector<const Sandbox*>& sandboxes,
+                const std::string& how) {
+  const std::string where = arg == mountpoint ? "" : " (" + mountpoint + ")";
+  return Error::Of(ENOTUNIQ,
+                   "is the recorded mountpoint" + where + " of the sandboxes " +
+                       NameList(sandboxes) + ", " + how +
+                       "; give the name of the one you mean (acqfs ls lists "
+                       "them)",
+                   arg);
+}
+
+// Of several sandboxes whose own mounts are all at `mountpoint` (stacked
+// there by hand), the one whose mount the path leads to.
+Result<Sandbox> Reached(
+    const std::string& arg, const std::string& mountpoint,
+    const std::vector<std::pair<Sandbox*, MountEntry>>& mounted) {
+  auto reached = MountReachedAt(mountpoint);
+  std::vector<const Sandbox*> all;
+  for (const auto& [s, m] : mounted) {
+    if (reached && reached->id == m.id && reached->dev == m.dev) return *s;
+    all.push_back(s);
+  }
+  return Ambiguous(arg, mountpoint, all,
+                   "all mounted there, none of them on top");
+}
+
+}  // namespace
+
+Sandbox::Sandbox(const std::string& state, const std::string& name)
+    : state_(state), paths_(state, name) {}
+
+Result<Sandbox> Sandbox::FindByName(const std::string& state,
+                                    const std::string& name) {
+  if (auto named = Named(state, name)) {
+    if (*named) (*named)->by_name_ = true;
+    return std::move(*named);
+  }
+  return Error::Of(ENOENT, "no such sandbox", name);
+}
+
+Result<Sandbox> Sandbox::Find(const std::string& state,
+                              const std::string& arg) {
+  if (auto named = Named(state, arg)) {
+    if (*named) (*named)->by_name_ = true;
+    return std::move(*named);
+  }
+  const std::string target = MountpointPath(arg);
+  std::vector<Sandbox> recorded = RecordedAt(state, target);
+  if (recorded.empty()) return Error::Of(ENOENT, "no such sandbox", arg);
+  // The sandboxes whose own mount is there now (a probe that fails counts
+  // as not mounted there).
+  std::vector<std::pair<Sandbox*, MountEntry>> mounted;
+  for (Sandbox& s : recorded) {
+    auto live = s.Probe();
+    if (!live || !live->mount) continue;
+    s.mounted_at_ = true;
+    mounted.push_back({&s, *live->mount});
+  }
+  if (mounted.size() == 1) return *mounted[0].first;
+  if (mounted.size() > 1) return Reached(arg, target, mounted);
+  if (recorded.size() == 1) return recorded[0];
+  std::vector<const Sandbox*> all;
+  for (const Sandbox& s : recorded) all.push_back(&s);
+  return Ambiguous(arg, target, all, "and none of them is mounted there now");
+}
+
+bool Sandbox::HasFolder() const { return Exists(paths_.dir); }
+bool Sandbox::HasMeta() const { return Exists(paths_.meta); }
+
+Status Sandbox::Load() {
+  auto m = ReadMeta(paths_.meta);
+  if (!m) return m.error();
+  meta_ = std::move(*m);
+  return Ok();
+}
+
+Status Sandbox::Save() const { return WriteMeta(paths_.meta, meta_); }
+
+Result<Layers> Sandbox::OpenLayers() const {
+  XattrNamespace ns = meta_.xattr_namespace == "trusted"
+                          ? XattrNamespace::kTrusted
+                          : XattrNamespace::kUser;
+  auto layers = Layers::OpenForReading(meta_.lower, paths_.upper, ns);
+  if (!layers) return layers.error();
+  auto policy = meta_.policy.Build();
+  if (!policy) return policy.error();
+  layers->policy = *policy;
+  return layers;
+}
+
+gitbridge::ExportConfig Sandbox::ExportConfig() const {
+  gitbridge::ExportConfig c;
+  c.sandbox = paths_.name;
+  c.lower = meta_.lower;
+  c.upper = paths_.upper;
+  c.bridge = paths_.bridge;
+  c.xattr_namespace = meta_.xattr_namespace == "trusted"
+                          ? XattrNamespace::kTrusted
+                          : XattrNamespace::kUser;
+  auto policy = meta_.policy.Build();
+  // Callers that publish (export) check first that the policy builds.
+  if (policy) c.policy = *policy;
+  return c;
+}
+
+bool Sandbox::IsGit() const { return gitbridge::IsGitCheckout(meta_.lower); }
+
+Result<SandboxLiveness> Sandbox::Probe() const {
+  return ProbeSandbox(paths_, meta_);
+}
+
+Result<bool> Sandbox::LockHeld() const { return cli::LockHeld(paths_.lock); }
+
+Result<UniqueFd> Sandbox::Lock(bool create) const {
+  UniqueFd fd(::open(paths_.lock.c_str(),
+                     O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600));
+  if (!fd) return Error::Errno("open", paths_.lock);
+  if (Status locked = LockSandbox(fd.get(), paths_.lock); !locked)
+    return locked.error();
+  return fd;
+}
+
+int Sandbox::CleanUpStale(const std::string& command) const {
+  const std::string what = command + ": clean up a stale mount";
+  auto live = Probe();
+  if (!live) return Fail(kExitFailed, what, live.error());
+  if (live->mount) {
+    if (Status s = DetachStaleMount(*live->mount); !s)
+      return Fail(kExitFailed, what, s.error());
+    std::fprintf(
+        stderr, "acqfs: %s: %s: cleaned up a stale mount of sandbox %s\n",
+        command.c_str(), meta_.mountpoint.c_str(), paths_.name.c_str());
+  }
+  if (::unlink(paths_.pid.c_str()) != 0 && errno != ENOENT)
+    return Fail(kExitFailed, what, paths_.pid, std::strerror(errno));
+  return 0;
+}
+
+int FailFind(const std::string& what, const std::string& arg, const Error& e) {
+  return Fail(kExitBadInput, what, e.path.empty() ? arg : e.path, e.op);
+}
+
+}  // namespace acqfs::cli

@@ -1,0 +1,105 @@
+// One sandbox of a state directory, as every command gets it: found by the
+// name or mountpoint an argument gives (Find), or named by a command that
+// may create it (the constructor); then its paths (SandboxPaths: the
+// folder, upper, work, lock, pid file, bridge; the lower is in the
+// metadata), its metadata (meta.json), its layers, its liveness (is its
+// daemon alive, is its own mount at its mountpoint) and its lock.
+// Thread-safety: a value type; no method is synchronised.
+#ifndef ACQFS_CLI_SANDBOX_H_
+#define ACQFS_CLI_SANDBOX_H_
+
+#include <string>
+
+#include "cli/liveness.h"
+#include "cli/state.h"
+#include "common/error.h"
+#include "common/handle.h"
+#include "fs/layer.h"
+#include "gitbridge/export.h"
+
+namespace acqfs::cli {
+
+class Sandbox {
+ public:
+  // The sandbox `name` in the state directory `state` (absolute), whether
+  // or not it exists; its metadata is empty until Load().
+  Sandbox(const std::string& state, const std::string& name);
+
+  // Finds the sandbox `arg` names in the state directory `state`
+  // (docs/cli.md, "Naming a sandbox"), its metadata loaded:
+  //   1. a sandbox name: <state>/<arg>/meta.json exists;
+  //   2. else a path (MountpointPath), compared with the mountpoint each
+  //      sandbox recorded last (meta.json):
+  //      a. the sandbox whose own mount is at that path now (proven as
+  //         ProbeSandbox proves it: the device and mount id daemon.pid
+  //         records, in /proc/self/mountinfo); when several are (mounts
+  //         stacked by hand), the one the path leads to;
+  //      b. else the one sandbox that recorded the path;
+  //      c. several that recorded it, none mounted there: refused
+  //         (ENOTUNIQ), naming them, so that the user gives the name.
+  // ENOENT when nothing matches; another errno when the named sandbox's
+  // metadata cannot be read. The error's path is `arg` and its op the
+  // reason to print (FailFind). Never sends a request to a FUSE daemon, so
+  // a hung or dead mount does not stop it.
+  static Result<Sandbox> Find(const std::string& state, const std::string& arg);
+  // Only by name (for `acqfs rm`, which takes no mountpoint).
+  static Result<Sandbox> FindByName(const std::string& state,
+                                    const std::string& name);
+
+  const std::string& name() const { return paths_.name; }
+  const std::string& state_dir() const { return state_; }
+  const SandboxPaths& paths() const { return paths_; }
+  const SandboxMeta& meta() const { return meta_; }
+  SandboxMeta& meta() { return meta_; }
+  // How Find found it: by its name; at a mountpoint where its own mount
+  // (live or stale) is now.
+  bool by_name() const { return by_name_; }
+  bool mounted_at() const { return mounted_at_; }
+
+  // Its folder exists; its metadata file exists.
+  bool HasFolder() const;
+  bool HasMeta() const;
+  // Reads meta.json into meta().
+  Status Load();
+  // Writes meta() to meta.json, atomically and durably.
+  Status Save() const;
+
+  // Its layers, opened for reading only (mounted or not), with its policy.
+  Result<Layers> OpenLayers() const;
+  // The bridge export settings (gitbridge/export.h).
+  gitbridge::ExportConfig ExportConfig() const;
+  // Is its lower a git checkout?
+  bool IsGit() const;
+
+  // Its liveness (liveness.h, ProbeSandbox); fails only when its lock
+  // cannot be tested.
+  Result<SandboxLiveness> Probe() const;
+  // Does a process (its daemon, a command) hold its lock?
+  Result<bool> LockHeld() const;
+  // Takes its lock without waiting and returns the descriptor that holds
+  // it (a daemon started afterwards inherits it). `create`: make the lock
+  // file when missing. EWOULDBLOCK when another open file holds it; the
+  // error names "open" or "lock" and the lock file.
+  Result<UniqueFd> Lock(bool create) const;
+
+  // With its lock held: detaches the mount its dead daemon left (if the
+  // mountpoint still holds that mount), saying so on stderr as "acqfs:
+  // <command>: <mountpoint>: cleaned up a stale mount of sandbox <name>",
+  // and removes the stale daemon.pid. 0, or Fail()'s exit code.
+  int CleanUpStale(const std::string& command) const;
+
+ private:
+  std::string state_;
+  SandboxPaths paths_;
+  SandboxMeta meta_;
+  bool by_name_ = false;
+  bool mounted_at_ = false;
+};
+
+// Prints Sandbox::Find's failure as "acqfs: <what>: <arg>: <reason>" and
+// returns the exit code (1).
+int FailFind(const std::string& what, const std::string& arg, const Error& e);
+
+}  // namespace acqfs::cli
+
+#endif  // ACQFS_CLI_SANDBOX_H_
