@@ -84,6 +84,19 @@ class LayerFormat {
   // For a zero-size regular file: does it carry the whiteout xattr?
   Result<bool> IsXattrWhiteout(int dirfd, const std::string& name,
                                const std::string& shown) const;
+  // The whiteout test every reader of the upper layer uses: is the entry
+  // `name` of the upper directory `dirfd` (its lstat `st`) a whiteout in
+  // either form? A 0/0 character device, or, when the directory's opaque
+  // marker is "x" (`dir_holds_xattr_whiteouts`), a zero-size regular file
+  // carrying the whiteout xattr (read only then: one getxattr at most).
+  Result<bool> IsWhiteoutEntry(int dirfd, const std::string& name,
+                               const struct stat& st,
+                               bool dir_holds_xattr_whiteouts,
+                               const std::string& shown) const;
+  // The format's own xattrs in either namespace ("trusted.overlay.*",
+  // "user.overlay.*": this format's markers and the kernel's): never part
+  // of what a user changed, whichever namespace the layers are read in.
+  static bool IsOverlayXattr(std::string_view name);
 
   // The work directory's private subdirectory for acqfs temporaries.
   static constexpr const char* kTempDirName = "acqfs-tmp";
