@@ -1,14 +1,18 @@
-// DeltaScan: what a sandbox changed, read from its upper layer alone, so the
-// cost grows with the change and not with the checkout.
-// The scan walks the upper layer (skipping the top-level .git and any entry
-// named .git below it) and reports:
-//   kDelete  a whiteout: the name is gone (a file, or a whole directory);
-//            an opaque directory is reported as kDelete of itself followed
-//            by the upserts of its content;
-//   kUpsert  a regular file or symlink present in the upper, unless it is a
-//            copy-up left byte-for-byte equal to the lower object at the same
-//            path (same type, same size, same xxHash64 of content or link
-//            target, same executable bit): those are not changes.
+// DeltaScan: what a sandbox changed that git records, read from its upper
+// layer alone (so the cost grows with the change and not with the
+// checkout): export's reading of the upper walk (fs/upper_walk.h) and of the
+// object comparison (fs/same_object.h). What "changed" means here, and why
+// `.git` is left out at any depth: docs/changes.md. Reported:
+//   kDelete  a lower object the merged view lost: under a whiteout, a name
+//            an opaque directory lacks, or a lower non-directory an upper
+//            directory replaced, or any lower object a fifo, socket or
+//            device replaced; one kDelete for a whole directory;
+//   kUpsert  a regular file or symlink of the upper that git records
+//            differently from the lower object at the same path (no lower
+//            object, another type, other bytes or link target, another
+//            executable bit); a copy-up differing only in owner, xattrs or
+//            the other mode bits is no change. Every path is compared with
+//            the lower object at that path, opaque directories included.
 //   kUnsafe  a regular file, symlink or directory whose name git refuses
 //            in a tree (git_names.h: UnsafeTreeEntry; ".GIT", "git~1", a
 //            symlinked ".gitmodules.", ...), with the reason; the scan does
