@@ -109,12 +109,10 @@ Scanner::Scanner(const Layers& layers, const ChangeScanOptions& options)
 
 Result<std::vector<PathChange>> Scanner::Run() {
   UpperWalkOptions walk;
-  walk.git_dirs = GitDirs::kVisit;
-  walk.wanted = [this](const std::string& rel) {
-    // The top-level .git, unless asked for.
-    if (rel == ".git" && !options_.include_git_dir) return false;
-    return Relevant(rel);
-  };
+  // Git's own data, wherever it lives, unless asked for (docs/changes.md).
+  walk.git_dirs = options_.include_git_dir ? GitDirs::kVisit : GitDirs::kSkip;
+  if (!filters_.empty())
+    walk.wanted = [this](const std::string& rel) { return Relevant(rel); };
   walk.progress = options_.progress;
   auto visited = WalkUpper(layers_, walk,
                            [this](const UpperEntry& e) { return Visit(e); });

@@ -33,8 +33,9 @@
 // a file deleted and made again equal to the lower is not reported, one made
 // again with other bytes is kModified, and the lower names an opaque
 // directory lacks are kDeleted. The root directory itself is never reported.
-// By default the top-level `.git` is skipped (git rewrites its index on every
-// `git status`); `include_git_dir` reports it like any other directory.
+// By default every entry named `.git` is skipped, at any depth: git's own
+// data (the host's repository, a nested clone's, a submodule's gitfile);
+// `include_git_dir` reports them like any other path (docs/changes.md).
 //
 // Results are sorted by path in byte order, with a directory's own entry
 // before the entries below it. Paths are relative, '/'-separated, with no

@@ -131,5 +131,22 @@ TEST_F(ScansAgreeTest, AFileMadeAgainInAnOpaqueDirectoryEqualToTheLower) {
   EXPECT_EQ(Export(), V{"D d/gone"});
 }
 
+// `.git` at any depth is git's own data, left out of both by default
+// (docs/changes.md); status shows every one with --git-dir.
+TEST_F(ScansAgreeTest, GitDirectoriesAtAnyDepthAreLeftOut) {
+  Write(L(".git/index"), "old");
+  Write(U(".git/index"), "new");
+  Write(L("nested/.git/index"), "old");
+  Write(U("nested/.git/index"), "new");
+  Write(U("nested/.git/ORIG_HEAD"), "x");
+  Write(U("sub/.git"), "gitdir: ../.git/modules/sub\n");
+  Write(U("nested/work.c"), "int x;\n");
+  EXPECT_EQ(Status(), (V{"A nested/work.c", "A sub"}));
+  EXPECT_EQ(Export(), V{"U nested/work.c"});
+  EXPECT_EQ(Status(true),
+            (V{"M .git/index", "A nested/.git/ORIG_HEAD", "M nested/.git/index",
+               "A nested/work.c", "A sub", "A sub/.git"}));
+}
+
 }  // namespace
 }  // namespace acqfs::gitbridge
