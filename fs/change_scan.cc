@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/sys.h"
 #include "fs/same_object.h"
 #include "fs/upper_walk.h"
 
@@ -109,8 +110,19 @@ Scanner::Scanner(const Layers& layers, const ChangeScanOptions& options)
 
 Result<std::vector<PathChange>> Scanner::Run() {
   UpperWalkOptions walk;
-  // Git's own data, wherever it lives, unless asked for (docs/changes.md).
-  walk.git_dirs = options_.include_git_dir ? GitDirs::kVisit : GitDirs::kSkip;
+  // Git's own data, wherever it lives, unless asked for (docs/changes.md);
+  // walked still (and not reported) when every upper entry is measured.
+  walk.git_dirs = options_.include_git_dir || options_.each_upper
+                      ? GitDirs::kVisit
+                      : GitDirs::kSkip;
+  if (options_.each_upper) {
+    if (!filters_.empty())
+      return Error::Of(EINVAL, "scan changes (each_upper with a path filter)",
+                       layers_.upper.root_path());
+    auto root = sys::Fstat(layers_.upper.root(), layers_.upper.root_path());
+    if (!root) return root.error();
+    options_.each_upper(*root);
+  }
   if (!filters_.empty())
     walk.wanted = [this](const std::string& rel) { return Relevant(rel); };
   walk.progress = options_.progress;
@@ -130,6 +142,14 @@ Result<std::vector<PathChange>> Scanner::Run() {
 // at its path. A deleted lower directory is entered, so that everything
 // below it is reported too.
 Result<Below> Scanner::Visit(const UpperEntry& e) {
+  if (options_.each_upper && e.kind != UpperEntry::kLowerOnly)
+    options_.each_upper(e.upper);
+  if (e.in_git && !options_.include_git_dir) {
+    // Only measured: the upper's directories are walked, nothing reported.
+    const bool upper_dir =
+        e.kind == UpperEntry::kUpper && S_ISDIR(e.upper.st_mode);
+    return upper_dir ? Below::kEnter : Below::kSkip;
+  }
   switch (e.kind) {
     case UpperEntry::kWhiteout:
     case UpperEntry::kLowerOnly:

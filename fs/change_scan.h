@@ -82,6 +82,11 @@ struct ChangeScanOptions {
   bool include_git_dir = false;
   // Called now and then with the number of upper entries visited so far.
   std::function<void(uint64_t visited)> progress;
+  // Called with the lstat of the upper root and of every upper entry
+  // (whiteouts included, and below every .git even when include_git_dir is
+  // false), once each: so `acqfs ls` measures the upper's disk use in the
+  // walk that counts its changes. Needs `paths` empty (else EINVAL).
+  std::function<void(const struct stat& st)> each_upper;
 };
 
 Result<std::vector<PathChange>> ScanChanges(
