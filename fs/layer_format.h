@@ -57,9 +57,13 @@ class LayerFormat {
   static std::string MakeOpaqueValue(OpaqueMark m);
   static OpaqueMark ParseOpaqueValue(std::string_view v);
 
-  // A whiteout in the device form.
+  // A whiteout in the device form: of an lstat, or of the mode and device
+  // number a mknod would make (one that would read back as a whiteout).
+  static bool IsWhiteout(mode_t mode, dev_t rdev) {
+    return S_ISCHR(mode) && rdev == 0;
+  }
   static bool IsWhiteout(const struct stat& st) {
-    return S_ISCHR(st.st_mode) && st.st_rdev == 0;
+    return IsWhiteout(st.st_mode, st.st_rdev);
   }
   static constexpr mode_t kWhiteoutMode = S_IFCHR | 0;
 
