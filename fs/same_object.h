@@ -18,11 +18,8 @@
 // perm, exec and owner come from the two lstats.
 //
 // A regular file's content: the sizes first, then the bytes of both files in
-// 256 KiB chunks, stopping at the first difference. Bytes rather than a hash:
-// nothing stores a hash of the lower, so a hash would read both files just
-// the same, and it cannot stop early; equal bytes are exact where a 64-bit
-// hash can call two different files equal, and an export would then drop a
-// change without a word. The lower file is opened O_NOATIME where permitted.
+// 256 KiB chunks, stopping at the first difference (bytes, not a hash: why
+// in docs/changes.md). The lower file is opened O_NOATIME where permitted.
 // An object gone (ENOENT) while compared gives `vanished` (the other fields
 // are then meaningless), not an error: the layers may be in use.
 // Thread-safety: an ObjectComparer (it keeps its read buffers) is used by one

@@ -1,25 +1,19 @@
 // DeltaScan: what a sandbox changed that git records, read from its upper
 // layer alone (so the cost grows with the change and not with the
 // checkout): export's reading of the upper walk (fs/upper_walk.h) and of the
-// object comparison (fs/same_object.h). What "changed" means here, and why
-// `.git` is left out at any depth: docs/changes.md. Reported:
-//   kDelete  a lower object the merged view lost: under a whiteout, a name
-//            an opaque directory lacks, or a lower non-directory an upper
-//            directory replaced, or any lower object a fifo, socket or
-//            device replaced; one kDelete for a whole directory;
-//   kUpsert  a regular file or symlink of the upper that git records
-//            differently from the lower object at the same path (no lower
-//            object, another type, other bytes or link target, another
-//            executable bit); a copy-up differing only in owner, xattrs or
-//            the other mode bits is no change. Every path is compared with
-//            the lower object at that path, opaque directories included.
+// object comparison (fs/same_object.h). What "changed" means for export
+// (content, exec bit, link targets; not owner, xattrs or other mode bits)
+// and why `.git` is left out at any depth: docs/changes.md. Reported:
+//   kDelete  a lower object the merged view lost (one for a whole
+//            directory);
+//   kUpsert  a regular file or symlink git would record differently from
+//            the lower object at the same path;
 //   kUnsafe  a regular file, symlink or directory whose name git refuses
 //            in a tree (git_names.h: UnsafeTreeEntry; ".GIT", "git~1", a
 //            symlinked ".gitmodules.", ...), with the reason; the scan does
 //            not look below such a directory. The other kinds never name a
 //            path below a kUnsafe one.
-// Directories themselves (empty or not), fifos, sockets and devices are not
-// reported: git does not record them.
+// Directories themselves, fifos, sockets and devices are never upserted.
 // Thread-safety: reentrant.
 #ifndef ACQFS_GITBRIDGE_DELTA_SCAN_H_
 #define ACQFS_GITBRIDGE_DELTA_SCAN_H_
