@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "deep_tree.h"
+#include "fs/change_scan.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -324,6 +325,103 @@ TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
       EXPECT_FALSE(c.reason.empty()) << c.path;
     }
   }
+}
+
+// Status (fs/change_scan.h) and export (ScanUpper) read one walk and one
+// comparison; these tests hold them to docs/changes.md on the same layers:
+// they agree on what git can record, and only status sees metadata.
+class ScansAgreeTest : public DeltaScanTest {
+ protected:
+  // Both layers hold `rel` with `data`: a copy-up left as it was.
+  void Both(const std::string& rel, const std::string& data,
+            mode_t mode = 0644) {
+    Write(L(rel), data, mode);
+    Write(U(rel), data, mode);
+  }
+  // "<code> path" per status change.
+  V Status(bool include_git = false) {
+    ChangeScanOptions o;
+    o.include_git_dir = include_git;
+    auto r = ScanChanges(layers_, o);
+    EXPECT_TRUE(r.ok()) << r.error().Message();
+    V out;
+    if (r.ok())
+      for (const PathChange& c : *r)
+        out.push_back(std::string(1, ChangeCode(c.kind)) + " " + c.path);
+    return out;
+  }
+  // "D path" / "U path" / "X path" per export change.
+  V Export() {
+    V out;
+    for (const std::string& c : Scan())
+      out.push_back(c.substr(0, c.find(' ', 2)));
+    return out;
+  }
+};
+
+TEST_F(ScansAgreeTest, ACopyUpEqualToTheLowerIsUnchangedForBoth) {
+  Both("f", "same bytes");
+  Both("d/tool", "#!/bin/sh\n", 0755);
+  Symlink("f", L("l/link"));
+  Symlink("f", U("l/link"));
+  EXPECT_EQ(Status(), V{});
+  EXPECT_EQ(Export(), V{});
+}
+
+TEST_F(ScansAgreeTest, AnExecBitChangeIsAChangeForBoth) {
+  Write(L("run.sh"), "echo\n", 0644);
+  Write(U("run.sh"), "echo\n", 0755);
+  EXPECT_EQ(Status(), V{"m run.sh"});
+  EXPECT_EQ(Export(), V{"U run.sh"});
+}
+
+TEST_F(ScansAgreeTest, OwnerXattrsAndOtherModeBitsAreStatusOnly) {
+  ASSERT_EQ(::geteuid(), 0u) << "chown needs root (as CI runs the tests)";
+  Both("owned", "x");
+  ASSERT_EQ(::lchown(U("owned").c_str(), 1234, 1234), 0);
+  Both("tagged", "x");
+  ASSERT_EQ(::setxattr(U("tagged").c_str(), "user.tag", "v", 1, 0), 0);
+  Write(L("private"), "x", 0644);
+  Write(U("private"), "x", 0600);
+  EXPECT_EQ(Status(), (V{"m owned", "m private", "m tagged"}));
+  EXPECT_EQ(Export(), V{});
+}
+
+TEST_F(ScansAgreeTest, ContentAndTypeChangesAreChangesForBoth) {
+  Write(L("f"), "old");
+  Write(U("f"), "new");
+  Write(L("t"), "abc");
+  Symlink("abc", U("t"));
+  EXPECT_EQ(Status(), (V{"M f", "T t"}));
+  EXPECT_EQ(Export(), (V{"U f", "U t"}));
+}
+
+// A directory removed and made again (opaque) holding a file equal to the
+// lower one: no change for either (export used to upsert every file of an
+// opaque directory).
+TEST_F(ScansAgreeTest, AFileMadeAgainInAnOpaqueDirectoryEqualToTheLower) {
+  Both("d/same", "same");
+  Write(L("d/gone"), "x");
+  ASSERT_EQ(::setxattr(U("d").c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+  EXPECT_EQ(Status(), V{"D d/gone"});
+  EXPECT_EQ(Export(), V{"D d/gone"});
+}
+
+// `.git` at any depth is git's own data, left out of both by default
+// (docs/changes.md); status shows every one with --git-dir.
+TEST_F(ScansAgreeTest, GitDirectoriesAtAnyDepthAreLeftOut) {
+  Write(L(".git/index"), "old");
+  Write(U(".git/index"), "new");
+  Write(L("nested/.git/index"), "old");
+  Write(U("nested/.git/index"), "new");
+  Write(U("nested/.git/ORIG_HEAD"), "x");
+  Write(U("sub/.git"), "gitdir: ../.git/modules/sub\n");
+  Write(U("nested/work.c"), "int x;\n");
+  EXPECT_EQ(Status(), (V{"A nested/work.c", "A sub"}));
+  EXPECT_EQ(Export(), V{"U nested/work.c"});
+  EXPECT_EQ(Status(true),
+            (V{"M .git/index", "A nested/.git/ORIG_HEAD", "M nested/.git/index",
+               "A nested/work.c", "A sub", "A sub/.git"}));
 }
 
 // Trees deeper than PATH_MAX (issue 13): the scan holds a bounded number of
