@@ -34,7 +34,9 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -64,31 +66,51 @@ struct Row {
 };
 
 // What the quota counts now (fs/quota.h): the blocks of the upper layer
-// and of work/acqfs-tmp, as on disk. A mounted sandbox's daemon also counts
-// the nameless files it keeps for processes that hold them, which no
-// directory shows.
-std::optional<uint64_t> QuotaUse(const SandboxPaths& paths) {
-  UniqueFd fd(::open(paths.upper.c_str(),
-                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return std::nullopt;
-  auto used = Quota::Measure(fd.get(), paths.upper);
-  if (!used) return std::nullopt;
+// (`upper`, measured by the scan below) and of work/acqfs-tmp, as on disk. A
+// mounted sandbox's daemon also counts the nameless files it keeps for
+// processes that hold them, which no directory shows.
+std::optional<uint64_t> QuotaUse(const SandboxPaths& paths, uint64_t upper) {
   const std::string tmp = paths.work + "/" + LayerFormat::kTempDirName;
   UniqueFd tfd(
       ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!tfd)
-    return errno == ENOENT ? std::optional<uint64_t>(*used) : std::nullopt;
+    return errno == ENOENT ? std::optional<uint64_t>(upper) : std::nullopt;
   auto parked = Quota::Measure(tfd.get(), tmp);
   if (!parked) return std::nullopt;
-  return *used + *parked;
+  return upper + *parked;
 }
 
-std::optional<uint64_t> CountChanges(const Sandbox& sandbox) {
+// The one walk of the upper layer (fs/change_scan.h): the paths changed, and
+// on the way the disk the upper uses (each inode's blocks once: `all` as
+// Quota::Measure counts, `own` only on the upper's file system, as
+// DiskUsage and du -x count).
+struct UpperScan {
+  std::optional<uint64_t> changed_paths;
+  std::optional<uint64_t> own, all;
+};
+UpperScan ScanUpperOnce(const Sandbox& sandbox) {
+  UpperScan r;
   auto layers = sandbox.OpenLayers();
-  if (!layers) return std::nullopt;
-  auto changes = ScanChanges(*layers);
-  if (!changes) return std::nullopt;
-  return changes->size();
+  if (!layers) return r;
+  uint64_t own = 0, all = 0;
+  std::optional<dev_t> dev;
+  std::set<std::pair<dev_t, ino_t>> linked;  // inodes with nlink > 1 seen
+  ChangeScanOptions options;
+  options.each_upper = [&](const struct stat& st) {
+    if (!dev) dev = st.st_dev;  // the upper root comes first
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 &&
+        !linked.insert({st.st_dev, st.st_ino}).second)
+      return;  // a hard link counted already
+    const uint64_t bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+    all += bytes;
+    if (st.st_dev == *dev) own += bytes;
+  };
+  auto changes = ScanChanges(*layers, options);
+  if (!changes) return r;
+  r.changed_paths = changes->size();
+  r.own = own;
+  r.all = all;
+  return r;
 }
 
 Row Describe(const Sandbox& sandbox) {
@@ -100,14 +122,26 @@ Row Describe(const Sandbox& sandbox) {
   r.mountpoint = meta.mountpoint;
   r.last_export = meta.last_export;
   if (auto live = sandbox.Probe()) r.state = live->state;
-  if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
-  r.changed_paths = CountChanges(sandbox);
+  UpperScan scan = ScanUpperOnce(sandbox);
+  r.changed_paths = scan.changed_paths;
+  r.upper_bytes = scan.own;
+  if (!scan.own) {  // the layers cannot be scanned: measure the upper alone
+    if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
+  }
   r.policy = meta.policy;
-  if (meta.policy.quota_bytes) r.quota_used = QuotaUse(paths);
+  if (meta.policy.quota_bytes) {
+    if (!scan.all) {
+      UniqueFd fd(::open(paths.upper.c_str(),
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (fd)
+        if (auto used = Quota::Measure(fd.get(), paths.upper)) scan.all = *used;
+    }
+    if (scan.all) r.quota_used = QuotaUse(paths, *scan.all);
+  }
   r.git = sandbox.IsGit();
   if (r.git) {
-    if (auto p = gitbridge::Pending(sandbox.ExportConfig()))
-      r.unfetched = !p->unfetched.empty();
+    if (auto u = gitbridge::Unfetched(sandbox.ExportConfig()))
+      r.unfetched = !u->empty();
   }
   return r;
 }

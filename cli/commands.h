@@ -66,7 +66,7 @@ struct StatusArgs {
   std::string name, state_dir;
   bool json = false;
   bool null_terminated = false;  // -z: NUL after each entry, paths unquoted
-  bool include_git_dir = false;  // --git-dir: also report the top-level .git
+  bool include_git_dir = false;  // --git-dir: also report .git at any depth
 };
 int RunStatus(const StatusArgs& a);
 

@@ -113,7 +113,7 @@ void AddStatus(CLI::App& app, StatusArgs& s) {
   c->add_flag("-z", s.null_terminated,
               "End entries with NUL and print paths unquoted");
   c->add_flag("--git-dir", s.include_git_dir,
-              "Also report changes inside the top-level .git");
+              "Also report changes inside .git directories (at any depth)");
 }
 
 void AddDiff(CLI::App& app, DiffArgs& d) {
@@ -124,7 +124,7 @@ void AddDiff(CLI::App& app, DiffArgs& d) {
                 "Only these paths (relative to the sandbox root)");
   c->add_option("--state-dir", d.state_dir, "State directory");
   c->add_flag("--git-dir", d.include_git_dir,
-              "Also diff changes inside the top-level .git");
+              "Also diff changes inside .git directories (at any depth)");
 }
 
 void AddBench(CLI::App& app, BenchArgs& b) {

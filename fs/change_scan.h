@@ -1,41 +1,13 @@
 // ChangeScan: what a sandbox changed relative to its lower directory, path by
 // path, read from the layers alone (mounted or not, git checkout or not). It
-// backs `acqfs status`, `acqfs diff` and the change count of `acqfs ls`.
-//
-// The scan walks the upper layer only, so its cost grows with the change and
-// not with the checkout; it reads the lower only at paths the upper names
-// (and below directories the upper deletes or makes opaque, to list what
-// disappeared). For each path whose merged object differs from the lower
-// object at the same path it reports one PathChange:
-//   kAdded        no lower object at the path and the merged view has one;
-//   kDeleted      the lower has an object the merged view no longer shows (a
-//                 whiteout, an opaque directory that lacks the name, or a
-//                 non-directory in place of a lower directory); a deleted
-//                 directory is reported itself and every lower object below
-//                 it is reported too;
-//   kTypeChanged  both exist with different file types (file <-> symlink,
-//                 file <-> directory, ...);
-//   kModified     both exist with the same type and different content: bytes
-//                 of a regular file, target of a symlink, rdev of a device;
-//   kMetadata     same type and content, but a different permission mode
-//                 (07777 bits), owner, group or set of extended attributes
-//                 (overlay markers excluded). kModified entries also carry
-//                 these bits in `meta` when they apply.
-// A copy-up left byte-for-byte equal to the lower with the same mode, owner
-// and xattrs is not reported; times (atime, mtime, ctime) are never compared
-// and link counts neither. Directories are reported only for their own
-// change (added, deleted, type changed, metadata); an upper directory that
-// exists only because something below it changed is not. Renames show as a
-// deletion of the old path and an addition of the new one.
-// Each path is compared with the lower object at that same path even where
-// the upper hides the lower (a name made again after a whiteout, anything
-// inside an opaque directory), so there is at most one PathChange per path:
-// a file deleted and made again equal to the lower is not reported, one made
-// again with other bytes is kModified, and the lower names an opaque
-// directory lacks are kDeleted. The root directory itself is never reported.
-// By default the top-level `.git` is skipped (git rewrites its index on every
-// `git status`); `include_git_dir` reports it like any other directory.
-//
+// backs `acqfs status`, `acqfs diff` and the CHANGES column of `acqfs ls`.
+// It is status's reading of the upper walk (fs/upper_walk.h) and of the
+// object comparison (fs/same_object.h); what each PathChange kind means, how
+// it differs from what export records, and which .git paths are left out
+// (every `.git`, at any depth, unless `include_git_dir`): docs/changes.md.
+// The root directory itself is never reported; a directory is reported only
+// for its own change; a deleted directory is reported with every lower
+// object below it; renames show as a deletion and an addition.
 // Results are sorted by path in byte order, with a directory's own entry
 // before the entries below it. Paths are relative, '/'-separated, with no
 // leading or trailing slash.
@@ -81,6 +53,11 @@ struct ChangeScanOptions {
   bool include_git_dir = false;
   // Called now and then with the number of upper entries visited so far.
   std::function<void(uint64_t visited)> progress;
+  // Called with the lstat of the upper root and of every upper entry
+  // (whiteouts included, and below every .git even when include_git_dir is
+  // false), once each: so `acqfs ls` measures the upper's disk use in the
+  // walk that counts its changes. Needs `paths` empty (else EINVAL).
+  std::function<void(const struct stat& st)> each_upper;
 };
 
 Result<std::vector<PathChange>> ScanChanges(

@@ -327,13 +327,13 @@ Result<DirView> RootView(const Layers& layers) {
 
 namespace {
 
-// Is the upper regular file `name` in `dirfd` an xattr whiteout?
-Result<bool> UpperXattrWhiteout(const Layers& layers, const DirView& dir,
-                                int dirfd, const std::string& name,
-                                const struct stat& st) {
-  if (!dir.xwhiteouts || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
-  return layers.format.IsXattrWhiteout(
-      dirfd, name, layers.upper.Shown(sys::Join(dir.path, name)));
+// Is the upper entry `name` in `dirfd` (lstat `st`) a whiteout, in either
+// form (LayerFormat::IsWhiteoutEntry)?
+Result<bool> UpperWhiteout(const Layers& layers, const DirView& dir, int dirfd,
+                           const std::string& name, const struct stat& st) {
+  return layers.format.IsWhiteoutEntry(
+      dirfd, name, st, dir.xwhiteouts,
+      layers.upper.Shown(sys::Join(dir.path, name)));
 }
 
 // The path of `name` in `dir`, for a message or the policy.
@@ -361,9 +361,9 @@ Status ResolveUpperChild(const Layers& layers, const DirView& dir, int ufd,
   Status st = sys::StatAtIfExists(ufd, name, &c->upper_st, &found, kNoName);
   if (!st) return NamedIn(st.error(), layers.upper, dir, name);
   if (!found) return Ok();
-  auto xw = UpperXattrWhiteout(layers, dir, ufd, name, c->upper_st);
-  if (!xw) return xw.error();
-  if (LayerFormat::IsWhiteout(c->upper_st) || *xw) {
+  auto whiteout = UpperWhiteout(layers, dir, ufd, name, c->upper_st);
+  if (!whiteout) return whiteout.error();
+  if (*whiteout) {
     c->whiteout = true;
     return Ok();
   }
@@ -468,9 +468,9 @@ Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
         std::string shown = layers.upper.Shown(sys::Join(dir.path, e.name));
         ACQFS_TRY(sys::StatAtIfExists(ufd, e.name, &st, &found, shown));
         if (!found) continue;
-        auto xw = UpperXattrWhiteout(layers, dir, ufd, e.name, st);
-        if (!xw) return xw.error();
-        if (LayerFormat::IsWhiteout(st) || *xw) {
+        auto whiteout = UpperWhiteout(layers, dir, ufd, e.name, st);
+        if (!whiteout) return whiteout.error();
+        if (*whiteout) {
           whiteouts.insert(e.name);
           continue;
         }

@@ -118,4 +118,19 @@ Result<bool> LayerFormat::IsXattrWhiteout(int dirfd, const std::string& name,
   return v.error();
 }
 
+Result<bool> LayerFormat::IsWhiteoutEntry(int dirfd, const std::string& name,
+                                          const struct stat& st,
+                                          bool dir_holds_xattr_whiteouts,
+                                          const std::string& shown) const {
+  if (IsWhiteout(st)) return true;
+  if (!dir_holds_xattr_whiteouts || !S_ISREG(st.st_mode) || st.st_size != 0)
+    return false;
+  return IsXattrWhiteout(dirfd, name, shown);
+}
+
+bool LayerFormat::IsOverlayXattr(std::string_view name) {
+  return name.starts_with("trusted.overlay.") ||
+         name.starts_with("user.overlay.");
+}
+
 }  // namespace acqfs

@@ -57,9 +57,13 @@ class LayerFormat {
   static std::string MakeOpaqueValue(OpaqueMark m);
   static OpaqueMark ParseOpaqueValue(std::string_view v);
 
-  // A whiteout in the device form.
+  // A whiteout in the device form: of an lstat, or of the mode and device
+  // number a mknod would make (one that would read back as a whiteout).
+  static bool IsWhiteout(mode_t mode, dev_t rdev) {
+    return S_ISCHR(mode) && rdev == 0;
+  }
   static bool IsWhiteout(const struct stat& st) {
-    return S_ISCHR(st.st_mode) && st.st_rdev == 0;
+    return IsWhiteout(st.st_mode, st.st_rdev);
   }
   static constexpr mode_t kWhiteoutMode = S_IFCHR | 0;
 
@@ -84,6 +88,19 @@ class LayerFormat {
   // For a zero-size regular file: does it carry the whiteout xattr?
   Result<bool> IsXattrWhiteout(int dirfd, const std::string& name,
                                const std::string& shown) const;
+  // The whiteout test every reader of the upper layer uses: is the entry
+  // `name` of the upper directory `dirfd` (its lstat `st`) a whiteout in
+  // either form? A 0/0 character device, or, when the directory's opaque
+  // marker is "x" (`dir_holds_xattr_whiteouts`), a zero-size regular file
+  // carrying the whiteout xattr (read only then: one getxattr at most).
+  Result<bool> IsWhiteoutEntry(int dirfd, const std::string& name,
+                               const struct stat& st,
+                               bool dir_holds_xattr_whiteouts,
+                               const std::string& shown) const;
+  // The format's own xattrs in either namespace ("trusted.overlay.*",
+  // "user.overlay.*": this format's markers and the kernel's): never part
+  // of what a user changed, whichever namespace the layers are read in.
+  static bool IsOverlayXattr(std::string_view name);
 
   // The work directory's private subdirectory for acqfs temporaries.
   static constexpr const char* kTempDirName = "acqfs-tmp";

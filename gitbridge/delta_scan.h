@@ -1,21 +1,19 @@
-// DeltaScan: what a sandbox changed, read from its upper layer alone, so the
-// cost grows with the change and not with the checkout.
-// The scan walks the upper layer (skipping the top-level .git and any entry
-// named .git below it) and reports:
-//   kDelete  a whiteout: the name is gone (a file, or a whole directory);
-//            an opaque directory is reported as kDelete of itself followed
-//            by the upserts of its content;
-//   kUpsert  a regular file or symlink present in the upper, unless it is a
-//            copy-up left byte-for-byte equal to the lower object at the same
-//            path (same type, same size, same xxHash64 of content or link
-//            target, same executable bit): those are not changes.
+// DeltaScan: what a sandbox changed that git records, read from its upper
+// layer alone (so the cost grows with the change and not with the
+// checkout): export's reading of the upper walk (fs/upper_walk.h) and of the
+// object comparison (fs/same_object.h). What "changed" means for export
+// (content, exec bit, link targets; not owner, xattrs or other mode bits)
+// and why `.git` is left out at any depth: docs/changes.md. Reported:
+//   kDelete  a lower object the merged view lost (one for a whole
+//            directory);
+//   kUpsert  a regular file or symlink git would record differently from
+//            the lower object at the same path;
 //   kUnsafe  a regular file, symlink or directory whose name git refuses
 //            in a tree (git_names.h: UnsafeTreeEntry; ".GIT", "git~1", a
 //            symlinked ".gitmodules.", ...), with the reason; the scan does
 //            not look below such a directory. The other kinds never name a
 //            path below a kUnsafe one.
-// Directories themselves (empty or not), fifos, sockets and devices are not
-// reported: git does not record them.
+// Directories themselves, fifos, sockets and devices are never upserted.
 // Thread-safety: reentrant.
 #ifndef ACQFS_GITBRIDGE_DELTA_SCAN_H_
 #define ACQFS_GITBRIDGE_DELTA_SCAN_H_

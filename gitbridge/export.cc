@@ -308,6 +308,22 @@ std::vector<git_oid> PublishedTips(const Plan& plan,
   return tips;
 }
 
+// The bridge's published refs (its branches and refs/acqfs/*) whose commits
+// the host does not have, as "<name> at <id>".
+Result<std::vector<std::string>> UnfetchedRefs(const HostRepo& host,
+                                               const BridgeRepo& bridge) {
+  auto heads = bridge.Refs("refs/heads/");
+  if (!heads) return heads.error();
+  std::map<std::string, git_oid> published = std::move(*heads);
+  auto refs = bridge.Refs("refs/acqfs/");
+  if (!refs) return refs.error();
+  for (const auto& [name, id] : *refs) published["acqfs/" + name] = id;
+  std::vector<std::string> out;
+  for (const auto& [name, id] : published)
+    if (!host.HasObject(id)) out.push_back(name + " at " + OidHex(id));
+  return out;
+}
+
 }  // namespace
 
 bool IsGitCheckout(const std::string& dir) {
@@ -382,14 +398,19 @@ Result<PendingWork> Pending(const ExportConfig& c) {
     if (!k.host)
       w.unexportable.push_back("path " + PrintableName(k.path) + ": " +
                                k.reason);
-  std::map<std::string, git_oid> published = plan->bridge_heads;
-  auto refs = s.bridge->Refs("refs/acqfs/");
-  if (!refs) return refs.error();
-  for (const auto& [name, id] : *refs) published["acqfs/" + name] = id;
-  for (const auto& [name, id] : published)
-    if (!s.host->HasObject(id))
-      w.unfetched.push_back(name + " at " + OidHex(id));
+  auto unfetched = UnfetchedRefs(*s.host, *s.bridge);
+  if (!unfetched) return unfetched.error();
+  w.unfetched = std::move(*unfetched);
   return w;
+}
+
+Result<std::vector<std::string>> Unfetched(const ExportConfig& c) {
+  GitLibrary lib;
+  auto host = HostRepo::Open(c.lower);
+  if (!host) return host.error();
+  auto bridge = BridgeRepo::OpenOrCreate(c.bridge, host->objects_dir());
+  if (!bridge) return bridge.error();
+  return UnfetchedRefs(*host, *bridge);
 }
 
 }  // namespace acqfs::gitbridge

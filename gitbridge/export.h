@@ -80,6 +80,10 @@ struct PendingWork {
   }
 };
 Result<PendingWork> Pending(const ExportConfig& config);
+// PendingWork::unfetched alone: the bridge's published refs whose commits
+// the host lacks. Reads refs only: no scan of the layers, no plan (for
+// `acqfs ls`).
+Result<std::vector<std::string>> Unfetched(const ExportConfig& config);
 
 // Is `dir` a git checkout acqfs can bridge?
 bool IsGitCheckout(const std::string& dir);

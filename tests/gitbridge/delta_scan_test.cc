@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "deep_tree.h"
+#include "fs/change_scan.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -106,6 +107,15 @@ TEST_F(DeltaScanTest, WhiteoutIsDelete) {
   EXPECT_EQ(Scan(), (V{"D d/f", "D gone"}));
 }
 
+// A whiteout of a name the lower lacks hides nothing: no change (as for
+// `acqfs status`; before, it was a delete of a path the base lacks).
+TEST_F(DeltaScanTest, WhiteoutOfANameTheLowerLacksIsNoChange) {
+  Whiteout(U("never"));
+  Write(L("d/f"), "lower");
+  Whiteout(U("d/other"));
+  EXPECT_EQ(Scan(), V{});
+}
+
 TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
   Write(L("d/e/f"), "lower");
   Write(L("d/g"), "lower");
@@ -113,13 +123,20 @@ TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
   EXPECT_EQ(Scan(), V{"D d"});
 }
 
-TEST_F(DeltaScanTest, OpaqueDirectoryIsDeleteThenContent) {
+// Each path of an opaque directory is compared with the lower object at
+// that path, as `acqfs status` does (docs/changes.md); the lower names it
+// lacks are deleted one by one. (Before, the directory was one delete and
+// everything in it an upsert: the same tree, but an unchanged file counted
+// as a change.)
+TEST_F(DeltaScanTest, OpaqueDirectoryIsComparedPathByPath) {
   Write(L("d/old"), "lower");
   Write(L("d/same"), "same");
   Opaque(U("d"));
-  Write(U("d/same"), "same");  // equal to the lower, but the lower is hidden
+  Write(U("d/same"), "same");  // made again equal to the lower: no change
   Write(U("d/sub/new"), "n");
-  EXPECT_EQ(Scan(), (V{"D d", "U d/same 100644 4", "U d/sub/new 100644 1"}));
+  ScanStats stats;
+  EXPECT_EQ(Scan(&stats), (V{"D d/old", "U d/sub/new 100644 1"}));
+  EXPECT_EQ(stats.unchanged_copies, 1u);
 }
 
 TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
@@ -183,13 +200,16 @@ TEST_F(DeltaScanTest, DanglingUpperSymlinkIsNotFollowed) {
   EXPECT_EQ(Scan(), (V{"U escape 120777 22", "U link 120777 19"}));
 }
 
-TEST_F(DeltaScanTest, LowerNotComparedUnderWhiteoutedOrOpaqueAncestor) {
-  // d/e is merged with the lower, but d is opaque: the lower d/e/f is not
-  // visible, so an equal upper file is still a change.
+TEST_F(DeltaScanTest, BelowAnOpaqueAncestorPathsAreComparedWithTheLower) {
+  // d is opaque, so d/e hides its lower directory too; each path is still
+  // compared with the lower object at that path.
   Write(L("d/e/f"), "same");
+  Write(L("d/e/g"), "old");
+  Write(L("d/e/gone"), "x");
   Opaque(U("d"));
   Write(U("d/e/f"), "same");
-  EXPECT_EQ(Scan(), (V{"D d", "U d/e/f 100644 4"}));
+  Write(U("d/e/g"), "new");
+  EXPECT_EQ(Scan(), (V{"U d/e/g 100644 3", "D d/e/gone"}));
 }
 
 TEST_F(DeltaScanTest, UpperDirectoryOverLowerFileDeletesTheFile) {
@@ -210,9 +230,14 @@ TEST_F(DeltaScanTest, GitDirectoriesAreSkipped) {
   Write(U(".git/index"), "idx");
   Write(U(".git/objects/ab/cd"), "obj");
   Write(U("sub/.git/HEAD"), "ref");
-  Whiteout(U("other/.git"));
+  Write(L("other/.git/HEAD"), "ref");
+  Whiteout(U("other/.git"));  // a nested repository removed
+  Write(L("op/.git/config"), "c");
+  Write(L("op/tracked"), "t");
+  Opaque(U("op"));  // its lower .git is not a delete either
   Write(U("sub/real"), "r");
-  EXPECT_EQ(Scan(), V{"U sub/real 100644 1"});
+  Write(U("gitfile/.git"), "gitdir: ../.git/modules/gitfile\n");
+  EXPECT_EQ(Scan(), (V{"D op/tracked", "U sub/real 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, DirectoriesFifosAndSocketsAreNotReported) {
@@ -239,9 +264,9 @@ TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
   Write(L("b/c"), "lower");
   Write(L(".git/HEAD"), "ref");
   Opaque(U(""));
-  Write(U("a"), "lower");  // equal bytes, but the lower is hidden
+  Write(U("a"), "lower");  // made again equal to the lower: no change
   Write(U("z"), "new");
-  EXPECT_EQ(Scan(), (V{"D a", "U a 100644 5", "D b", "U z 100644 3"}));
+  EXPECT_EQ(Scan(), (V{"D b", "U z 100644 3"}));
 }
 
 TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
@@ -251,15 +276,17 @@ TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
   Write(U("a.txt"), "2");
   Write(U("a-b"), "3");
   Write(U("b/c/d"), "4");
+  Write(L("b/a/x"), "lower");
   Whiteout(U("b/a"));
   Write(U("0"), "5");
   auto got = Scan();
-  EXPECT_EQ(got, (V{"U 0 100644 1", "D a", "U a-b 100644 1", "U a.txt 100644 1",
-                    "U a/y 100644 1", "D b/a", "U b/c/d 100644 1"}));
+  EXPECT_EQ(got, (V{"U 0 100644 1", "U a-b 100644 1", "U a.txt 100644 1",
+                    "D a/x", "U a/y 100644 1", "D b/a", "U b/c/d 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, StatsCountUpperEntries) {
   Write(U("a/b/c"), "1");
+  Write(L("a/w"), "lower");
   Whiteout(U("a/w"));
   Write(L("a/same"), "s");
   Write(U("a/same"), "s");
@@ -298,6 +325,103 @@ TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
       EXPECT_FALSE(c.reason.empty()) << c.path;
     }
   }
+}
+
+// Status (fs/change_scan.h) and export (ScanUpper) read one walk and one
+// comparison; these tests hold them to docs/changes.md on the same layers:
+// they agree on what git can record, and only status sees metadata.
+class ScansAgreeTest : public DeltaScanTest {
+ protected:
+  // Both layers hold `rel` with `data`: a copy-up left as it was.
+  void Both(const std::string& rel, const std::string& data,
+            mode_t mode = 0644) {
+    Write(L(rel), data, mode);
+    Write(U(rel), data, mode);
+  }
+  // "<code> path" per status change.
+  V Status(bool include_git = false) {
+    ChangeScanOptions o;
+    o.include_git_dir = include_git;
+    auto r = ScanChanges(layers_, o);
+    EXPECT_TRUE(r.ok()) << r.error().Message();
+    V out;
+    if (r.ok())
+      for (const PathChange& c : *r)
+        out.push_back(std::string(1, ChangeCode(c.kind)) + " " + c.path);
+    return out;
+  }
+  // "D path" / "U path" / "X path" per export change.
+  V Export() {
+    V out;
+    for (const std::string& c : Scan())
+      out.push_back(c.substr(0, c.find(' ', 2)));
+    return out;
+  }
+};
+
+TEST_F(ScansAgreeTest, ACopyUpEqualToTheLowerIsUnchangedForBoth) {
+  Both("f", "same bytes");
+  Both("d/tool", "#!/bin/sh\n", 0755);
+  Symlink("f", L("l/link"));
+  Symlink("f", U("l/link"));
+  EXPECT_EQ(Status(), V{});
+  EXPECT_EQ(Export(), V{});
+}
+
+TEST_F(ScansAgreeTest, AnExecBitChangeIsAChangeForBoth) {
+  Write(L("run.sh"), "echo\n", 0644);
+  Write(U("run.sh"), "echo\n", 0755);
+  EXPECT_EQ(Status(), V{"m run.sh"});
+  EXPECT_EQ(Export(), V{"U run.sh"});
+}
+
+TEST_F(ScansAgreeTest, OwnerXattrsAndOtherModeBitsAreStatusOnly) {
+  ASSERT_EQ(::geteuid(), 0u) << "chown needs root (as CI runs the tests)";
+  Both("owned", "x");
+  ASSERT_EQ(::lchown(U("owned").c_str(), 1234, 1234), 0);
+  Both("tagged", "x");
+  ASSERT_EQ(::setxattr(U("tagged").c_str(), "user.tag", "v", 1, 0), 0);
+  Write(L("private"), "x", 0644);
+  Write(U("private"), "x", 0600);
+  EXPECT_EQ(Status(), (V{"m owned", "m private", "m tagged"}));
+  EXPECT_EQ(Export(), V{});
+}
+
+TEST_F(ScansAgreeTest, ContentAndTypeChangesAreChangesForBoth) {
+  Write(L("f"), "old");
+  Write(U("f"), "new");
+  Write(L("t"), "abc");
+  Symlink("abc", U("t"));
+  EXPECT_EQ(Status(), (V{"M f", "T t"}));
+  EXPECT_EQ(Export(), (V{"U f", "U t"}));
+}
+
+// A directory removed and made again (opaque) holding a file equal to the
+// lower one: no change for either (export used to upsert every file of an
+// opaque directory).
+TEST_F(ScansAgreeTest, AFileMadeAgainInAnOpaqueDirectoryEqualToTheLower) {
+  Both("d/same", "same");
+  Write(L("d/gone"), "x");
+  ASSERT_EQ(::setxattr(U("d").c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+  EXPECT_EQ(Status(), V{"D d/gone"});
+  EXPECT_EQ(Export(), V{"D d/gone"});
+}
+
+// `.git` at any depth is git's own data, left out of both by default
+// (docs/changes.md); status shows every one with --git-dir.
+TEST_F(ScansAgreeTest, GitDirectoriesAtAnyDepthAreLeftOut) {
+  Write(L(".git/index"), "old");
+  Write(U(".git/index"), "new");
+  Write(L("nested/.git/index"), "old");
+  Write(U("nested/.git/index"), "new");
+  Write(U("nested/.git/ORIG_HEAD"), "x");
+  Write(U("sub/.git"), "gitdir: ../.git/modules/sub\n");
+  Write(U("nested/work.c"), "int x;\n");
+  EXPECT_EQ(Status(), (V{"A nested/work.c", "A sub"}));
+  EXPECT_EQ(Export(), V{"U nested/work.c"});
+  EXPECT_EQ(Status(true),
+            (V{"M .git/index", "A nested/.git/ORIG_HEAD", "M nested/.git/index",
+               "A nested/work.c", "A sub", "A sub/.git"}));
 }
 
 // Trees deeper than PATH_MAX (issue 13): the scan holds a bounded number of

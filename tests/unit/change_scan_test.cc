@@ -320,7 +320,10 @@ TEST_F(ChangeScanTest, OpaqueRootDeletesEveryLowerNameItLacks) {
             (Strings{"D .git", "D .git/HEAD", "D a", "D dir", "D dir/x"}));
 }
 
-TEST_F(ChangeScanTest, TopLevelGitDirIsSkippedUnlessAsked) {
+// Every .git is git's own data (docs/changes.md): a nested repository's is
+// left out like the top-level one, its working files are not. (Before, only
+// the top-level .git was left out.)
+TEST_F(ChangeScanTest, GitDirsAtAnyDepthAreSkippedUnlessAsked) {
   MakeDir(t_.L(".git"));
   WriteFile(t_.L(".git/index"), "old index");
   MakeDir(t_.L("sub"));
@@ -331,12 +334,24 @@ TEST_F(ChangeScanTest, TopLevelGitDirIsSkippedUnlessAsked) {
   WriteFile(t_.U(".git/ORIG_HEAD"), "x");
   CopyUpDir("sub");
   CopyUpDir("sub/.git");
-  CopyUpFile("sub/.git/config", "b");  // only the top-level one is skipped
-  EXPECT_EQ(Summary(), (Strings{"M sub/.git/config"}));
+  CopyUpFile("sub/.git/config", "b");
+  WriteFile(t_.U("sub/work.c"), "int x;\n");
+  MakeDeviceWhiteout(t_.U("sub/.gitmodules"));  // not .git: reported
+  WriteFile(t_.L("sub/.gitmodules"), "m");
+  MakeDir(t_.L("gone"));
+  MakeDir(t_.L("gone/.git"));
+  WriteFile(t_.L("gone/.git/HEAD"), "ref");
+  WriteFile(t_.L("gone/f"), "f");
+  MakeDeviceWhiteout(t_.U("gone"));  // a nested repository removed
+  EXPECT_EQ(Summary(), (Strings{"D gone", "D gone/f", "D sub/.gitmodules",
+                                "A sub/work.c"}));
   ChangeScanOptions with_git;
   with_git.include_git_dir = true;
-  EXPECT_EQ(Summary(with_git),
-            (Strings{"A .git/ORIG_HEAD", "M .git/index", "M sub/.git/config"}));
+  EXPECT_EQ(
+      Summary(with_git),
+      (Strings{"A .git/ORIG_HEAD", "M .git/index", "D gone", "D gone/.git",
+               "D gone/.git/HEAD", "D gone/f", "M sub/.git/config",
+               "D sub/.gitmodules", "A sub/work.c"}));
 }
 
 TEST_F(ChangeScanTest, PathFilterSelectsAPathAndWhatIsBelowIt) {
