@@ -1,7 +1,6 @@
 #include "fs/overlay.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -32,42 +31,9 @@ using TableLock = std::lock_guard<std::mutex>;
 
 // ---------------------------------------------------------------- set-up
 
-const KeptData Node::kNoData;
-// docs/architecture.md, "Memory": a node is 128 bytes.
-static_assert(sizeof(Node) <= 128, "a Node grew past 128 bytes");
-
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
 
-Overlay::~Overlay() {
-  ReapDoomed();
-  while (nodes_) {
-    Node* next = nodes_->next_node;
-    delete nodes_;
-    nodes_ = next;
-  }
-}
-
-void Overlay::AddNodeLocked(std::unique_ptr<Node> node) {
-  Node* n = node.release();
-  n->next_node = nodes_;
-  if (nodes_) nodes_->prev_node = n;
-  nodes_ = n;
-  ++node_count_;
-}
-
-void Overlay::DeleteNodeLocked(Node* node) {
-  if (node->prev_node) node->prev_node->next_node = node->next_node;
-  if (node->next_node) node->next_node->prev_node = node->prev_node;
-  if (nodes_ == node) nodes_ = node->next_node;
-  --node_count_;
-  delete node;
-  if (++freed_since_trim_ >= kTrimAfterFreed) doomed_pending_ = true;
-}
-
-size_t Overlay::node_count() {
-  TableLock t(table_mu_);
-  return node_count_;
-}
+Overlay::~Overlay() = default;
 
 Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   std::unique_ptr<Overlay> ov(new Overlay(std::move(layers)));
@@ -89,8 +55,7 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   node->opaque = !view->merged;
   node->xwhiteouts = view->xwhiteouts;
   node->nlookup = 1;
-  ov->root_ = node.get();
-  ov->AddNodeLocked(std::move(node));
+  ov->table_.AddRoot(std::move(node));
   if (l.policy && l.policy->quota_bytes() > 0) {
     // The upper layer and acqfs-tmp (emptied by Layers::Open, but a
     // directory that keeps the room it grew).
@@ -103,6 +68,7 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
       total += *tmp;
     }
     ov->quota_ = std::make_unique<Quota>(l.policy->quota_bytes(), total);
+    ov->table_.set_quota(ov->quota_.get());
   }
   return ov;
 }
@@ -111,7 +77,7 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
 
 std::string Overlay::PathLocked(const Node* node) const {
   std::vector<const std::string*> parts;
-  for (const Node* n = node; n && n != root_; n = n->parent)
+  for (const Node* n = node; n && n != table_.root(); n = n->parent)
     parts.push_back(&n->name);
   std::string p;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
@@ -184,176 +150,27 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   if (node->unlinked && !node->is_dir()) st->st_nlink = 0;
 }
 
-// ---------------------------------------------------------------- table
-
-void Overlay::AttachLocked(Node* node, Node* parent, const std::string& name) {
-  parent->SetChild(name, node);
-  if (!node->parent && !node->unlinked && node != root_) {
-    node->parent = parent;
-    node->name = name;
-  } else {
-    node->MutableAliases().emplace_back(parent, name);
-  }
-}
-
-void Overlay::DetachNameLocked(Node* node, Node* parent,
-                               const std::string& name) {
-  parent->EraseChild(name, node);
-  if (node->parent == parent && node->name == name) {
-    if (node->HasAliases()) {
-      node->parent = node->aliases->back().first;
-      node->name = node->aliases->back().second;
-      node->aliases->pop_back();
-    } else {
-      node->parent = nullptr;
-      node->name.clear();
-      node->unlinked = true;
-    }
-    return;
-  }
-  if (!node->aliases) return;
-  for (auto a = node->aliases->begin(); a != node->aliases->end(); ++a) {
-    if (a->first == parent && a->second == name) {
-      node->aliases->erase(a);
-      return;
-    }
-  }
-}
-
-void Overlay::MoveNameLocked(Node* node, Node* parent, const std::string& name,
-                             Node* new_parent, const std::string& new_name) {
-  parent->EraseChild(name, node);
-  new_parent->SetChild(new_name, node);
-  if (node->parent == parent && node->name == name) {
-    node->parent = new_parent;
-    node->name = new_name;
-    return;
-  }
-  if (!node->aliases) return;
-  for (auto& a : *node->aliases) {
-    if (a.first == parent && a.second == name) {
-      a.first = new_parent;
-      a.second = new_name;
-      return;
-    }
-  }
-}
-
-void Overlay::MaybeFreeLocked(Node* node) {
-  while (node && node != root_ && node->nlookup == 0 && node->opens == 0 &&
-         !node->HasChildren()) {
-    Node* parent = node->parent;
-    if (node->aliases)
-      for (auto& [p, n] : *node->aliases) p->EraseChild(n, node);
-    if (parent) parent->EraseChild(node->name, node);
-    if (node->upper_ino) {
-      auto it = upper_links_.find(node->upper_ino);
-      if (it != upper_links_.end() && it->second == node)
-        upper_links_.erase(it);
-    }
-    // The node's descriptors and kept data go after the locks (ReapDoomed).
-    if (node->quota_owed && quota_) quota_->Freed(&node->charged, 0);
-    if (node->kept_data) {
-      if (quota_) {
-        if (auto freed = kept_.FreedByRelease(node->kept()))
-          quota_->Freed(&node->charged, *freed);
-      }
-      kept_.Release(node->take_kept());
-    }
-    if (FileLease f = files_.Take(node)) {
-      // The quota sees a forgotten upper file once more, through its cached
-      // descriptor, for what it grew unseen (ReapDoomed).
-      uint64_t record = node->charged;  // nothing else can reach the node
-      if (quota_ && !node->unlinked && record != Quota::kUnseen &&
-          !f->from_lower && node->upper)
-        doomed_seen_.emplace_back(f, record);
-      doomed_files_.push_back(std::move(f));
-      doomed_pending_ = true;
-    }
-    DeleteNodeLocked(node);
-    node = parent;
-  }
-}
-
-void Overlay::DropStaleNameLocked(Node* node, Node* parent,
-                                  const std::string& name) {
-  DetachNameLocked(node, parent, name);
-  if (node->unlinked) {
-    // Its upper inode is no longer reached by the name a hard link's lookup
-    // would attach to it.
-    if (node->upper_ino) {
-      auto it = upper_links_.find(node->upper_ino);
-      if (it != upper_links_.end() && it->second == node)
-        upper_links_.erase(it);
-      node->upper_ino = 0;
-    }
-    // The children's paths led through the lost name: they lose theirs too
-    // (an unlinked node has no children; PathLocked would resolve them
-    // from the root).
-    while (node->HasChildren()) {
-      auto first = node->children->begin();
-      Node* child = first->second;
-      std::string child_name = first->first;
-      DropStaleNameLocked(child, node, child_name);
-    }
-  }
-  MaybeFreeLocked(node);
-}
-
-void Overlay::ReapDoomed() {
-  kept_.Reap();
-  if (!doomed_pending_.load(std::memory_order_acquire)) return;
-  std::vector<FileLease> files;
-  std::vector<std::pair<FileLease, uint64_t>> seen;
-  bool trim = false;
-  {
-    TableLock t(table_mu_);
-    files.swap(doomed_files_);
-    seen.swap(doomed_seen_);
-    doomed_pending_ = false;
-    if (freed_since_trim_ >= kTrimAfterFreed) {
-      freed_since_trim_ = 0;
-      trim = true;
-    }
-  }
-  for (auto& [f, record] : seen) {
-    // Best effort, with no one to tell: a file that cannot be seen now is
-    // seen at its next call or removal.
-    struct stat st;
-    if (::fstat(f.get(), &st) == 0) quota_->CatchUp(&record, Quota::Bytes(st));
-  }
-  seen.clear();
-  files.clear();  // closes them (unless a request still uses one)
-  // The kernel forgot many nodes (its caches shrank): give the memory they
-  // held back to the system, which free() alone does not.
-  if (trim) ::malloc_trim(0);
-}
-
-void Overlay::MaybeFree(Node* node) {
-  Reaper reap(this);
-  TableLock t(table_mu_);
-  MaybeFreeLocked(node);
-}
+// ---------------------------------------------------------------- counts
 
 void Overlay::Forget(Node* node, uint64_t count) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   SharedLock l(tree_mu_);
   TableLock t(table_mu_);
-  node->nlookup = count >= node->nlookup ? 0 : node->nlookup - count;
-  MaybeFreeLocked(node);
+  table_.UncountLookupsLocked(node, count);
+  table_.MaybeFreeLocked(node);
 }
 
 void Overlay::AddOpen(Node* node) {
   TableLock t(table_mu_);
-  node->opens++;
+  table_.AddOpenLocked(node);
 }
 
 void Overlay::ReleaseOpen(Node* node) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   SharedLock l(tree_mu_);
   TableLock t(table_mu_);
-  if (node->opens) node->opens--;
-  MaybeFreeLocked(node);
+  table_.ReleaseOpenLocked(node);
+  table_.MaybeFreeLocked(node);
 }
 
 // ---------------------------------------------------------------- lookup
@@ -364,15 +181,14 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
   bool hard_link = c.upper && !S_ISDIR(st.st_mode) && st.st_nlink > 1;
   TableLock t(table_mu_);
   if (Node* known = parent->Child(name)) {
-    if (count) known->nlookup++;
+    if (count) table_.AddLookupLocked(known);
     return known;
   }
   if (hard_link) {
-    auto h = upper_links_.find(c.upper_st.st_ino);
-    if (h != upper_links_.end()) {
-      AttachLocked(h->second, parent, name);
-      if (count) h->second->nlookup++;
-      return h->second;
+    if (Node* h = table_.UpperLinkLocked(c.upper_st.st_ino)) {
+      table_.AttachLocked(h, parent, name);
+      if (count) table_.AddLookupLocked(h);
+      return h;
     }
   }
   auto node = std::make_unique<Node>(InoFor(c), st.st_mode & S_IFMT);
@@ -380,14 +196,11 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
   node->lower_dir = c.lower && S_ISDIR(c.lower_st.st_mode);
   node->opaque = c.opaque == OpaqueMark::kOpaque;
   node->xwhiteouts = c.opaque == OpaqueMark::kMayHoldXattrWhiteouts;
-  if (hard_link) {
-    node->upper_ino = c.upper_st.st_ino;
-    upper_links_[node->upper_ino] = node.get();
-  }
   node->nlookup = count ? 1 : 0;
   Node* raw = node.get();
-  AddNodeLocked(std::move(node));
-  AttachLocked(raw, parent, name);
+  table_.AddNodeLocked(std::move(node));
+  if (hard_link) table_.SetUpperLinkLocked(raw, c.upper_st.st_ino);
+  table_.AttachLocked(raw, parent, name);
   return raw;
 }
 
@@ -399,7 +212,7 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
   {
     TableLock t(table_mu_);
     known = parent->Child(name);
-    if (known && count) known->nlookup++;
+    if (known && count) table_.AddLookupLocked(known);
   }
   if (known) {
     if (!st) return known;
@@ -420,8 +233,8 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
       return s.error();
     }
     TableLock t(table_mu_);
-    if (count && known->nlookup) known->nlookup--;
-    DropStaleNameLocked(known, parent, name);
+    if (count) table_.UncountLookupsLocked(known, 1);
+    table_.DropStaleNameLocked(known, parent, name);
   }
   DirView v = ViewOf(parent);
   auto c = ResolveChild(layers_, v, name, Gen());
@@ -438,8 +251,8 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
 // Gives back the lookup LookupLocked counted on a node it then failed on.
 void Overlay::MaybeFreeAfterLookup(Node* node) {
   TableLock t(table_mu_);
-  if (node->nlookup) node->nlookup--;
-  MaybeFreeLocked(node);
+  table_.UncountLookupsLocked(node, 1);
+  table_.MaybeFreeLocked(node);
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
@@ -457,7 +270,7 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
   }
   // The node held for the name is gone from the disk: only the exclusive
   // lock may take the name from it (the lookup is then made afresh).
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   return LookupLocked(parent, name, true, st, nullptr);
 }
@@ -816,7 +629,8 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
     // forgotten it yet): the new entry must get a node of its own, not
     // that one, whose layers no longer exist (MKDIR answered ENOENT).
     TableLock t(table_mu_);
-    if (Node* old = parent->Child(name)) DropStaleNameLocked(old, parent, name);
+    if (Node* old = parent->Child(name))
+      table_.DropStaleNameLocked(old, parent, name);
   }
   ACQFS_TRY(CheckWritable(rel, is_dir, "create"));
   ACQFS_TRY(EnsureUpper(parent));
@@ -881,7 +695,7 @@ Status MakeCall(int rc, const char* op, const std::string& shown) {
 
 Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
                              Creds creds) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(Publish(
@@ -893,7 +707,7 @@ Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
                              dev_t rdev, Creds creds) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (S_ISCHR(mode) && rdev == 0)  // would read back as a whiteout
@@ -907,7 +721,7 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
 
 Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(
@@ -923,7 +737,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
                                                     mode_t mode, int flags,
                                                     Creds creds) {
   (void)flags;  // O_CREAT/O_EXCL are implied; the kernel checked the rest
-  Reaper reap(this);
+  Reaper reap(&table_);
   Node* node = nullptr;
   OpenFile file;
   {
@@ -955,7 +769,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
 }
 
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
@@ -976,27 +790,18 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   auto st = sys::StatAt(src_dir->get(), src_name, shown);
   if (!st) return st.error();
   TableLock t(table_mu_);
-  AttachLocked(node, parent, name);
-  node->upper_ino = st->st_ino;
-  upper_links_[st->st_ino] = node;
-  node->nlookup++;
+  table_.AttachLocked(node, parent, name);
+  table_.SetUpperLinkLocked(node, st->st_ino);
+  table_.AddLookupLocked(node);
   return node;
 }
 
 // ---------------------------------------------------------------- removal
 
-// In both file modes: besides the handles counted, the kernel may OPEN a
-// node it still holds after its last name went (a reopen through
-// /proc/PID/fd of an O_PATH descriptor, an open racing an unlink), as ext4
-// lets it. The handle-less mode has no counted handles at all.
-bool Overlay::MayBeOpenLocked(const Node* node) const {
-  return node->opens > 0 || node->nlookup > 0;
-}
-
 bool Overlay::MustKeep(Node* node) {
   if (node->is_dir()) return false;
   TableLock t(table_mu_);
-  return !node->HasAliases() && MayBeOpenLocked(node);
+  return !node->HasAliases() && table_.MayBeOpenLocked(node);
 }
 
 Status Overlay::KeepBeforeReplacing(Node* node, int pfd,
@@ -1013,7 +818,7 @@ Status Overlay::KeepBeforeReplacing(Node* node, int pfd,
 }
 
 Status Overlay::Unlink(Node* parent, const std::string& name) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
@@ -1075,13 +880,13 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     return Ok();
   }();
   TableLock t(table_mu_);
-  if (s) DetachNameLocked(node, parent, name);
-  MaybeFreeLocked(node);
+  if (s) table_.DetachNameLocked(node, parent, name);
+  table_.MaybeFreeLocked(node);
   return s;
 }
 
 Status Overlay::Rmdir(Node* parent, const std::string& name) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
@@ -1121,8 +926,8 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
     return sys::RemoveTree(tfd, tmp, layers_.tmp_path);
   }();
   TableLock t(table_mu_);
-  if (s) DetachNameLocked(node, parent, name);
-  MaybeFreeLocked(node);
+  if (s) table_.DetachNameLocked(node, parent, name);
+  table_.MaybeFreeLocked(node);
   return s;
 }
 
@@ -1254,18 +1059,19 @@ Status Overlay::MoveInUpper(const RenameOp& op, int pfd, int npfd) {
 
 // Moves the nodes to their new names (table_mu_ held).
 void Overlay::RecordRenameLocked(const RenameOp& op) {
-  if (op.b && !op.exchange) DetachNameLocked(op.b, op.new_parent, op.new_name);
-  MoveNameLocked(op.a, op.parent, op.name, op.new_parent, op.new_name);
+  if (op.b && !op.exchange)
+    table_.DetachNameLocked(op.b, op.new_parent, op.new_name);
+  table_.MoveNameLocked(op.a, op.parent, op.name, op.new_parent, op.new_name);
   op.a->lower_dir = op.dst_lower_dir;
   if (op.b && op.exchange) {
-    MoveNameLocked(op.b, op.new_parent, op.new_name, op.parent, op.name);
+    table_.MoveNameLocked(op.b, op.new_parent, op.new_name, op.parent, op.name);
     op.b->lower_dir = op.src_lower_dir;
   }
 }
 
 Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
                        const std::string& new_name, unsigned flags) {
-  Reaper reap(this);
+  Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   RenameOp op;
   op.parent = parent;
@@ -1355,8 +1161,8 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   }();
   TableLock t(table_mu_);
   if (s && op.a != op.b) RecordRenameLocked(op);
-  MaybeFreeLocked(op.a);
-  if (op.b) MaybeFreeLocked(op.b);
+  table_.MaybeFreeLocked(op.a);
+  if (op.b) table_.MaybeFreeLocked(op.b);
   return s;
 }
 
@@ -1547,7 +1353,7 @@ Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
     return t;
   }
   std::string path = PathLocked(node);
-  const bool root = node == root_;
+  const bool root = node == table_.root();
   auto dir = layer.OpenDir(root ? "" : sys::Dirname(path));
   if (!dir) return dir.error();
   t.path = sys::XattrPath(dir->get(), root ? "" : sys::Basename(path));
