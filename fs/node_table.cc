@@ -156,7 +156,7 @@ void NodeTable::MaybeFreeLocked(Node* node) {
     EraseUpperLinkLocked(node);
     // The node's descriptors and kept data go after the locks (Reap).
     if (node->quota_owed && quota_) quota_->Freed(&node->charged, 0);
-    if (node->kept_data) {
+    if (node->has_kept()) {
       if (quota_) {
         if (auto freed = kept_->FreedByRelease(node->kept()))
           quota_->Freed(&node->charged, *freed);

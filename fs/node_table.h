@@ -5,12 +5,21 @@
 // kernel's lookup counts and the open counts, and frees a node once the
 // kernel holds neither and no child keeps it.
 //
-// Freeing a node leaves work to do on the disk: closing the descriptors the
-// file cache held for it, giving its kept data back (fs/kept_data.h). That
-// work is *doomed*: queued while the locks are held, and done by Reap once
-// they are released (a Reaper declared before the lock guards does it), as
-// the last reference to a nameless inode makes the file system free it,
-// which is slow.
+// Three words, used for these things only (in fs/overlay* and here):
+//   unlinked   a node with no name left (Node::unlinked): no parent and no
+//              alias. The kernel may still hold it (a lookup, an open), so
+//              it lives on until the kernel lets it go; so do the nodes
+//              below a directory whose name was lost (DropStaleNameLocked).
+//   kept data  where an unlinked file's data lives meanwhile (Node::kept,
+//              KeptData; fs/kept_data.h). The overlay reaches it only
+//              through KeptStore: Keep*, Open, Stat, MakeChangeable,
+//              FreedByRelease, Release.
+//   doomed     what freed nodes leave to do on the disk (closing the
+//              descriptors the file cache held for them, removing kept data
+//              released): queued while the locks are held and done by Reap
+//              once they are released (a Reaper declared before the lock
+//              guards does it), as the last reference to an inode with no
+//              name left makes the file system free it, which is slow.
 //
 // Locking: the table has no lock of its own. It is guarded by the Overlay's
 // two locks, whose order is tree_mu_ before table_mu_; each member says
@@ -84,12 +93,6 @@ struct Node {
   Node* prev_node = nullptr;
   Node* next_node = nullptr;
 
-  // Where the data lives once the node has no name left while the kernel
-  // may still use it (fs/kept_data.h); null while it has one. Written with
-  // tree_mu_ exclusive (or while the node is freed, when nothing can reach
-  // it); read with tree_mu_ held.
-  std::unique_ptr<KeptData> kept_data;
-
   // table_mu_ held.
   Node* Child(const std::string& n) const {
     if (!children) return nullptr;
@@ -114,23 +117,31 @@ struct Node {
     return *aliases;
   }
 
-  // tree_mu_ held (exclusive to change).
-  const KeptData& kept() const { return kept_data ? *kept_data : kNoData; }
+  // The node's kept data (below): what KeptStore keeps, opens, stats and
+  // releases for it. tree_mu_ held (exclusive to change).
+  bool has_kept() const { return kept_data_ != nullptr; }
+  const KeptData& kept() const { return kept_data_ ? *kept_data_ : kNoData; }
+  KeptData* mutable_kept() { return kept_data_.get(); }
   void set_kept(KeptData k) {
     if (k.empty())
-      kept_data.reset();
+      kept_data_.reset();
     else
-      kept_data = std::make_unique<KeptData>(std::move(k));
+      kept_data_ = std::make_unique<KeptData>(std::move(k));
   }
   KeptData take_kept() {
     KeptData k;
-    if (kept_data) k = std::move(*kept_data);
-    kept_data.reset();
+    if (kept_data_) k = std::move(*kept_data_);
+    kept_data_.reset();
     return k;
   }
 
  private:
   static const KeptData kNoData;
+  // Where the data lives once the node is unlinked while the kernel may
+  // still use it (fs/kept_data.h); null while it has a name. Written with
+  // tree_mu_ exclusive (or while the node is freed, when nothing can reach
+  // it); read with tree_mu_ held.
+  std::unique_ptr<KeptData> kept_data_;
 };
 
 // What the table does when a node is asked to give back more lookups than

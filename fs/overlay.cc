@@ -145,7 +145,7 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   if (node->is_dir() &&
       (node->merged() || (layers_.policy && layers_.policy->hides_anything())))
     st->st_nlink = 1;
-  // A file without a name has no links, wherever its data is kept (a name
+  // An unlinked file has no links, wherever its data is kept (a name
   // in acqfs-tmp, the lower file it was): as fstat says on ext4.
   if (node->unlinked && !node->is_dir()) st->st_nlink = 0;
 }
@@ -491,7 +491,7 @@ Status Overlay::MakeChangeable(Node* node) {
     ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "(unlinked)"));
     ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
   }
-  ACQFS_TRY(kept_.MakeChangeable(node->kept_data.get()));
+  ACQFS_TRY(kept_.MakeChangeable(node->mutable_kept()));
   node->upper = true;
   if (quota_) {
     auto copy = kept_.Stat(node->kept());
@@ -835,7 +835,7 @@ Status Overlay::Unlink(Node* parent, const std::string& name) {
     auto pfd = UpperDir(parent);
     if (!pfd) return pfd.error();
     // Never refused: removing is how room is made. What the directories
-    // grow (a whiteout's name, kept data parked in acqfs-tmp) is settled.
+    // grow (a whiteout's name, kept data in acqfs-tmp) is settled.
     Quota::Change ch(quota_.get());
     ACQFS_TRY(ch.Watch(pfd->get(), shown));
     ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
@@ -1147,7 +1147,7 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
       if (st) over = *st;
     }
     if (moved) moved = MoveInUpper(op, pfd->get(), npfd->get());
-    if (op.b && op.b->kept_data) {
+    if (op.b && op.b->has_kept()) {
       if (!moved) kept_.Release(op.b->take_kept());  // the name stays
       frees = false;  // counted until the kept data goes
     }
