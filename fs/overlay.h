@@ -225,6 +225,9 @@ class Overlay {
   Status PrepareRename(Quota::Change* ch, RenameOp& op, int pfd, int npfd);
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
+  // Unlink and Rmdir, which differ only as `how` says.
+  struct Removal;
+  Status Remove(Node* parent, const std::string& name, const Removal& how);
   // Does losing the name `parent`/`name` leave `node` without any name
   // while it may be open, so that its data must be kept?
   bool MustKeep(Node* node);
