@@ -25,7 +25,7 @@ bool KeptStore::TakeBudget(bool reserve) {
 }
 
 namespace {
-// Out of room to park data in acqfs-tmp (a full disk or quota).
+// Out of room to keep data in acqfs-tmp (a full disk or quota).
 bool NoRoom(const Error& e) { return e.err == ENOSPC || e.err == EDQUOT; }
 }  // namespace
 
@@ -42,8 +42,8 @@ Result<UniqueFd> KeptStore::OpenPath(int dirfd, const std::string& name,
 Result<KeptData> KeptStore::KeepAndRemove(int dirfd, const std::string& name,
                                           const std::string& shown) {
   auto k = KeepAndRemove(dirfd, name, shown, false);
-  // With no room to park it, the data is kept by a descriptor of the
-  // reserve: an unlink must work on a full disk (it is how space is freed).
+  // With no room to keep it in acqfs-tmp, the data is kept by a descriptor of
+  // the reserve: an unlink must work on a full disk (it is how space is freed).
   if (!k && NoRoom(k.error())) k = KeepAndRemove(dirfd, name, shown, true);
   return k;
 }

@@ -121,7 +121,7 @@ class KeptStore {
 
   // Gives the data up. What it held is closed or removed by Reap(), which
   // the caller runs once it has released its locks: the last reference to
-  // a nameless inode makes the file system free it, which is slow.
+  // an inode with no name left makes the file system free it, which is slow.
   void Release(KeptData k);
   void Reap();
 

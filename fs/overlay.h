@@ -19,7 +19,9 @@
 //             for taking a name from a node whose object is gone from the
 //             disk (DropStaleNameLocked).
 //   table_mu_ guards children maps, lookup/open counts, node ownership, and
-//             (together with an exclusive tree_mu_) parent/name/aliases.
+//             (together with an exclusive tree_mu_) parent/name/aliases:
+//             the node table's state (fs/node_table.h, which names the lock
+//             of each member).
 // Every public method takes the locks it needs.
 #ifndef ACQFS_FS_OVERLAY_H_
 #define ACQFS_FS_OVERLAY_H_
@@ -43,105 +45,10 @@
 #include "fs/file_cache.h"
 #include "fs/kept_data.h"
 #include "fs/layer.h"
+#include "fs/node_table.h"
 #include "fs/quota.h"
 
 namespace acqfs {
-
-struct Node {
-  Node(uint64_t ino_, mode_t type_) : ino(ino_), type(type_) {}
-  Node(const Node&) = delete;
-  Node& operator=(const Node&) = delete;
-
-  // A name this node has besides (parent, name): another hard link.
-  using Alias = std::pair<Node*, std::string>;
-  using Children = std::unordered_map<std::string, Node*>;
-
-  const uint64_t ino;  // reported st_ino
-  const mode_t type;   // S_IFMT bits
-  uint32_t opens = 0;  // table_mu_: handles the kernel will RELEASE (the
-                       // handles mode); here to fill the padding
-  bool is_dir() const { return S_ISDIR(type); }
-  // The lower directory at this path shows through.
-  bool merged() const { return lower_dir && !(upper.load() && opaque); }
-
-  // Position. Written with tree_mu_ exclusive and table_mu_ held.
-  Node* parent = nullptr;  // null for the root and for unlinked nodes
-  std::string name;
-  std::unique_ptr<std::vector<Alias>> aliases;  // other hard links, if any
-  bool unlinked = false;
-
-  // Layers. Written with tree_mu_ exclusive.
-  std::atomic<bool> upper{false};
-  bool lower_dir = false;
-  bool opaque = false;
-  bool xwhiteouts = false;
-  // The upper regular file lost its last name (no data kept): the quota
-  // gives back its record when the node goes (the file cache may hold the
-  // data until then). Written with tree_mu_ exclusive.
-  bool quota_owed = false;
-  uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
-
-  // Guarded by table_mu_ (and `opens` above).
-  uint64_t nlookup = 0;
-  // The quota's record of an upper regular file: its st_blocks in bytes
-  // when the daemon last saw it, Quota::kUnseen before (fs/quota.h).
-  // Guarded by the quota's stripe lock for its address (Quota methods).
-  uint64_t charged = Quota::kUnseen;
-  // The children the kernel knows, by name: directories only, made at the
-  // first. Use the helpers below.
-  std::unique_ptr<Children> children;
-  // The node table's list of every node (Overlay::nodes_).
-  Node* prev_node = nullptr;
-  Node* next_node = nullptr;
-
-  // Where the data lives once the node has no name left while the kernel
-  // may still use it (fs/kept_data.h); null while it has one. Written with
-  // tree_mu_ exclusive (or while the node is freed, when nothing can reach
-  // it); read with tree_mu_ held.
-  std::unique_ptr<KeptData> kept_data;
-
-  // table_mu_ held.
-  Node* Child(const std::string& n) const {
-    if (!children) return nullptr;
-    auto it = children->find(n);
-    return it == children->end() ? nullptr : it->second;
-  }
-  void SetChild(const std::string& n, Node* child) {
-    if (!children) children = std::make_unique<Children>();
-    (*children)[n] = child;
-  }
-  // Forgets the child `n` if it is `child`.
-  void EraseChild(const std::string& n, const Node* child) {
-    if (!children) return;
-    auto it = children->find(n);
-    if (it != children->end() && it->second == child) children->erase(it);
-    if (children->empty()) children.reset();
-  }
-  bool HasChildren() const { return children != nullptr; }
-  bool HasAliases() const { return aliases && !aliases->empty(); }
-  std::vector<Alias>& MutableAliases() {
-    if (!aliases) aliases = std::make_unique<std::vector<Alias>>();
-    return *aliases;
-  }
-
-  // tree_mu_ held (exclusive to change).
-  const KeptData& kept() const { return kept_data ? *kept_data : kNoData; }
-  void set_kept(KeptData k) {
-    if (k.empty())
-      kept_data.reset();
-    else
-      kept_data = std::make_unique<KeptData>(std::move(k));
-  }
-  KeptData take_kept() {
-    KeptData k;
-    if (kept_data) k = std::move(*kept_data);
-    kept_data.reset();
-    return k;
-  }
-
- private:
-  static const KeptData kNoData;
-};
 
 struct Creds {
   uid_t uid = 0;
@@ -173,7 +80,7 @@ class Overlay {
   Overlay& operator=(const Overlay&) = delete;
   ~Overlay();
 
-  Node* root() { return root_; }
+  Node* root() { return table_.root(); }
   const Layers& layers() const { return layers_; }
   // The upper layer's quota, when the policy sets one (else null). Writes
   // made through descriptors the adapter holds go through Quota::Charged.
@@ -256,7 +163,7 @@ class Overlay {
   }
   // Nodes the table holds (the kernel's lookups, open files, their
   // ancestors).
-  size_t node_count();
+  size_t node_count() { return table_.node_count(); }
   // Descriptors held now in the file cache and for kept data.
   size_t cached_files() const { return files_.size(); }
   size_t kept_descriptors() const { return kept_.descriptors(); }
@@ -318,10 +225,9 @@ class Overlay {
   Status PrepareRename(Quota::Change* ch, RenameOp& op, int pfd, int npfd);
   Status MoveInUpper(const RenameOp& op, int pfd, int npfd);
   void RecordRenameLocked(const RenameOp& op);
-  // Might the kernel still read or write `node`, or open it (table_mu_
-  // held)? Every file that loses its last name while this holds keeps its
-  // data (Node::kept) until it no longer does.
-  bool MayBeOpenLocked(const Node* node) const;
+  // Unlink and Rmdir, which differ only as `how` says.
+  struct Removal;
+  Status Remove(Node* parent, const std::string& name, const Removal& how);
   // Does losing the name `parent`/`name` leave `node` without any name
   // while it may be open, so that its data must be kept?
   bool MustKeep(Node* node);
@@ -357,42 +263,10 @@ class Overlay {
   Status ChownNew(int dirfd, const std::string& name, int pfd,
                   const Creds& creds, const std::string& shown);
 
-  // What freeing nodes leaves to do on the disk (closing an unlinked file's
-  // descriptors, removing its kept data from acqfs-tmp): the last reference
-  // to an unlinked inode makes the file system free it, which is slow, so
-  // it is done after the locks are released. A Reaper declared before the
-  // lock guards of a method does it when the method returns.
-  class Reaper {
-   public:
-    explicit Reaper(Overlay* ov) : ov_(ov) {}
-    ~Reaper() { ov_->ReapDoomed(); }
-    Reaper(const Reaper&) = delete;
-    Reaper& operator=(const Reaper&) = delete;
-
-   private:
-    Overlay* ov_;
-  };
-  void ReapDoomed();
-
-  // table_mu_ held.
-  void AttachLocked(Node* node, Node* parent, const std::string& name);
-  void DetachNameLocked(Node* node, Node* parent, const std::string& name);
-  void MoveNameLocked(Node* node, Node* parent, const std::string& name,
-                      Node* new_parent, const std::string& new_name);
-  void MaybeFreeLocked(Node* node);
-  // Takes the name `name` in `parent` from `node`, whose object no longer
-  // is there on the disk (it was removed or replaced outside the daemon),
-  // so that the name resolves afresh. A node left without a name becomes
-  // unlinked, and so do the nodes known below it (their paths led through
-  // it); each is freed once the kernel no longer holds it. tree_mu_
-  // exclusive and table_mu_ held.
-  void DropStaleNameLocked(Node* node, Node* parent, const std::string& name);
-  // Puts a new node in the table (which then owns it) / takes it out and
-  // deletes it.
-  void AddNodeLocked(std::unique_ptr<Node> node);
-  void DeleteNodeLocked(Node* node);
+  // Frees the node once a lookup it counted is given back, when the
+  // lookup then failed (tree_mu_ held).
   void MaybeFreeAfterLookup(Node* node);
-  void MaybeFree(Node* node);
+  using Reaper = NodeTable::Reaper;
 
   // Calls `visit` for every object of the merged tree below `dir` (not
   // `dir` itself), each directory before what it holds; stops at the first
@@ -411,8 +285,7 @@ class Overlay {
   Layers layers_;
   std::unique_ptr<Quota> quota_;
   bool same_dev_ = false;
-  mode_t daemon_umask_ = 022;  // set once in Create
-  Node* root_ = nullptr;
+  mode_t daemon_umask_ = 022;     // set once in Create
   FileCache files_{64};           // its own lock
   KeptStore kept_{&layers_, 64};  // its own lock
   // Moves on with every exclusive tree lock; 0 is never used (it means "do
@@ -422,20 +295,10 @@ class Overlay {
 
   mutable std::shared_mutex tree_mu_;
   std::mutex table_mu_;  // acquired after tree_mu_
-  // Every node, owned: a list through Node::prev_node/next_node (a node is
-  // freed by FreeLocked). table_mu_.
-  Node* nodes_ = nullptr;
-  size_t node_count_ = 0;  // table_mu_
-  // Nodes freed since memory was last given back (ReapDoomed). table_mu_.
-  static constexpr size_t kTrimAfterFreed = 1 << 16;
-  size_t freed_since_trim_ = 0;
-  std::unordered_map<uint64_t, Node*> upper_links_;  // table_mu_
-  std::vector<FileLease> doomed_files_;  // table_mu_; freed nodes' files
-  // table_mu_: freed upper files the quota sees once more (their descriptor
-  // and record), for what they grew unseen (ReapDoomed).
-  std::vector<std::pair<FileLease, uint64_t>> doomed_seen_;
-  // doomed_files_ is not empty, or memory is to be given back.
-  std::atomic<bool> doomed_pending_{false};
+  // The nodes (fs/node_table.h), guarded by tree_mu_ and table_mu_ as each
+  // of its members says; after files_ and kept_, which freed nodes give
+  // their descriptors back to.
+  NodeTable table_{&table_mu_, &files_, &kept_};
 };
 
 }  // namespace acqfs

@@ -1,0 +1,233 @@
+#include "fs/node_table.h"
+
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+namespace acqfs {
+
+using TableLock = std::lock_guard<std::mutex>;
+
+const KeptData Node::kNoData;
+// docs/architecture.md, "Memory": a node is 128 bytes.
+static_assert(sizeof(Node) <= 128, "a Node grew past 128 bytes");
+
+NodeTable::~NodeTable() {
+  Reap();
+  while (nodes_) {
+    Node* next = nodes_->next_node;
+    delete nodes_;
+    nodes_ = next;
+  }
+}
+
+Node* NodeTable::AddRoot(std::unique_ptr<Node> root) {
+  root_ = root.get();
+  TableLock t(table_mu_);
+  AddNodeLocked(std::move(root));
+  return root_;
+}
+
+void NodeTable::AddNodeLocked(std::unique_ptr<Node> node) {
+  Node* n = node.release();
+  n->next_node = nodes_;
+  if (nodes_) nodes_->prev_node = n;
+  nodes_ = n;
+  ++node_count_;
+}
+
+void NodeTable::DeleteNodeLocked(Node* node) {
+  if (node->prev_node) node->prev_node->next_node = node->next_node;
+  if (node->next_node) node->next_node->prev_node = node->prev_node;
+  if (nodes_ == node) nodes_ = node->next_node;
+  --node_count_;
+  delete node;
+  if (++freed_since_trim_ >= kTrimAfterFreed) doomed_pending_ = true;
+}
+
+size_t NodeTable::node_count() {
+  TableLock t(table_mu_);
+  return node_count_;
+}
+
+uint64_t NodeTable::clamped_forgets() {
+  TableLock t(table_mu_);
+  return clamped_forgets_;
+}
+
+void NodeTable::AttachLocked(Node* node, Node* parent,
+                             const std::string& name) {
+  parent->SetChild(name, node);
+  if (!node->parent && !node->unlinked && node != root_) {
+    node->parent = parent;
+    node->name = name;
+  } else {
+    node->MutableAliases().emplace_back(parent, name);
+  }
+}
+
+void NodeTable::DetachNameLocked(Node* node, Node* parent,
+                                 const std::string& name) {
+  parent->EraseChild(name, node);
+  if (node->parent == parent && node->name == name) {
+    if (node->HasAliases()) {
+      node->parent = node->aliases->back().first;
+      node->name = node->aliases->back().second;
+      node->aliases->pop_back();
+    } else {
+      node->parent = nullptr;
+      node->name.clear();
+      node->unlinked = true;
+    }
+    return;
+  }
+  if (!node->aliases) return;
+  for (auto a = node->aliases->begin(); a != node->aliases->end(); ++a) {
+    if (a->first == parent && a->second == name) {
+      node->aliases->erase(a);
+      return;
+    }
+  }
+}
+
+void NodeTable::MoveNameLocked(Node* node, Node* parent,
+                               const std::string& name, Node* new_parent,
+                               const std::string& new_name) {
+  parent->EraseChild(name, node);
+  new_parent->SetChild(new_name, node);
+  if (node->parent == parent && node->name == name) {
+    node->parent = new_parent;
+    node->name = new_name;
+    return;
+  }
+  if (!node->aliases) return;
+  for (auto& a : *node->aliases) {
+    if (a.first == parent && a.second == name) {
+      a.first = new_parent;
+      a.second = new_name;
+      return;
+    }
+  }
+}
+
+Node* NodeTable::UpperLinkLocked(uint64_t upper_ino) const {
+  auto it = upper_links_.find(upper_ino);
+  return it == upper_links_.end() ? nullptr : it->second;
+}
+
+void NodeTable::SetUpperLinkLocked(Node* node, uint64_t upper_ino) {
+  node->upper_ino = upper_ino;
+  upper_links_[upper_ino] = node;
+}
+
+void NodeTable::EraseUpperLinkLocked(Node* node) {
+  if (!node->upper_ino) return;
+  auto it = upper_links_.find(node->upper_ino);
+  if (it != upper_links_.end() && it->second == node) upper_links_.erase(it);
+}
+
+void NodeTable::UncountLookupsLocked(Node* node, uint64_t count) {
+  if (count <= node->nlookup) {
+    node->nlookup -= count;
+    return;
+  }
+  if (check_ == CountCheck::kAbort) {
+    ::fprintf(stderr,
+              "acqfs: node table: %llu lookups given back on node %p "
+              "(ino %llu, name \"%s\"), which holds %llu\n",
+              static_cast<unsigned long long>(count),
+              static_cast<const void*>(node),
+              static_cast<unsigned long long>(node->ino), node->name.c_str(),
+              static_cast<unsigned long long>(node->nlookup));
+    ::abort();
+  }
+  ++clamped_forgets_;
+  node->nlookup = 0;
+}
+
+void NodeTable::MaybeFreeLocked(Node* node) {
+  while (node && node != root_ && node->nlookup == 0 && node->opens == 0 &&
+         !node->HasChildren()) {
+    Node* parent = node->parent;
+    if (node->aliases)
+      for (auto& [p, n] : *node->aliases) p->EraseChild(n, node);
+    if (parent) parent->EraseChild(node->name, node);
+    EraseUpperLinkLocked(node);
+    // The node's descriptors and kept data go after the locks (Reap).
+    if (node->quota_owed && quota_) quota_->Freed(&node->charged, 0);
+    if (node->has_kept()) {
+      if (quota_) {
+        if (auto freed = kept_->FreedByRelease(node->kept()))
+          quota_->Freed(&node->charged, *freed);
+      }
+      kept_->Release(node->take_kept());
+    }
+    if (FileLease f = files_->Take(node)) {
+      // The quota sees a forgotten upper file once more, through its cached
+      // descriptor, for what it grew unseen (Reap).
+      uint64_t record = node->charged;  // nothing else can reach the node
+      if (quota_ && !node->unlinked && record != Quota::kUnseen &&
+          !f->from_lower && node->upper)
+        doomed_seen_.emplace_back(f, record);
+      doomed_files_.push_back(std::move(f));
+      doomed_pending_ = true;
+    }
+    DeleteNodeLocked(node);
+    node = parent;
+  }
+}
+
+void NodeTable::DropStaleNameLocked(Node* node, Node* parent,
+                                    const std::string& name) {
+  DetachNameLocked(node, parent, name);
+  if (node->unlinked) {
+    // Its upper inode is no longer reached by the name a hard link's lookup
+    // would attach to it.
+    if (node->upper_ino) {
+      EraseUpperLinkLocked(node);
+      node->upper_ino = 0;
+    }
+    // The children's paths led through the lost name: they lose theirs too
+    // (an unlinked node has no children; PathLocked would resolve them
+    // from the root).
+    while (node->HasChildren()) {
+      auto first = node->children->begin();
+      Node* child = first->second;
+      std::string child_name = first->first;
+      DropStaleNameLocked(child, node, child_name);
+    }
+  }
+  MaybeFreeLocked(node);
+}
+
+void NodeTable::Reap() {
+  kept_->Reap();
+  if (!doomed_pending_.load(std::memory_order_acquire)) return;
+  std::vector<FileLease> files;
+  std::vector<std::pair<FileLease, uint64_t>> seen;
+  bool trim = false;
+  {
+    TableLock t(table_mu_);
+    files.swap(doomed_files_);
+    seen.swap(doomed_seen_);
+    doomed_pending_ = false;
+    if (freed_since_trim_ >= kTrimAfterFreed) {
+      freed_since_trim_ = 0;
+      trim = true;
+    }
+  }
+  for (auto& [f, record] : seen) {
+    // Best effort, with no one to tell: a file that cannot be seen now is
+    // seen at its next call or removal.
+    struct stat st;
+    if (::fstat(f.get(), &st) == 0) quota_->CatchUp(&record, Quota::Bytes(st));
+  }
+  seen.clear();
+  files.clear();  // closes them (unless a request still uses one)
+  // The kernel forgot many nodes (its caches shrank): give the memory they
+  // held back to the system, which free() alone does not.
+  if (trim) ::malloc_trim(0);
+}
+
+}  // namespace acqfs

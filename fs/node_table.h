@@ -1,0 +1,289 @@
+// NodeTable: the lifetime of the Overlay's Nodes (fs/overlay.h). It owns
+// every node (an intrusive list), gives each its names (Attach, DetachName,
+// MoveName; a hard link's other names are aliases, and the upper hard-link
+// map finds the node of an upper inode with several names), keeps the
+// kernel's lookup counts and the open counts, and frees a node once the
+// kernel holds neither and no child keeps it.
+//
+// Three words, used for these things only (in fs/overlay* and here):
+//   unlinked   a node with no name left (Node::unlinked): no parent and no
+//              alias. The kernel may still hold it (a lookup, an open), so
+//              it lives on until the kernel lets it go; so do the nodes
+//              below a directory whose name was lost (DropStaleNameLocked).
+//   kept data  where an unlinked file's data lives meanwhile (Node::kept,
+//              KeptData; fs/kept_data.h). The overlay reaches it only
+//              through KeptStore: Keep*, Open, Stat, MakeChangeable,
+//              FreedByRelease, Release.
+//   doomed     what freed nodes leave to do on the disk (closing the
+//              descriptors the file cache held for them, removing kept data
+//              released): queued while the locks are held and done by Reap
+//              once they are released (a Reaper declared before the lock
+//              guards does it), as the last reference to an inode with no
+//              name left makes the file system free it, which is slow.
+//
+// Locking: the table has no lock of its own. It is guarded by the Overlay's
+// two locks, whose order is tree_mu_ before table_mu_; each member says
+// which it needs. table_mu_ is the Overlay's, passed in; tree_mu_ is only
+// stated (the caller holds it).
+#ifndef ACQFS_FS_NODE_TABLE_H_
+#define ACQFS_FS_NODE_TABLE_H_
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fs/file_cache.h"
+#include "fs/kept_data.h"
+#include "fs/quota.h"
+
+namespace acqfs {
+
+struct Node {
+  Node(uint64_t ino_, mode_t type_) : ino(ino_), type(type_) {}
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // A name this node has besides (parent, name): another hard link.
+  using Alias = std::pair<Node*, std::string>;
+  using Children = std::unordered_map<std::string, Node*>;
+
+  const uint64_t ino;  // reported st_ino
+  const mode_t type;   // S_IFMT bits
+  uint32_t opens = 0;  // table_mu_: handles the kernel will RELEASE (the
+                       // handles mode); here to fill the padding
+  bool is_dir() const { return S_ISDIR(type); }
+  // The lower directory at this path shows through.
+  bool merged() const { return lower_dir && !(upper.load() && opaque); }
+
+  // Position. Written with tree_mu_ exclusive and table_mu_ held.
+  Node* parent = nullptr;  // null for the root and for unlinked nodes
+  std::string name;
+  std::unique_ptr<std::vector<Alias>> aliases;  // other hard links, if any
+  bool unlinked = false;
+
+  // Layers. Written with tree_mu_ exclusive.
+  std::atomic<bool> upper{false};
+  bool lower_dir = false;
+  bool opaque = false;
+  bool xwhiteouts = false;
+  // The upper regular file lost its last name (no data kept): the quota
+  // gives back its record when the node goes (the file cache may hold the
+  // data until then). Written with tree_mu_ exclusive.
+  bool quota_owed = false;
+  uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
+
+  // Guarded by table_mu_ (and `opens` above).
+  uint64_t nlookup = 0;
+  // The quota's record of an upper regular file: its st_blocks in bytes
+  // when the daemon last saw it, Quota::kUnseen before (fs/quota.h).
+  // Guarded by the quota's stripe lock for its address (Quota methods).
+  uint64_t charged = Quota::kUnseen;
+  // The children the kernel knows, by name: directories only, made at the
+  // first. Use the helpers below.
+  std::unique_ptr<Children> children;
+  // The node table's list of every node (NodeTable::nodes_).
+  Node* prev_node = nullptr;
+  Node* next_node = nullptr;
+
+  // table_mu_ held.
+  Node* Child(const std::string& n) const {
+    if (!children) return nullptr;
+    auto it = children->find(n);
+    return it == children->end() ? nullptr : it->second;
+  }
+  void SetChild(const std::string& n, Node* child) {
+    if (!children) children = std::make_unique<Children>();
+    (*children)[n] = child;
+  }
+  // Forgets the child `n` if it is `child`.
+  void EraseChild(const std::string& n, const Node* child) {
+    if (!children) return;
+    auto it = children->find(n);
+    if (it != children->end() && it->second == child) children->erase(it);
+    if (children->empty()) children.reset();
+  }
+  bool HasChildren() const { return children != nullptr; }
+  bool HasAliases() const { return aliases && !aliases->empty(); }
+  std::vector<Alias>& MutableAliases() {
+    if (!aliases) aliases = std::make_unique<std::vector<Alias>>();
+    return *aliases;
+  }
+
+  // The node's kept data (below): what KeptStore keeps, opens, stats and
+  // releases for it. tree_mu_ held (exclusive to change).
+  bool has_kept() const { return kept_data_ != nullptr; }
+  const KeptData& kept() const { return kept_data_ ? *kept_data_ : kNoData; }
+  KeptData* mutable_kept() { return kept_data_.get(); }
+  void set_kept(KeptData k) {
+    if (k.empty())
+      kept_data_.reset();
+    else
+      kept_data_ = std::make_unique<KeptData>(std::move(k));
+  }
+  KeptData take_kept() {
+    KeptData k;
+    if (kept_data_) k = std::move(*kept_data_);
+    kept_data_.reset();
+    return k;
+  }
+
+ private:
+  static const KeptData kNoData;
+  // Where the data lives once the node is unlinked while the kernel may
+  // still use it (fs/kept_data.h); null while it has a name. Written with
+  // tree_mu_ exclusive (or while the node is freed, when nothing can reach
+  // it); read with tree_mu_ held.
+  std::unique_ptr<KeptData> kept_data_;
+};
+
+// What the table does when a node is asked to give back more lookups than
+// it holds (a FORGET of more than was looked up), which is a bug in the
+// counting: the kernel's or, far likelier, the daemon's.
+enum class CountCheck {
+  kAbort,  // abort, naming the node and both counts
+  kClamp,  // count zero and remember it happened (clamped_forgets)
+};
+// Debug builds fail loudly; release builds clamp, as they always did.
+#ifdef NDEBUG
+inline constexpr CountCheck kDefaultCountCheck = CountCheck::kClamp;
+#else
+inline constexpr CountCheck kDefaultCountCheck = CountCheck::kAbort;
+#endif
+
+class NodeTable {
+ public:
+  // `table_mu`, `files` and `kept` must outlive the table.
+  NodeTable(std::mutex* table_mu, FileCache* files, KeptStore* kept,
+            CountCheck check = kDefaultCountCheck)
+      : table_mu_(*table_mu), files_(files), kept_(kept), check_(check) {}
+  NodeTable(const NodeTable&) = delete;
+  NodeTable& operator=(const NodeTable&) = delete;
+  // Reaps, then deletes every node left.
+  ~NodeTable();
+
+  // The quota that freed nodes give their blocks back to; set once, before
+  // any node is freed (null: none).
+  void set_quota(Quota* quota) { quota_ = quota; }
+
+  // Puts the root in the table, which owns it and never frees it. Once,
+  // before any other call.
+  Node* AddRoot(std::unique_ptr<Node> root);
+  // Set once by AddRoot; no lock.
+  Node* root() const { return root_; }
+
+  // Puts a new node in the table (which then owns it). table_mu_ held.
+  void AddNodeLocked(std::unique_ptr<Node> node);
+
+  // Names. tree_mu_ exclusive (or shared, for a lookup attaching a name it
+  // found on the disk) and table_mu_ held.
+  // Gives `node` the name `name` in `parent`: its position if it has none,
+  // else an alias (another hard link).
+  void AttachLocked(Node* node, Node* parent, const std::string& name);
+  // Takes the name from `node`; an alias takes the place of a lost
+  // position, and a node left without any name becomes unlinked.
+  void DetachNameLocked(Node* node, Node* parent, const std::string& name);
+  void MoveNameLocked(Node* node, Node* parent, const std::string& name,
+                      Node* new_parent, const std::string& new_name);
+  // Takes the name `name` in `parent` from `node`, whose object no longer
+  // is there on the disk (it was removed or replaced outside the daemon),
+  // so that the name resolves afresh. A node left without a name becomes
+  // unlinked, and so do the nodes known below it (their paths led through
+  // it); each is freed once the kernel no longer holds it. tree_mu_
+  // exclusive and table_mu_ held.
+  void DropStaleNameLocked(Node* node, Node* parent, const std::string& name);
+
+  // The upper hard-link map: the node of an upper inode with more than one
+  // name, by its upper st_ino (Node::upper_ino). table_mu_ held.
+  Node* UpperLinkLocked(uint64_t upper_ino) const;
+  void SetUpperLinkLocked(Node* node, uint64_t upper_ino);
+
+  // Lookup and open counts. table_mu_ held.
+  void AddLookupLocked(Node* node) { node->nlookup++; }
+  // Gives back `count` lookups of `node`, checked (CountCheck); does not
+  // free it (MaybeFreeLocked does).
+  void UncountLookupsLocked(Node* node, uint64_t count);
+  void AddOpenLocked(Node* node) { node->opens++; }
+  void ReleaseOpenLocked(Node* node) {
+    if (node->opens) node->opens--;
+  }
+  // Might the kernel still read or write `node`, or open it? Every file that
+  // loses its last name while this holds keeps its data (Node::kept) until
+  // it no longer does. In both file modes: besides the handles counted, the
+  // kernel may OPEN a node it still holds after its last name went (a
+  // reopen through /proc/PID/fd of an O_PATH descriptor, an open racing an
+  // unlink), as ext4 lets it. The handle-less mode has no counted handles
+  // at all.
+  bool MayBeOpenLocked(const Node* node) const {
+    return node->opens > 0 || node->nlookup > 0;
+  }
+
+  // Frees `node` if the kernel holds no lookup or open of it and no child
+  // keeps it, then its parent on the same terms, and so on up; what the
+  // freed nodes leave on the disk is doomed (Reap). tree_mu_ and table_mu_
+  // held.
+  void MaybeFreeLocked(Node* node);
+
+  // Does the doomed work: closes freed nodes' descriptors (the quota sees
+  // each upper file once more first), reaps the kept data given back, and
+  // after kTrimAfterFreed nodes freed gives memory back to the system.
+  // Takes table_mu_ briefly; call it with no lock held.
+  void Reap();
+  // Reaps when it goes out of scope: declared before a method's lock guards.
+  class Reaper {
+   public:
+    explicit Reaper(NodeTable* table) : table_(table) {}
+    ~Reaper() { table_->Reap(); }
+    Reaper(const Reaper&) = delete;
+    Reaper& operator=(const Reaper&) = delete;
+
+   private:
+    NodeTable* table_;
+  };
+
+  // Nodes held. Takes table_mu_.
+  size_t node_count();
+  // FORGETs of more lookups than a node held, clamped (kClamp). Takes
+  // table_mu_.
+  uint64_t clamped_forgets();
+
+ private:
+  // Takes the node out of the list and deletes it. table_mu_ held.
+  void DeleteNodeLocked(Node* node);
+  // Takes `node` out of the hard-link map if it is there. table_mu_ held.
+  void EraseUpperLinkLocked(Node* node);
+
+  std::mutex& table_mu_;
+  FileCache* const files_;  // its own lock
+  KeptStore* const kept_;   // its own lock
+  Quota* quota_ = nullptr;  // set before use; its own locks
+  const CountCheck check_;
+  Node* root_ = nullptr;  // set once by AddRoot
+
+  // Every node, owned: a list through Node::prev_node/next_node (a node is
+  // freed by MaybeFreeLocked). table_mu_.
+  Node* nodes_ = nullptr;
+  size_t node_count_ = 0;  // table_mu_
+  // Nodes freed since memory was last given back (Reap). table_mu_.
+  static constexpr size_t kTrimAfterFreed = 1 << 16;
+  size_t freed_since_trim_ = 0;
+  uint64_t clamped_forgets_ = 0;                     // table_mu_
+  std::unordered_map<uint64_t, Node*> upper_links_;  // table_mu_
+  std::vector<FileLease> doomed_files_;  // table_mu_; freed nodes' files
+  // table_mu_: freed upper files the quota sees once more (their descriptor
+  // and record), for what they grew unseen (Reap).
+  std::vector<std::pair<FileLease, uint64_t>> doomed_seen_;
+  // doomed_files_ is not empty, or memory is to be given back.
+  std::atomic<bool> doomed_pending_{false};
+};
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_NODE_TABLE_H_

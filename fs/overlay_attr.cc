@@ -1,0 +1,210 @@
+// The Overlay's attribute changes and xattrs (fs/overlay.h).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "common/sys.h"
+#include "fs/overlay.h"
+#include "fs/overlay_internal.h"
+
+namespace acqfs {
+
+// ---------------------------------------------------------------- attributes
+
+Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
+  (void)fh_fd;
+  // Only through the node's own upper copy (its kept data once it has no
+  // name): never through anything that might reach the lower.
+  ACQFS_TRY(MakeChangeable(node));
+  if (node->unlinked) return kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
+  return layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+}
+
+Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
+                                     int fh_fd) {
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  std::string shown =
+      node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setattr"));
+  auto target = OpenAttrTarget(node, fh_fd);
+  if (!target) return target.error();
+  // A truncate goes through the node's cached writable descriptor when
+  // there is one (it works whatever the file's mode now says).
+  FileLease cached = files_.Find(node, true, true);
+  if (cached) fh_fd = cached.get();
+  int fd = target->get();
+  std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  if (req.set_mode && ::chmod(proc.c_str(), req.mode & 07777) != 0)
+    return Error::Errno("chmod", shown);
+  if (req.set_uid || req.set_gid) {
+    uid_t u = req.set_uid ? req.uid : static_cast<uid_t>(-1);
+    gid_t g = req.set_gid ? req.gid : static_cast<gid_t>(-1);
+    if (::fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("chown", shown);
+  }
+  if (req.set_size) {
+    // Through the request's handle when it can write, else a new one.
+    auto truncate = [&](int wfd) -> Result<int64_t> {
+      auto op = [&]() -> int64_t {
+        return ::ftruncate(wfd, req.size) == 0 ? 0 : -errno;
+      };
+      if (!quota_) return op();
+      // A truncate allocates nothing (a longer file has a hole); settled to
+      // what it frees.
+      return quota_->Charged(&node->charged, wfd, Quota::Charge::Settled(), op,
+                             shown);
+    };
+    int64_t rc = -EBADF;
+    if (fh_fd >= 0) {
+      auto r = truncate(fh_fd);
+      if (!r) return r.error();
+      rc = *r;
+    }
+    if (rc != 0) {
+      int f = ::open(proc.c_str(), O_WRONLY | O_CLOEXEC);
+      if (f < 0) return Error::Errno("open for truncate", shown);
+      UniqueFd owned(f);
+      auto r = truncate(f);
+      if (!r) return r.error();
+      if (*r != 0) return Error::Of(static_cast<int>(-*r), "truncate", shown);
+    }
+  }
+  if (req.set_atime || req.set_mtime) {
+    struct timespec ts[2];
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1].tv_nsec = UTIME_OMIT;
+    if (req.set_atime) {
+      ts[0] = req.atime;
+      if (req.atime_now) ts[0].tv_nsec = UTIME_NOW;
+    }
+    if (req.set_mtime) {
+      ts[1] = req.mtime;
+      if (req.mtime_now) ts[1].tv_nsec = UTIME_NOW;
+    }
+    if (::utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("utimensat", shown);
+  }
+  auto st = sys::Fstat(fd, shown);
+  if (!st) return st.error();
+  FixStat(node, &*st);
+  return st;
+}
+
+// ---------------------------------------------------------------- xattrs
+
+// Where a node's xattrs are reached: its parent directory in `layer` and its
+// name there ("" and the root directory itself for the root), through
+// /proc/self/fd so that no symlink is followed. The descriptor must stay open
+// while the path is used.
+struct Overlay::XattrTarget {
+  UniqueFd dir;
+  std::string path;     // for l*xattr
+  bool follow = false;  // for *xattr: `path` is a descriptor's magic link
+  std::string shown;    // for messages
+};
+
+Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
+                                                    const Layer& layer) {
+  XattrTarget t;
+  if (node->unlinked) {
+    // The kept data's own descriptor, through its /proc entry (followed).
+    auto fd = kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
+    if (!fd) return fd.error();
+    t.path = "/proc/self/fd/" + std::to_string(fd->get());
+    t.follow = true;
+    t.dir = std::move(*fd);
+    t.shown = "(unlinked)";
+    return t;
+  }
+  std::string path = PathLocked(node);
+  const bool root = node == table_.root();
+  auto dir = layer.OpenDir(root ? "" : sys::Dirname(path));
+  if (!dir) return dir.error();
+  t.path = sys::XattrPath(dir->get(), root ? "" : sys::Basename(path));
+  t.dir = std::move(*dir);
+  t.shown = layer.Shown(path);
+  return t;
+}
+
+Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(ENODATA, "getxattr", name);
+  SharedLock l(tree_mu_);
+  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  if (!t) return t.error();
+  return sys::GetXattr(t->path, name, t->shown, t->follow);
+}
+
+Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
+  SharedLock l(tree_mu_);
+  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  if (!t) return t.error();
+  auto names = sys::ListXattrs(t->path, t->shown, t->follow);
+  if (!names) return names.error();
+  std::vector<std::string> out;
+  for (auto& n : *names)
+    if (!layers_.format.IsPrivateXattr(n)) out.push_back(std::move(n));
+  return out;
+}
+
+Status Overlay::SetXattr(Node* node, const std::string& name,
+                         const std::string& value, int flags) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(EPERM, "setxattr", name);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setxattr"));
+  ACQFS_TRY(MakeChangeable(node));
+  auto t = XattrTargetOf(node, layers_.upper);
+  if (!t) return t.error();
+  if (!quota_)
+    return sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
+  // Admitted while the quota is not passed; settled to the block the value
+  // may have taken (ext4 keeps small ones in the inode).
+  Status done = Ok();
+  return XattrCharged(
+      node, *t, Quota::Charge::Admitted(),
+      [&]() -> int64_t {
+        done = sys::SetXattr(t->path, name, value, flags, t->shown, t->follow);
+        return done ? 0 : -done.err();
+      },
+      &done);
+}
+
+Status Overlay::XattrCharged(Node* node, const XattrTarget& t,
+                             Quota::Charge charge,
+                             const std::function<int64_t()>& op,
+                             const Status* done) {
+  auto obj = node->unlinked
+                 ? kept_.Open(node->kept(), O_PATH | O_NOFOLLOW)
+                 : layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
+  if (!obj) return obj.error();
+  uint64_t* record = S_ISREG(node->type) ? &node->charged : nullptr;
+  auto r = quota_->Charged(record, obj->get(), charge, op, t.shown);
+  if (!r) return r.error();
+  return *done;
+}
+
+Status Overlay::RemoveXattr(Node* node, const std::string& name) {
+  if (layers_.format.IsPrivateXattr(name))
+    return Error::Of(ENODATA, "removexattr", name);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  if (!node->unlinked)
+    ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "removexattr"));
+  ACQFS_TRY(MakeChangeable(node));
+  auto t = XattrTargetOf(node, layers_.upper);
+  if (!t) return t.error();
+  if (!quota_) return sys::RemoveXattr(t->path, name, t->shown, t->follow);
+  Status done = Ok();
+  return XattrCharged(
+      node, *t, Quota::Charge::Settled(),
+      [&]() -> int64_t {
+        done = sys::RemoveXattr(t->path, name, t->shown, t->follow);
+        return done ? 0 : -done.err();
+      },
+      &done);
+}
+
+}  // namespace acqfs

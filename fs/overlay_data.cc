@@ -1,0 +1,145 @@
+// The Overlay's reads of directories and links, and the descriptors of file
+// data (fs/overlay.h): opens, the file cache, open counts.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sys.h"
+#include "fs/overlay.h"
+#include "fs/overlay_internal.h"
+
+namespace acqfs {
+
+Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
+  SharedLock l(tree_mu_);
+  if (dir->unlinked) return std::vector<ListedEntry>{};
+  DirView view = ViewOf(dir);
+  auto entries = ListMerged(layers_, view);
+  if (!entries) return entries.error();
+  UniqueFd upper_dir;
+  if (view.upper) {
+    auto u = layers_.upper.OpenDir(view.path);
+    if (!u) return u.error();
+    upper_dir = std::move(*u);
+  }
+  std::vector<ListedEntry> out;
+  out.reserve(entries->size());
+  for (auto& e : *entries) {
+    uint64_t ino = 0;
+    {
+      TableLock t(table_mu_);
+      if (Node* known = dir->Child(e.name)) ino = known->ino;
+    }
+    if (!ino && !e.in_upper) ino = e.lower_ino;
+    if (!ino) ino = UpperEntryIno(view, upper_dir.get(), e);
+    out.push_back(ListedEntry{std::move(e.name), e.type, ino});
+  }
+  return out;
+}
+
+Result<std::string> Overlay::ReadLink(Node* node) {
+  SharedLock l(tree_mu_);
+  if (node->unlinked) {
+    auto fd = kept_.Open(node->kept(), O_PATH | O_NOFOLLOW);
+    if (!fd) return fd.error();
+    return sys::ReadLinkAt(fd->get(), "", "(unlinked)");
+  }
+  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  std::string path = PathLocked(node);
+  auto dir = layer.OpenDir(sys::Dirname(path));
+  if (!dir) return dir.error();
+  return sys::ReadLinkAt(dir->get(), sys::Basename(path), layer.Shown(path));
+}
+
+// ---------------------------------------------------------------- data
+
+// Opens `rel` in the upper with `flags`, for data access. A writer whose
+// read-write open is refused (a mode that denies the daemon's user reading,
+// when it is not root) gets a write-only descriptor.
+Result<UniqueFd> Overlay::OpenAccess(const std::string& rel, int flags) {
+  auto fd = layers_.upper.Open(rel, flags | O_NOFOLLOW);
+  if (!fd && fd.err() == EACCES && (flags & O_ACCMODE) == O_RDWR)
+    fd = layers_.upper.Open(rel, (flags & ~O_ACCMODE) | O_WRONLY | O_NOFOLLOW);
+  return fd;
+}
+
+Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
+  OpenFile f;
+  Result<UniqueFd> fd = Error::Of(EIO, "open", "");
+  if (node->unlinked) {
+    if (write) ACQFS_TRY(MakeChangeable(node));
+    f.from_lower = node->kept().in_lower();
+    fd = kept_.Open(node->kept(), write ? O_RDWR : O_RDONLY);
+    if (!fd && write && fd.err() == EACCES)
+      fd = kept_.Open(node->kept(), O_WRONLY);
+  } else if (write) {
+    std::string path = PathLocked(node);
+    ACQFS_TRY(CheckWritable(path, false, "open for writing"));
+    ACQFS_TRY(EnsureUpper(node));
+    fd = OpenAccess(path, O_RDWR);
+  } else {
+    std::string path = PathLocked(node);
+    f.from_lower = !node->upper;
+    fd = node->upper ? layers_.upper.Open(path, O_RDONLY | O_NOFOLLOW)
+                     : layers_.lower.OpenForReading(path);
+  }
+  if (!fd) return fd.error();
+  int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
+  f.readable = acc != O_WRONLY;
+  f.writable = acc != O_RDONLY;
+  f.fd = std::move(*fd);
+  return f;
+}
+
+Result<FileLease> Overlay::FileFor(Node* node, bool write) {
+  if (FileLease f = files_.Find(node, write, node->upper.load())) return f;
+  // Only a write that copies the file (up, or out of the lower once it
+  // has no name) needs the tree lock exclusive.
+  auto copies = [&] { return !node->upper.load() || node->kept().in_lower(); };
+  auto f = [&]() -> Result<OpenFile> {
+    {
+      SharedLock l(tree_mu_);
+      if (!write || !copies()) return OpenDataLocked(node, write);
+    }
+    ExclusiveLock l(tree_mu_, tree_gen_);
+    return OpenDataLocked(node, write);
+  }();
+  if (!f) return f.error();
+  return files_.Put(node, std::move(*f));
+}
+
+Result<FileLease> Overlay::Open(Node* node, int flags) {
+  const bool trunc = (flags & O_TRUNC) != 0;
+  const bool write = (flags & O_ACCMODE) != O_RDONLY || trunc;
+  AddOpen(node);
+  auto f = FileFor(node, write);
+  if (f && trunc) {
+    int fd = f->get();
+    auto op = [&]() -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; };
+    std::string shown = layers_.upper.Shown(PathOf(node));
+    auto r = quota_ ? quota_->Charged(&node->charged, fd,
+                                      Quota::Charge::Settled(), op, shown)
+                    : Result<int64_t>(op());
+    if (!r)
+      f = r.error();
+    else if (*r != 0)
+      f = Error::Of(static_cast<int>(-*r), "truncate", shown);
+  }
+  if (!f) ReleaseOpen(node);
+  return f;
+}
+
+void Overlay::AddOpen(Node* node) {
+  TableLock t(table_mu_);
+  table_.AddOpenLocked(node);
+}
+
+void Overlay::ReleaseOpen(Node* node) {
+  Reaper reap(&table_);
+  SharedLock l(tree_mu_);
+  TableLock t(table_mu_);
+  table_.ReleaseOpenLocked(node);
+  table_.MaybeFreeLocked(node);
+}
+
+}  // namespace acqfs

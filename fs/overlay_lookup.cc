@@ -1,0 +1,187 @@
+// The Overlay's lookups (fs/overlay.h): the node for a name, the st_ino
+// rules, what GetAttr reports, and the lookup counts the kernel gives back.
+#include <sys/stat.h>
+
+#include "common/sys.h"
+#include "fs/overlay.h"
+#include "fs/overlay_internal.h"
+
+namespace acqfs {
+
+uint64_t Overlay::InoFor(const ChildInfo& c) const {
+  if (!c.upper) return c.lower_st.st_ino;
+  if (c.origin) return c.origin;  // made from a lower object: keep its number
+  // A merged directory is the lower directory's continuation.
+  if (S_ISDIR(c.upper_st.st_mode) && c.lower && S_ISDIR(c.lower_st.st_mode) &&
+      c.opaque != OpaqueMark::kOpaque)
+    return c.lower_st.st_ino;
+  return TagUpper(c.upper_st.st_ino);
+}
+
+void Overlay::FixStat(const Node* node, struct stat* st) const {
+  st->st_ino = node->ino;
+  // A merged directory's link count would count subdirectories of both
+  // layers; 1 means "not counted" (find(1) and the kernel overlayfs agree).
+  // With hidden paths every directory says 1: its lower count could reveal
+  // a hidden subdirectory.
+  if (node->is_dir() &&
+      (node->merged() || (layers_.policy && layers_.policy->hides_anything())))
+    st->st_nlink = 1;
+  // An unlinked file has no links, wherever its data is kept (a name
+  // in acqfs-tmp, the lower file it was): as fstat says on ext4.
+  if (node->unlinked && !node->is_dir()) st->st_nlink = 0;
+}
+
+// ---------------------------------------------------------------- counts
+
+void Overlay::Forget(Node* node, uint64_t count) {
+  Reaper reap(&table_);
+  SharedLock l(tree_mu_);
+  TableLock t(table_mu_);
+  table_.UncountLookupsLocked(node, count);
+  table_.MaybeFreeLocked(node);
+}
+
+// ---------------------------------------------------------------- lookup
+
+Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
+                                    const ChildInfo& c, bool count) {
+  const struct stat& st = c.upper ? c.upper_st : c.lower_st;
+  bool hard_link = c.upper && !S_ISDIR(st.st_mode) && st.st_nlink > 1;
+  TableLock t(table_mu_);
+  if (Node* known = parent->Child(name)) {
+    if (count) table_.AddLookupLocked(known);
+    return known;
+  }
+  if (hard_link) {
+    if (Node* h = table_.UpperLinkLocked(c.upper_st.st_ino)) {
+      table_.AttachLocked(h, parent, name);
+      if (count) table_.AddLookupLocked(h);
+      return h;
+    }
+  }
+  auto node = std::make_unique<Node>(InoFor(c), st.st_mode & S_IFMT);
+  node->upper = c.upper;
+  node->lower_dir = c.lower && S_ISDIR(c.lower_st.st_mode);
+  node->opaque = c.opaque == OpaqueMark::kOpaque;
+  node->xwhiteouts = c.opaque == OpaqueMark::kMayHoldXattrWhiteouts;
+  node->nlookup = count ? 1 : 0;
+  Node* raw = node.get();
+  table_.AddNodeLocked(std::move(node));
+  if (hard_link) table_.SetUpperLinkLocked(raw, c.upper_st.st_ino);
+  table_.AttachLocked(raw, parent, name);
+  return raw;
+}
+
+Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
+                                    bool count, struct stat* st, bool* stale) {
+  if (!parent->is_dir()) return Error::Of(ENOTDIR, "lookup", name);
+  if (parent->unlinked) return Error::Of(ENOENT, "lookup", name);
+  Node* known = nullptr;
+  {
+    TableLock t(table_mu_);
+    known = parent->Child(name);
+    if (known && count) table_.AddLookupLocked(known);
+  }
+  if (known) {
+    if (!st) return known;
+    auto s = StatLocked(known);
+    if (s) {
+      *st = *s;
+      return known;
+    }
+    // ENOENT: the object is gone or has another type now; ENOTDIR: a
+    // directory on its path is no longer one. Either way the name no
+    // longer leads to this node, and keeping the binding would answer
+    // ENOENT for the name, and for whatever is created there next, for as
+    // long as the kernel holds the node.
+    const bool gone = s.err() == ENOENT || s.err() == ENOTDIR;
+    if (!gone || stale) {
+      if (stale) *stale = gone;
+      if (count) MaybeFreeAfterLookup(known);
+      return s.error();
+    }
+    TableLock t(table_mu_);
+    if (count) table_.UncountLookupsLocked(known, 1);
+    table_.DropStaleNameLocked(known, parent, name);
+  }
+  DirView v = ViewOf(parent);
+  auto c = ResolveChild(layers_, v, name, Gen());
+  if (!c) return c.error();
+  if (!c->exists) return Error::Of(ENOENT, "lookup", sys::Join(v.path, name));
+  auto node = NodeForChild(parent, name, *c, count);
+  if (node && st) {
+    *st = c->upper ? c->upper_st : c->lower_st;
+    FixStat(*node, st);
+  }
+  return node;
+}
+
+// Gives back the lookup LookupLocked counted on a node it then failed on.
+void Overlay::MaybeFreeAfterLookup(Node* node) {
+  TableLock t(table_mu_);
+  table_.UncountLookupsLocked(node, 1);
+  table_.MaybeFreeLocked(node);
+}
+
+Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
+  SharedLock l(tree_mu_);
+  return LookupLocked(parent, name, true);
+}
+
+Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
+                              struct stat* st) {
+  bool stale = false;
+  {
+    SharedLock l(tree_mu_);
+    auto node = LookupLocked(parent, name, true, st, &stale);
+    if (!stale) return node;
+  }
+  // The node held for the name is gone from the disk: only the exclusive
+  // lock may take the name from it (the lookup is then made afresh).
+  Reaper reap(&table_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  return LookupLocked(parent, name, true, st, nullptr);
+}
+
+// ---------------------------------------------------------------- reading
+
+Result<struct stat> Overlay::StatLocked(Node* node) {
+  struct stat st;
+  if (node->unlinked) {
+    auto s = kept_.Stat(node->kept());
+    if (!s) return s.error();
+    st = *s;
+  } else {
+    const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+    auto s = layer.StatVia(PathLocked(node), Gen());
+    if (!s) return s.error();
+    st = *s;
+  }
+  if ((st.st_mode & S_IFMT) != node->type)
+    return Error::Of(ENOENT, "stat (type changed)", PathLocked(node));
+  FixStat(node, &st);
+  return st;
+}
+
+Result<struct stat> Overlay::GetAttr(Node* node) {
+  SharedLock l(tree_mu_);
+  return StatLocked(node);
+}
+
+// The number lookup would give an upper entry nobody looked up yet, at the
+// cost of one getxattr (its origin marker) in the common cases; only an
+// unmarked directory over a lower one needs the full lookup rule.
+uint64_t Overlay::UpperEntryIno(const DirView& view, int upper_dir,
+                                const MergedEntry& e) {
+  std::string shown = layers_.upper.Shown(sys::Join(view.path, e.name));
+  auto origin = layers_.format.ReadOrigin(upper_dir, e.name, shown);
+  if (origin && *origin) return *origin;
+  if (e.in_lower && e.type == DT_DIR) {
+    auto c = ResolveChild(layers_, view, e.name);
+    if (c && c->exists) return InoFor(*c);
+  }
+  return TagUpper(e.upper_ino);
+}
+
+}  // namespace acqfs

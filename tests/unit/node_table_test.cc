@@ -1,0 +1,234 @@
+// NodeTable (fs/node_table.h) alone, without layers or a mount: names and
+// hard-link aliases, the upper hard-link map, freeing once the kernel holds
+// neither a lookup nor an open, what freeing leaves for Reap, and what a
+// FORGET of more lookups than a node holds does under each CountCheck.
+#include "fs/node_table.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "fs/file_cache.h"
+#include "fs/kept_data.h"
+
+namespace acqfs {
+namespace {
+
+using TableLock = std::lock_guard<std::mutex>;
+
+bool IsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+class NodeTableTest : public ::testing::Test {
+ protected:
+  explicit NodeTableTest(CountCheck check = kDefaultCountCheck)
+      : table_(&mu_, &files_, &kept_, check) {
+    auto root = std::make_unique<Node>(1, S_IFDIR);
+    root->nlookup = 1;
+    root_ = table_.AddRoot(std::move(root));
+  }
+
+  // A new node named `name` in `parent`, holding `lookups` lookups.
+  Node* Add(Node* parent, const std::string& name, mode_t type,
+            uint64_t lookups, uint64_t ino) {
+    auto node = std::make_unique<Node>(ino, type);
+    node->nlookup = lookups;
+    Node* raw = node.get();
+    TableLock t(mu_);
+    table_.AddNodeLocked(std::move(node));
+    table_.AttachLocked(raw, parent, name);
+    return raw;
+  }
+  void Forget(Node* node, uint64_t count) {
+    TableLock t(mu_);
+    table_.UncountLookupsLocked(node, count);
+    table_.MaybeFreeLocked(node);
+  }
+
+  // Declared before the table, which gives freed nodes' files back to them.
+  FileCache files_{8};
+  KeptStore kept_{nullptr, 4};  // no kept data in these tests
+  std::mutex mu_;               // the table's table_mu_
+  NodeTable table_;
+  Node* root_ = nullptr;
+};
+
+TEST_F(NodeTableTest, AttachDetachAndMoveNames) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* f = Add(d, "a", S_IFREG, 1, 3);
+  EXPECT_EQ(table_.node_count(), 3u);
+  EXPECT_EQ(d->Child("a"), f);
+  EXPECT_EQ(f->parent, d);
+  EXPECT_EQ(f->name, "a");
+  {
+    TableLock t(mu_);
+    table_.MoveNameLocked(f, d, "a", root_, "b");
+  }
+  EXPECT_EQ(d->Child("a"), nullptr);
+  EXPECT_FALSE(d->HasChildren());
+  EXPECT_EQ(root_->Child("b"), f);
+  EXPECT_EQ(f->parent, root_);
+  EXPECT_EQ(f->name, "b");
+  {
+    TableLock t(mu_);
+    table_.DetachNameLocked(f, root_, "b");
+  }
+  EXPECT_EQ(root_->Child("b"), nullptr);
+  EXPECT_EQ(f->parent, nullptr);
+  EXPECT_TRUE(f->unlinked);
+  // Unlinked, it is still held while the kernel holds its lookup.
+  EXPECT_EQ(table_.node_count(), 3u);
+  Forget(f, 1);
+  EXPECT_EQ(table_.node_count(), 2u);
+}
+
+TEST_F(NodeTableTest, HardLinkNamesAreAliasesAndTheMapForgetsAFreedNode) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* f = Add(root_, "a", S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.SetUpperLinkLocked(f, 77);
+    EXPECT_EQ(table_.UpperLinkLocked(77), f);
+    table_.AttachLocked(f, d, "b");  // a second name: an alias
+  }
+  EXPECT_EQ(f->parent, root_);
+  ASSERT_TRUE(f->HasAliases());
+  EXPECT_EQ(f->aliases->front(), Node::Alias(d, "b"));
+  EXPECT_EQ(d->Child("b"), f);
+  {
+    TableLock t(mu_);
+    table_.MoveNameLocked(f, d, "b", d, "c");  // moves the alias
+  }
+  EXPECT_EQ(f->aliases->front(), Node::Alias(d, "c"));
+  EXPECT_EQ(f->parent, root_);
+  {
+    // Losing its position, the node takes the alias's place.
+    TableLock t(mu_);
+    table_.DetachNameLocked(f, root_, "a");
+  }
+  EXPECT_EQ(f->parent, d);
+  EXPECT_EQ(f->name, "c");
+  EXPECT_FALSE(f->HasAliases());
+  EXPECT_FALSE(f->unlinked);
+  EXPECT_EQ(root_->Child("a"), nullptr);
+
+  Forget(f, 1);
+  EXPECT_EQ(table_.node_count(), 2u);
+  EXPECT_EQ(d->Child("c"), nullptr);
+  TableLock t(mu_);
+  EXPECT_EQ(table_.UpperLinkLocked(77), nullptr);
+}
+
+TEST_F(NodeTableTest, FreesANodeOnceLookupsAndOpensAreGoneAndItsParentsToo) {
+  Node* d = Add(root_, "d", S_IFDIR, 0, 2);  // held only by its child
+  Node* f = Add(d, "f", S_IFREG, 2, 3);
+  OpenFile file;
+  file.fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(file.fd.is_valid());
+  const int fd = files_.Put(f, std::move(file)).get();
+  {
+    TableLock t(mu_);
+    table_.AddOpenLocked(f);
+  }
+  Forget(f, 1);
+  EXPECT_EQ(table_.node_count(), 3u);
+  Forget(f, 1);  // the open still holds it
+  EXPECT_EQ(table_.node_count(), 3u);
+  {
+    TableLock t(mu_);
+    EXPECT_TRUE(table_.MayBeOpenLocked(f));
+    table_.ReleaseOpenLocked(f);
+    EXPECT_FALSE(table_.MayBeOpenLocked(f));
+    table_.MaybeFreeLocked(f);
+  }
+  // Both go: the directory was held only by the file below it.
+  EXPECT_EQ(table_.node_count(), 1u);
+  EXPECT_FALSE(root_->HasChildren());
+  // The file's cached descriptor is doomed: closed by Reap, not before.
+  EXPECT_EQ(files_.size(), 0u);
+  EXPECT_TRUE(IsOpen(fd));
+  table_.Reap();
+  EXPECT_FALSE(IsOpen(fd));
+  EXPECT_EQ(table_.clamped_forgets(), 0u);
+}
+
+TEST_F(NodeTableTest, AStaleNameUnlinksTheNodeAndTheNodesBelowIt) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* f = Add(d, "f", S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.DropStaleNameLocked(d, root_, "d");
+  }
+  EXPECT_TRUE(d->unlinked);
+  EXPECT_TRUE(f->unlinked);
+  EXPECT_FALSE(d->HasChildren());
+  EXPECT_EQ(root_->Child("d"), nullptr);
+  EXPECT_EQ(table_.node_count(), 3u);
+  Forget(f, 1);
+  Forget(d, 1);
+  EXPECT_EQ(table_.node_count(), 1u);
+}
+
+TEST_F(NodeTableTest, TheRootIsNeverFreed) {
+  Forget(root_, 1);
+  EXPECT_EQ(table_.node_count(), 1u);
+  EXPECT_EQ(table_.root(), root_);
+}
+
+class NodeTableClamp : public NodeTableTest {
+ protected:
+  NodeTableClamp() : NodeTableTest(CountCheck::kClamp) {}
+};
+
+TEST_F(NodeTableClamp, AForgetOfMoreThanWasLookedUpCountsZeroAndIsCounted) {
+  Node* f = Add(root_, "f", S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.UncountLookupsLocked(f, 5);
+    EXPECT_EQ(f->nlookup, 0u);
+    table_.MaybeFreeLocked(f);
+  }
+  EXPECT_EQ(table_.clamped_forgets(), 1u);
+  EXPECT_EQ(table_.node_count(), 1u);
+}
+
+class NodeTableAbort : public NodeTableTest {
+ protected:
+  NodeTableAbort() : NodeTableTest(CountCheck::kAbort) {}
+};
+
+// Whatever the build type: the policy is the table's.
+TEST_F(NodeTableAbort, AForgetOfMoreThanWasLookedUpAbortsNamingTheCounts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Node* f = Add(root_, "f", S_IFREG, 1, 42);
+  EXPECT_DEATH(Forget(f, 2),
+               "2 lookups given back on node 0x[0-9a-f]+ \\(ino 42, name "
+               "\"f\"\\), which holds 1");
+  // An exact count is fine.
+  Forget(f, 1);
+  EXPECT_EQ(table_.node_count(), 1u);
+}
+
+#ifndef NDEBUG
+// A debug build's default policy is the loud one.
+TEST_F(NodeTableTest, ADebugBuildAbortsOnANegativeLookupCount) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Node* f = Add(root_, "f", S_IFREG, 3, 43);
+  EXPECT_DEATH(Forget(f, 4), "4 lookups given back on node .*which holds 3");
+  Forget(f, 3);
+}
+#else
+TEST_F(NodeTableTest, AReleaseBuildClampsANegativeLookupCount) {
+  Node* f = Add(root_, "f", S_IFREG, 3, 43);
+  Forget(f, 4);
+  EXPECT_EQ(table_.node_count(), 1u);
+  EXPECT_EQ(table_.clamped_forgets(), 1u);
+}
+#endif
+
+}  // namespace
+}  // namespace acqfs
