@@ -12,17 +12,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "deep_tree.h"
+#include "harness/deep_tree.h"
+#include "harness/fs_util.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::TempDir;
 
 // "D path" or "U path mode size": a compact form of a Change for asserts.
 std::string Show(const Change& c) {
@@ -36,9 +35,7 @@ std::string Show(const Change& c) {
 class DeltaScanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-delta-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     fs::create_directory(root_ + "/lower");
     fs::create_directory(root_ + "/upper");
     auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
@@ -46,16 +43,9 @@ class DeltaScanTest : public ::testing::Test {
     ASSERT_TRUE(l.ok()) << l.error().Message();
     layers_ = std::move(*l);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Write(const std::string& path, const std::string& data,
-                    mode_t mode = 0644) {
-    fs::create_directories(fs::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << data;
-    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
-  }
   static void Whiteout(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
     ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
@@ -81,50 +71,51 @@ class DeltaScanTest : public ::testing::Test {
   }
   using V = std::vector<std::string>;
 
+  TempDir tmp_;
   std::string root_;
   Layers layers_;
 };
 
 TEST_F(DeltaScanTest, EmptyUpperHasNoChanges) {
-  Write(L("a/b"), "lower");
+  MakeFile(L("a/b"), "lower");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{});
   EXPECT_EQ(stats.upper_entries, 0u);
 }
 
 TEST_F(DeltaScanTest, NewFilesAreUpserts) {
-  Write(U("new.txt"), "hello", 0644);
-  Write(U("d/run.sh"), "#!/bin/sh\n", 0755);
+  MakeFile(U("new.txt"), "hello", 0644);
+  MakeFile(U("d/run.sh"), "#!/bin/sh\n", 0755);
   EXPECT_EQ(Scan(), (V{"U d/run.sh 100755 10", "U new.txt 100644 5"}));
 }
 
 TEST_F(DeltaScanTest, WhiteoutIsDelete) {
-  Write(L("d/f"), "lower");
-  Write(L("gone"), "lower");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(L("gone"), "lower");
   Whiteout(U("d/f"));
   Whiteout(U("gone"));
   EXPECT_EQ(Scan(), (V{"D d/f", "D gone"}));
 }
 
 TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
-  Write(L("d/e/f"), "lower");
-  Write(L("d/g"), "lower");
+  MakeFile(L("d/e/f"), "lower");
+  MakeFile(L("d/g"), "lower");
   Whiteout(U("d"));
   EXPECT_EQ(Scan(), V{"D d"});
 }
 
 TEST_F(DeltaScanTest, OpaqueDirectoryIsDeleteThenContent) {
-  Write(L("d/old"), "lower");
-  Write(L("d/same"), "same");
+  MakeFile(L("d/old"), "lower");
+  MakeFile(L("d/same"), "same");
   Opaque(U("d"));
-  Write(U("d/same"), "same");  // equal to the lower, but the lower is hidden
-  Write(U("d/sub/new"), "n");
+  MakeFile(U("d/same"), "same");  // equal to the lower, but the lower is hidden
+  MakeFile(U("d/sub/new"), "n");
   EXPECT_EQ(Scan(), (V{"D d", "U d/same 100644 4", "U d/sub/new 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
-  Write(L("d/f"), "same bytes");
-  Write(U("d/f"), "same bytes");
+  MakeFile(L("d/f"), "same bytes");
+  MakeFile(U("d/f"), "same bytes");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{});
   EXPECT_EQ(stats.unchanged_copies, 1u);
@@ -132,36 +123,36 @@ TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
 }
 
 TEST_F(DeltaScanTest, SameSizeDifferentContentIsUpsert) {
-  Write(L("f"), "abc");
-  Write(U("f"), "abd");
+  MakeFile(L("f"), "abc");
+  MakeFile(U("f"), "abd");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{"U f 100644 3"});
   EXPECT_EQ(stats.unchanged_copies, 0u);
 }
 
 TEST_F(DeltaScanTest, SizeChangeIsUpsert) {
-  Write(L("f"), "abc");
-  Write(U("f"), "abcd");
+  MakeFile(L("f"), "abc");
+  MakeFile(U("f"), "abcd");
   EXPECT_EQ(Scan(), V{"U f 100644 4"});
 }
 
 TEST_F(DeltaScanTest, ExecutableBitChangeIsUpsert) {
-  Write(L("f"), "abc", 0644);
-  Write(U("f"), "abc", 0755);
-  Write(L("g"), "abc", 0644);
-  Write(U("g"), "abc", 0600);  // other bits: not a change git records
+  MakeFile(L("f"), "abc", 0644);
+  MakeFile(U("f"), "abc", 0755);
+  MakeFile(L("g"), "abc", 0644);
+  MakeFile(U("g"), "abc", 0600);  // other bits: not a change git records
   EXPECT_EQ(Scan(), V{"U f 100755 3"});
 }
 
 TEST_F(DeltaScanTest, BigFilesAreComparedWhole) {
   std::string big(3 << 20, 'x');
   for (size_t i = 0; i < big.size(); i += 4096) big[i] = 'a' + i % 26;
-  Write(L("same"), big);
-  Write(U("same"), big);
+  MakeFile(L("same"), big);
+  MakeFile(U("same"), big);
   std::string changed = big;
   changed[changed.size() - 1] = 'Z';  // only the last byte differs
-  Write(L("last"), big);
-  Write(U("last"), changed);
+  MakeFile(L("last"), big);
+  MakeFile(U("last"), changed);
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{"U last 100644 " + std::to_string(big.size())});
   EXPECT_EQ(stats.unchanged_copies, 1u);
@@ -173,7 +164,7 @@ TEST_F(DeltaScanTest, SymlinksComparedByTarget) {
   Symlink("old", L("moved"));
   Symlink("new", U("moved"));
   Symlink("abc", L("typechange"));
-  Write(U("typechange"), "abc");  // same size, same bytes, other type
+  MakeFile(U("typechange"), "abc");  // same size, same bytes, other type
   EXPECT_EQ(Scan(), (V{"U moved 120777 3", "U typechange 100644 3"}));
 }
 
@@ -186,83 +177,83 @@ TEST_F(DeltaScanTest, DanglingUpperSymlinkIsNotFollowed) {
 TEST_F(DeltaScanTest, LowerNotComparedUnderWhiteoutedOrOpaqueAncestor) {
   // d/e is merged with the lower, but d is opaque: the lower d/e/f is not
   // visible, so an equal upper file is still a change.
-  Write(L("d/e/f"), "same");
+  MakeFile(L("d/e/f"), "same");
   Opaque(U("d"));
-  Write(U("d/e/f"), "same");
+  MakeFile(U("d/e/f"), "same");
   EXPECT_EQ(Scan(), (V{"D d", "U d/e/f 100644 4"}));
 }
 
 TEST_F(DeltaScanTest, UpperDirectoryOverLowerFileDeletesTheFile) {
-  Write(L("x"), "lower file");
-  Write(L("x2"), "lower file");
-  Write(U("x/inner"), "i");
+  MakeFile(L("x"), "lower file");
+  MakeFile(L("x2"), "lower file");
+  MakeFile(U("x/inner"), "i");
   fs::create_directory(U("x2"));  // empty: only the delete is reported
   EXPECT_EQ(Scan(), (V{"D x", "U x/inner 100644 1", "D x2"}));
 }
 
 TEST_F(DeltaScanTest, UpperFileOverLowerDirectoryIsUpsert) {
-  Write(L("d/f"), "lower");
-  Write(U("d"), "file now");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(U("d"), "file now");
   EXPECT_EQ(Scan(), V{"U d 100644 8"});
 }
 
 TEST_F(DeltaScanTest, GitDirectoriesAreSkipped) {
-  Write(U(".git/index"), "idx");
-  Write(U(".git/objects/ab/cd"), "obj");
-  Write(U("sub/.git/HEAD"), "ref");
+  MakeFile(U(".git/index"), "idx");
+  MakeFile(U(".git/objects/ab/cd"), "obj");
+  MakeFile(U("sub/.git/HEAD"), "ref");
   Whiteout(U("other/.git"));
-  Write(U("sub/real"), "r");
+  MakeFile(U("sub/real"), "r");
   EXPECT_EQ(Scan(), V{"U sub/real 100644 1"});
 }
 
 TEST_F(DeltaScanTest, DirectoriesFifosAndSocketsAreNotReported) {
   fs::create_directories(U("empty/deeper"));
   ASSERT_EQ(::mkfifo(U("fifo").c_str(), 0644), 0);
-  Write(L("hidden"), "lower");
+  MakeFile(L("hidden"), "lower");
   ASSERT_EQ(::mkfifo(U("hidden").c_str(), 0644), 0);
   // A fifo hides the lower file of its name: that file is gone.
   EXPECT_EQ(Scan(), V{"D hidden"});
 }
 
 TEST_F(DeltaScanTest, XattrWhiteoutInDirectoryMarkedX) {
-  Write(L("d/f"), "lower");
-  Write(L("d/keep"), "lower");
-  Write(U("d/f"), "");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(L("d/keep"), "lower");
+  MakeFile(U("d/f"), "");
   ASSERT_EQ(::setxattr(U("d/f").c_str(), "user.overlay.whiteout", "", 0, 0), 0);
-  Write(U("d/empty"), "");  // a zero-size file without the xattr
+  MakeFile(U("d/empty"), "");  // a zero-size file without the xattr
   Opaque(U("d"), "x");
   EXPECT_EQ(Scan(), (V{"U d/empty 100644 0", "D d/f"}));
 }
 
 TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
-  Write(L("a"), "lower");
-  Write(L("b/c"), "lower");
-  Write(L(".git/HEAD"), "ref");
+  MakeFile(L("a"), "lower");
+  MakeFile(L("b/c"), "lower");
+  MakeFile(L(".git/HEAD"), "ref");
   Opaque(U(""));
-  Write(U("a"), "lower");  // equal bytes, but the lower is hidden
-  Write(U("z"), "new");
+  MakeFile(U("a"), "lower");  // equal bytes, but the lower is hidden
+  MakeFile(U("z"), "new");
   EXPECT_EQ(Scan(), (V{"D a", "U a 100644 5", "D b", "U z 100644 3"}));
 }
 
 TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
-  Write(L("a/x"), "lower");
+  MakeFile(L("a/x"), "lower");
   Opaque(U("a"));
-  Write(U("a/y"), "1");
-  Write(U("a.txt"), "2");
-  Write(U("a-b"), "3");
-  Write(U("b/c/d"), "4");
+  MakeFile(U("a/y"), "1");
+  MakeFile(U("a.txt"), "2");
+  MakeFile(U("a-b"), "3");
+  MakeFile(U("b/c/d"), "4");
   Whiteout(U("b/a"));
-  Write(U("0"), "5");
+  MakeFile(U("0"), "5");
   auto got = Scan();
   EXPECT_EQ(got, (V{"U 0 100644 1", "D a", "U a-b 100644 1", "U a.txt 100644 1",
                     "U a/y 100644 1", "D b/a", "U b/c/d 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, StatsCountUpperEntries) {
-  Write(U("a/b/c"), "1");
+  MakeFile(U("a/b/c"), "1");
   Whiteout(U("a/w"));
-  Write(L("a/same"), "s");
-  Write(U("a/same"), "s");
+  MakeFile(L("a/same"), "s");
+  MakeFile(U("a/same"), "s");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), (V{"U a/b/c 100644 1", "D a/w"}));
   EXPECT_EQ(stats.upper_entries, 5u);  // a, a/b, a/b/c, a/w, a/same
@@ -272,17 +263,17 @@ TEST_F(DeltaScanTest, StatsCountUpperEntries) {
 // A name git refuses in a tree is reported once, as kUnsafe, and nothing
 // below it is read; the top-level .git and .git below stay out silently.
 TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
-  Write(U(".GIT/config"), "x");
-  Write(U("git~1/a/b"), "x");
-  Write(U("sub/.git./hooks/post-checkout"), "x", 0755);
-  Write(U("sub/.GIT"), "a file");
-  Write(U(".gitmodules/x"), "a directory named .gitmodules");
+  MakeFile(U(".GIT/config"), "x");
+  MakeFile(U("git~1/a/b"), "x");
+  MakeFile(U("sub/.git./hooks/post-checkout"), "x", 0755);
+  MakeFile(U("sub/.GIT"), "a file");
+  MakeFile(U(".gitmodules/x"), "a directory named .gitmodules");
   Symlink("target", U("GITMOD~1"));
   Symlink("target", U(".gitmodules."));
   Symlink("target", U("d/.gitignore"));
-  Write(U("GITMOD~2"), "a file of that name is fine");
-  Write(U(".git/config"), "the sandbox's repository");
-  Write(U("d/.git/HEAD"), "a nested repository");
+  MakeFile(U("GITMOD~2"), "a file of that name is fine");
+  MakeFile(U(".git/config"), "the sandbox's repository");
+  MakeFile(U("d/.git/HEAD"), "a nested repository");
   ScanStats stats;
   std::vector<std::string> got = Scan(&stats);
   EXPECT_EQ(got, (V{"X .GIT", "X .gitmodules", "X .gitmodules.", "X GITMOD~1",
@@ -306,22 +297,22 @@ TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
 // 100,000-deep recursion overflows the 8 MB stack).
 TEST_F(DeltaScanTest, AChainOf100000DirectoriesIsScannedInBoundedFds) {
   constexpr size_t kDepth = 100000;
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "deep.txt",
-                                                             "deep\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/upper", "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "deep.txt",
+                                                                 "deep\n");
+                                   }),
             "");
   V got;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     got = Scan();
   }
-  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "deep.txt") +
+  EXPECT_EQ(got, V{"U " + acqfs::test::ChainPath("d", kDepth, "deep.txt") +
                    " 100644 5"});
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 TEST_F(DeltaScanTest, CopyUpsDeeperThanPathMaxAreComparedInBoundedFds) {
@@ -329,26 +320,26 @@ TEST_F(DeltaScanTest, CopyUpsDeeperThanPathMaxAreComparedInBoundedFds) {
   auto files = [](const char* changed) {
     return [changed](int fd, size_t level) -> std::string {
       if (level != kDepth) return "";
-      std::string why = deep_test::WriteAt(fd, "same", "same\n");
-      return why.empty() ? deep_test::WriteAt(fd, "changed", changed) : why;
+      std::string why = acqfs::test::WriteAt(fd, "same", "same\n");
+      return why.empty() ? acqfs::test::WriteAt(fd, "changed", changed) : why;
     };
   };
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/lower", "d", kDepth, files("old")),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/lower", "d", kDepth, files("old")),
             "");
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth, files("new")),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/upper", "d", kDepth, files("new")),
             "");
   ScanStats stats;
   V got;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     got = Scan(&stats);
   }
-  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "changed") +
+  EXPECT_EQ(got, V{"U " + acqfs::test::ChainPath("d", kDepth, "changed") +
                    " 100644 3"});
   EXPECT_EQ(stats.unchanged_copies, 1u);
-  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

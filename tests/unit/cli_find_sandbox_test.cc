@@ -13,7 +13,7 @@
 #include "cli/cli_util.h"
 #include "cli/liveness.h"
 #include "cli/state.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {
@@ -43,7 +43,7 @@ class FindSandboxTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error().Message();
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   std::string state_, root_;
 };
 
@@ -130,7 +130,7 @@ TEST_F(FindSandboxTest, RmFindsOnlyNames) {
 TEST_F(FindSandboxTest, UnreadableMetadataOfANameIsReported) {
   SandboxPaths p(state_, "broken");
   ASSERT_EQ(::mkdir(p.dir.c_str(), 0700), 0);
-  acqfs_test::WriteFile(p.meta, "not json");
+  acqfs::test::MakeFile(p.meta, "not json");
   auto f = FindSandbox(state_, "broken");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.err(), EINVAL);
@@ -139,7 +139,7 @@ TEST_F(FindSandboxTest, UnreadableMetadataOfANameIsReported) {
 }
 
 TEST(MountpointPath, CanonicalWithoutLookingIntoTheLastComponent) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   auto real = RealPath(t.root());
   ASSERT_TRUE(real.ok());
   const std::string root = *real;

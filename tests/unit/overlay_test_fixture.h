@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "fs/overlay.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
-namespace acqfs_test {
+namespace acqfs::test {
 
 class OverlayTest : public ::testing::Test {
  protected:
@@ -117,6 +117,6 @@ class OverlayTest : public ::testing::Test {
   mode_t old_umask_ = 022;
 };
 
-}  // namespace acqfs_test
+}  // namespace acqfs::test
 
 #endif  // ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
