@@ -4,8 +4,8 @@
 // Lookups are counted by the engine; the tests do not Forget (the engine is
 // destroyed with the fixture).
 // Thread-safety: single-threaded test code.
-#ifndef ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
-#define ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
+#ifndef ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_
+#define ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -119,4 +119,4 @@ class OverlayTest : public ::testing::Test {
 
 }  // namespace acqfs::test
 
-#endif  // ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
+#endif  // ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_
