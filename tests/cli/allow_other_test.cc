@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {
@@ -68,12 +68,12 @@ TEST(FuseConf, LinesFusermountIgnores) {
 }
 
 TEST(FuseConf, ReadsTheFileAMissingOneSaysNo) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   const std::string conf = t.root() + "/fuse.conf";
   auto missing = UserAllowOther(conf);
   ASSERT_TRUE(missing.ok()) << missing.error().Message();
   EXPECT_FALSE(*missing);
-  acqfs_test::WriteFile(conf, "user_allow_other\n");
+  acqfs::test::MakeFile(conf, "user_allow_other\n");
   auto yes = UserAllowOther(conf);
   ASSERT_TRUE(yes.ok()) << yes.error().Message();
   EXPECT_TRUE(*yes);
@@ -82,9 +82,9 @@ TEST(FuseConf, ReadsTheFileAMissingOneSaysNo) {
 }
 
 TEST(AllowOtherRequest, DefaultFollowsWhoMounts) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   const std::string conf = t.root() + "/fuse.conf";
-  acqfs_test::WriteFile(conf, "user_allow_other\n");
+  acqfs::test::MakeFile(conf, "user_allow_other\n");
   AllowOtherRequest none;
   EXPECT_TRUE(none.is_default());
   ASSERT_TRUE(none.Decide(0, conf).ok());
@@ -94,11 +94,11 @@ TEST(AllowOtherRequest, DefaultFollowsWhoMounts) {
 }
 
 TEST(AllowOtherRequest, AskedForOrAgainst) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   const std::string yes_conf = t.root() + "/yes.conf";
   const std::string no_conf = t.root() + "/no.conf";
-  acqfs_test::WriteFile(yes_conf, "user_allow_other\n");
-  acqfs_test::WriteFile(no_conf, "#user_allow_other\n");
+  acqfs::test::MakeFile(yes_conf, "user_allow_other\n");
+  acqfs::test::MakeFile(no_conf, "#user_allow_other\n");
   auto off = AllowOtherRequest::FromFlags(false, true);
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(*off->Decide(0, no_conf));

@@ -14,7 +14,7 @@
 #include "cli/liveness.h"
 #include "cli/sandbox.h"
 #include "cli/state.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {
@@ -44,7 +44,7 @@ class FindSandboxTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error().Message();
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   std::string state_, root_;
 };
 
@@ -131,7 +131,7 @@ TEST_F(FindSandboxTest, RmFindsOnlyNames) {
 TEST_F(FindSandboxTest, UnreadableMetadataOfANameIsReported) {
   SandboxPaths p(state_, "broken");
   ASSERT_EQ(::mkdir(p.dir.c_str(), 0700), 0);
-  acqfs_test::WriteFile(p.meta, "not json");
+  acqfs::test::MakeFile(p.meta, "not json");
   auto f = Sandbox::Find(state_, "broken");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.err(), EINVAL);
@@ -140,7 +140,7 @@ TEST_F(FindSandboxTest, UnreadableMetadataOfANameIsReported) {
 }
 
 TEST(MountpointPath, CanonicalWithoutLookingIntoTheLastComponent) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   auto real = RealPath(t.root());
   ASSERT_TRUE(real.ok());
   const std::string root = *real;

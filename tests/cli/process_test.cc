@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/sys.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {
@@ -58,7 +58,7 @@ TEST(ProcessSpawn, ExitStatusesAndSignalsAsAShellReportsThem) {
 }
 
 TEST(ProcessSpawn, RedirectionsCwdEnvironmentAndGroup) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   SpawnOptions o;
   o.cwd = t.root();
   o.env = std::vector<std::string>{"ACQFS_X=a b", "PATH=/usr/bin:/bin"};
@@ -74,7 +74,7 @@ TEST(ProcessSpawn, RedirectionsCwdEnvironmentAndGroup) {
   char buf[4096];
   if (::realpath(root.c_str(), buf)) root = buf;
   EXPECT_EQ(out, "a b|" + root + "|\nown-group\n");
-  EXPECT_EQ(acqfs_test::ReadFile(t.root() + "/err"), "oops\n");
+  EXPECT_EQ(acqfs::test::ReadFile(t.root() + "/err"), "oops\n");
   // /dev/null in, and the inherited descriptors closed unless kept.
   SpawnOptions n;
   n.stdin_fd = SpawnOptions::kDevNull;
@@ -163,14 +163,14 @@ TEST(ProcessQuoting, EveryWordComesBackFromShUnchanged) {
 }
 
 TEST(ProcessPath, FindsTheFirstExecutableFileInPath) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   const std::string a = t.root() + "/a", b = t.root() + "/b";
-  acqfs_test::MakeDir(a);
-  acqfs_test::MakeDir(b);
-  acqfs_test::WriteFile(a + "/tool", "#!/bin/sh\n", 0644);  // not executable
-  acqfs_test::MakeDir(a + "/dir-tool");
-  acqfs_test::WriteFile(b + "/tool", "#!/bin/sh\n", 0755);
-  acqfs_test::MakeDir(b + "/dir-tool");
+  acqfs::test::MakeDir(a);
+  acqfs::test::MakeDir(b);
+  acqfs::test::MakeFile(a + "/tool", "#!/bin/sh\n", 0644);  // not executable
+  acqfs::test::MakeDir(a + "/dir-tool");
+  acqfs::test::MakeFile(b + "/tool", "#!/bin/sh\n", 0755);
+  acqfs::test::MakeDir(b + "/dir-tool");
   const char* old = std::getenv("PATH");
   const std::string saved = old ? old : "";
   ::setenv("PATH", (a + ":" + b).c_str(), 1);

@@ -14,7 +14,7 @@
 
 #include "cli/liveness.h"
 #include "cli/state.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {
@@ -26,14 +26,14 @@ class SandboxTest : public ::testing::Test {
     ASSERT_TRUE(real.ok());
     root_ = *real;
     state_ = root_ + "/state";
-    acqfs_test::MakeDir(state_, 0700);  // lower/ is the TempTree's
+    acqfs::test::MakeDir(state_, 0700);  // lower/ is the TempTree's
   }
   // A sandbox folder with its upper layer and metadata.
   Sandbox Make(const std::string& name) {
     Sandbox s(state_, name);
-    acqfs_test::MakeDir(s.paths().dir, 0700);
-    acqfs_test::MakeDir(s.paths().upper);
-    acqfs_test::MakeDir(s.paths().work);
+    acqfs::test::MakeDir(s.paths().dir, 0700);
+    acqfs::test::MakeDir(s.paths().upper);
+    acqfs::test::MakeDir(s.paths().work);
     s.meta().name = name;
     s.meta().lower = root_ + "/lower";
     s.meta().mountpoint = root_ + "/mnt";
@@ -43,7 +43,7 @@ class SandboxTest : public ::testing::Test {
     return s;
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   std::string root_, state_;
 };
 
@@ -124,8 +124,8 @@ TEST_F(SandboxTest, TheLockIsTakenOnceAndSeenByLockHeldAndProbe) {
 
 TEST_F(SandboxTest, LayersAndExportSettingsCarryItsPaths) {
   Sandbox s = Make("box");
-  acqfs_test::WriteFile(root_ + "/lower/a.pem", "secret");
-  acqfs_test::WriteFile(root_ + "/lower/b.txt", "text");
+  acqfs::test::MakeFile(root_ + "/lower/a.pem", "secret");
+  acqfs::test::MakeFile(root_ + "/lower/b.txt", "text");
   s.meta().policy.hide = {"*.pem"};
   auto layers = s.OpenLayers();
   ASSERT_TRUE(layers.ok()) << layers.error().Message();
@@ -148,9 +148,9 @@ TEST_F(SandboxTest, LayersAndExportSettingsCarryItsPaths) {
 
 TEST_F(SandboxTest, CleanUpStaleRemovesTheDaemonRecordLeftBehind) {
   Sandbox s = Make("box");
-  acqfs_test::WriteFile(s.paths().pid, "999999\n");
+  acqfs::test::MakeFile(s.paths().pid, "999999\n");
   EXPECT_EQ(s.CleanUpStale("mount"), 0);
-  EXPECT_FALSE(acqfs_test::Exists(s.paths().pid));
+  EXPECT_FALSE(acqfs::test::Exists(s.paths().pid));
   EXPECT_EQ(s.CleanUpStale("mount"), 0);  // nothing left is no error
 }
 

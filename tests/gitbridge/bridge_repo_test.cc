@@ -22,18 +22,19 @@
 #include <sstream>
 #include <tuple>
 
-#include "git_test_util.h"
+#include "harness/git_env.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK(expr)                                            \
-  do {                                                             \
-    auto r_ = (expr);                                              \
-    ASSERT_TRUE(r_.ok()) << #expr << ": " << r_.error().Message(); \
-  } while (0)
+using ::acqfs::test::Git;
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::ReadFile;
+using ::acqfs::test::Sh;
+using ::acqfs::test::ShellQuote;
+using ::acqfs::test::TempDir;
 
 git_oid Oid(const std::string& hex) {
   git_oid id{};
@@ -91,19 +92,18 @@ std::string RawTree(
 class BridgeRepoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-test-bridge-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     host_ = root_ + "/host";
     scratch_ = root_ + "/scratch";
     bridge_path_ = root_ + "/state/bridge.git";
-    Sh("git init -q -b main " + Quote(host_));
-    Write(host_ + "/dir/a.txt", "a\n");
-    Write(host_ + "/b.txt", "b\n");
+    Sh("git init -q -b main " + ShellQuote(host_));
+    MakeFile(host_ + "/dir/a.txt", "a\n");
+    MakeFile(host_ + "/b.txt", "b\n");
     Git(host_, "add -A");
     Git(host_, "commit -q -m base");
     base_ = Git(host_, "rev-parse HEAD");
-    Sh("git clone -q --no-hardlinks " + Quote(host_) + " " + Quote(scratch_));
+    Sh("git clone -q --no-hardlinks " + ShellQuote(host_) + " " +
+       ShellQuote(scratch_));
     int rc = git_repository_open(&source_raw_, scratch_.c_str());
     ASSERT_EQ(rc, 0);
     source_.reset(source_raw_);
@@ -114,17 +114,16 @@ class BridgeRepoTest : public ::testing::Test {
   void TearDown() override {
     bridge_.reset();
     source_.reset();
-    fs::remove_all(root_);
   }
 
   // Two commits on branch "work" in the scratch clone.
   std::string MakeWork() {
     Git(scratch_, "checkout -q -b work");
-    Write(scratch_ + "/dir/a.txt", "a changed\n");
-    Write(scratch_ + "/new/deep/c.txt", "c\n");
+    MakeFile(scratch_ + "/dir/a.txt", "a changed\n");
+    MakeFile(scratch_ + "/new/deep/c.txt", "c\n");
     Git(scratch_, "add -A");
     Git(scratch_, "commit -q -m one");
-    Write(scratch_ + "/d.txt", "d\n");
+    MakeFile(scratch_ + "/d.txt", "d\n");
     Git(scratch_, "add -A");
     Git(scratch_, "commit -q -m two");
     return Git(scratch_, "rev-parse HEAD");
@@ -158,6 +157,7 @@ class BridgeRepoTest : public ::testing::Test {
 
   std::string BridgeObjects() const { return bridge_path_ + "/objects"; }
 
+  TempDir tmp_;
   std::string root_, host_, scratch_, bridge_path_, base_;
   git_repository* source_raw_ = nullptr;
   GitRepository source_;
@@ -196,9 +196,9 @@ TEST_F(BridgeRepoTest, ReopensAndRewritesAlternates) {
   bridge_.reset();
   std::string other = root_ + "/other/objects";
   fs::create_directories(other);
-  ASSERT_OK_AND_ASSIGN(b, BridgeRepo::OpenOrCreate(bridge_path_, other));
+  ASSERT_OK_AND_ASSIGN(auto b, BridgeRepo::OpenOrCreate(bridge_path_, other));
   EXPECT_EQ(ReadFile(bridge_path_ + "/objects/info/alternates"), other + "\n");
-  ASSERT_OK_AND_ASSIGN(b2, BridgeRepo::OpenOrCreate(bridge_path_, ""));
+  ASSERT_OK_AND_ASSIGN(auto b2, BridgeRepo::OpenOrCreate(bridge_path_, ""));
   EXPECT_EQ(ReadFile(bridge_path_ + "/objects/info/alternates"), other + "\n");
   ASSERT_OK(BridgeRepo::Open(bridge_path_));
 }
@@ -328,8 +328,8 @@ TEST_F(BridgeRepoTest, SafeLookalikesAreCopied) {
 
 TEST_F(BridgeRepoTest, CorruptSourceObjectIsRefused) {
   Git(scratch_, "checkout -q -b work");
-  Write(scratch_ + "/n1.txt", "one\n");
-  Write(scratch_ + "/n2.txt", "two\n");
+  MakeFile(scratch_ + "/n1.txt", "one\n");
+  MakeFile(scratch_ + "/n2.txt", "two\n");
   Git(scratch_, "add -A");
   Git(scratch_, "commit -q -m corrupt");
   std::string work = Git(scratch_, "rev-parse HEAD");
@@ -378,11 +378,11 @@ TEST_F(BridgeRepoTest, SetListAndDeleteRefs) {
   ASSERT_OK(bridge_->SetRef("refs/heads/x", base, "test"));
   ASSERT_OK(bridge_->SetRef("refs/heads/topic/y", base, "test"));
   ASSERT_OK(bridge_->SetRef("refs/acqfs/worktree", base, "test"));
-  ASSERT_OK_AND_ASSIGN(heads, bridge_->Refs("refs/heads/"));
+  ASSERT_OK_AND_ASSIGN(auto heads, bridge_->Refs("refs/heads/"));
   ASSERT_EQ(heads.size(), 2u);
   EXPECT_TRUE(git_oid_equal(&heads["x"], &base));
   EXPECT_TRUE(git_oid_equal(&heads["topic/y"], &base));
-  ASSERT_OK_AND_ASSIGN(acqfs, bridge_->Refs("refs/acqfs/"));
+  ASSERT_OK_AND_ASSIGN(auto acqfs, bridge_->Refs("refs/acqfs/"));
   ASSERT_EQ(acqfs.size(), 1u);
   EXPECT_EQ(acqfs.count("worktree"), 1u);
   // Reflogs are kept (core.logAllRefUpdates).
@@ -393,11 +393,12 @@ TEST_F(BridgeRepoTest, SetListAndDeleteRefs) {
   ASSERT_OK(bridge_->SetRef("refs/heads/x", Oid(work), "test"));
   ASSERT_OK(bridge_->DeleteRef("refs/heads/topic/y"));
   ASSERT_OK(bridge_->DeleteRef("refs/heads/missing"));
-  ASSERT_OK_AND_ASSIGN(after, bridge_->Refs("refs/heads/"));
+  ASSERT_OK_AND_ASSIGN(auto after, bridge_->Refs("refs/heads/"));
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(OidHex(after["x"]), work);
-  EXPECT_EQ(Git(host_, "ls-remote " + Quote(bridge_path_) + " refs/heads/x"),
-            work + "\trefs/heads/x");
+  EXPECT_EQ(
+      Git(host_, "ls-remote " + ShellQuote(bridge_path_) + " refs/heads/x"),
+      work + "\trefs/heads/x");
 }
 
 // The bridge's own objects, as loose files: id -> path.
@@ -438,7 +439,7 @@ TEST_F(BridgeRepoTest, VerifyPublishedFindsEveryDamagedLooseObject) {
       EXPECT_NE(s.error().op.find("damaged bridge"), std::string::npos);
     }
     ASSERT_EQ(::unlink(path.c_str()), 0);
-    Write(path, saved);
+    MakeFile(path, saved);
   }
   ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
 }
@@ -453,7 +454,7 @@ TEST_F(BridgeRepoTest, VerifyPublishedFindsMissingAndAlteredObjects) {
                           .at(Git(scratch_, "rev-parse work:new/deep/c.txt"));
   std::string saved = ReadFile(path);
   ASSERT_EQ(::unlink(path.c_str()), 0);
-  Write(path, ReadFile(other));
+  MakeFile(path, ReadFile(other));
   Status s = bridge_->VerifyPublished({Oid(work)});
   EXPECT_EQ(s.err(), EIO);
   EXPECT_NE(s.error().op.find(blob), std::string::npos) << s.error().op;
@@ -461,7 +462,7 @@ TEST_F(BridgeRepoTest, VerifyPublishedFindsMissingAndAlteredObjects) {
   s = bridge_->VerifyPublished({Oid(work)});
   EXPECT_EQ(s.err(), EIO);
   EXPECT_NE(s.error().op.find("missing"), std::string::npos) << s.error().op;
-  Write(path, saved);
+  MakeFile(path, saved);
   ASSERT_OK(bridge_->VerifyPublished({Oid(work)}));
   // What no published ref reaches is not looked at.
   git_oid stray = WriteObject(bridge_->repo(), "stray\n", GIT_OBJECT_BLOB);
@@ -513,7 +514,7 @@ TEST_F(BridgeRepoTest, VerifyPublishedNeverReadsTheHostsObjects) {
   Status s = fresh->VerifyPublished({Oid(work)});
   for (const auto& [f, data] : saved) {
     ::unlink(f.c_str());
-    Write(f, data);
+    MakeFile(f, data);
   }
   ASSERT_OK(s);
 }

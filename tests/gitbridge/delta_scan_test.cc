@@ -12,18 +12,18 @@
 #include <filesystem>
 #include <fstream>
 
-#include "deep_tree.h"
 #include "fs/change_scan.h"
+#include "harness/deep_tree.h"
+#include "harness/fs_util.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
 
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::TempDir;
 
 // "D path" or "U path mode size": a compact form of a Change for asserts.
 std::string Show(const Change& c) {
@@ -37,9 +37,7 @@ std::string Show(const Change& c) {
 class DeltaScanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-delta-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     fs::create_directory(root_ + "/lower");
     fs::create_directory(root_ + "/upper");
     auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
@@ -47,16 +45,9 @@ class DeltaScanTest : public ::testing::Test {
     ASSERT_TRUE(l.ok()) << l.error().Message();
     layers_ = std::move(*l);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Write(const std::string& path, const std::string& data,
-                    mode_t mode = 0644) {
-    fs::create_directories(fs::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << data;
-    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
-  }
   static void Whiteout(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
     ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
@@ -82,26 +73,27 @@ class DeltaScanTest : public ::testing::Test {
   }
   using V = std::vector<std::string>;
 
+  TempDir tmp_;
   std::string root_;
   Layers layers_;
 };
 
 TEST_F(DeltaScanTest, EmptyUpperHasNoChanges) {
-  Write(L("a/b"), "lower");
+  MakeFile(L("a/b"), "lower");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{});
   EXPECT_EQ(stats.upper_entries, 0u);
 }
 
 TEST_F(DeltaScanTest, NewFilesAreUpserts) {
-  Write(U("new.txt"), "hello", 0644);
-  Write(U("d/run.sh"), "#!/bin/sh\n", 0755);
+  MakeFile(U("new.txt"), "hello", 0644);
+  MakeFile(U("d/run.sh"), "#!/bin/sh\n", 0755);
   EXPECT_EQ(Scan(), (V{"U d/run.sh 100755 10", "U new.txt 100644 5"}));
 }
 
 TEST_F(DeltaScanTest, WhiteoutIsDelete) {
-  Write(L("d/f"), "lower");
-  Write(L("gone"), "lower");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(L("gone"), "lower");
   Whiteout(U("d/f"));
   Whiteout(U("gone"));
   EXPECT_EQ(Scan(), (V{"D d/f", "D gone"}));
@@ -111,14 +103,14 @@ TEST_F(DeltaScanTest, WhiteoutIsDelete) {
 // `acqfs status`; before, it was a delete of a path the base lacks).
 TEST_F(DeltaScanTest, WhiteoutOfANameTheLowerLacksIsNoChange) {
   Whiteout(U("never"));
-  Write(L("d/f"), "lower");
+  MakeFile(L("d/f"), "lower");
   Whiteout(U("d/other"));
   EXPECT_EQ(Scan(), V{});
 }
 
 TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
-  Write(L("d/e/f"), "lower");
-  Write(L("d/g"), "lower");
+  MakeFile(L("d/e/f"), "lower");
+  MakeFile(L("d/g"), "lower");
   Whiteout(U("d"));
   EXPECT_EQ(Scan(), V{"D d"});
 }
@@ -129,19 +121,19 @@ TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
 // everything in it an upsert: the same tree, but an unchanged file counted
 // as a change.)
 TEST_F(DeltaScanTest, OpaqueDirectoryIsComparedPathByPath) {
-  Write(L("d/old"), "lower");
-  Write(L("d/same"), "same");
+  MakeFile(L("d/old"), "lower");
+  MakeFile(L("d/same"), "same");
   Opaque(U("d"));
-  Write(U("d/same"), "same");  // made again equal to the lower: no change
-  Write(U("d/sub/new"), "n");
+  MakeFile(U("d/same"), "same");  // made again equal to the lower: no change
+  MakeFile(U("d/sub/new"), "n");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), (V{"D d/old", "U d/sub/new 100644 1"}));
   EXPECT_EQ(stats.unchanged_copies, 1u);
 }
 
 TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
-  Write(L("d/f"), "same bytes");
-  Write(U("d/f"), "same bytes");
+  MakeFile(L("d/f"), "same bytes");
+  MakeFile(U("d/f"), "same bytes");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{});
   EXPECT_EQ(stats.unchanged_copies, 1u);
@@ -149,36 +141,36 @@ TEST_F(DeltaScanTest, UnchangedCopyUpIsNotAChange) {
 }
 
 TEST_F(DeltaScanTest, SameSizeDifferentContentIsUpsert) {
-  Write(L("f"), "abc");
-  Write(U("f"), "abd");
+  MakeFile(L("f"), "abc");
+  MakeFile(U("f"), "abd");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{"U f 100644 3"});
   EXPECT_EQ(stats.unchanged_copies, 0u);
 }
 
 TEST_F(DeltaScanTest, SizeChangeIsUpsert) {
-  Write(L("f"), "abc");
-  Write(U("f"), "abcd");
+  MakeFile(L("f"), "abc");
+  MakeFile(U("f"), "abcd");
   EXPECT_EQ(Scan(), V{"U f 100644 4"});
 }
 
 TEST_F(DeltaScanTest, ExecutableBitChangeIsUpsert) {
-  Write(L("f"), "abc", 0644);
-  Write(U("f"), "abc", 0755);
-  Write(L("g"), "abc", 0644);
-  Write(U("g"), "abc", 0600);  // other bits: not a change git records
+  MakeFile(L("f"), "abc", 0644);
+  MakeFile(U("f"), "abc", 0755);
+  MakeFile(L("g"), "abc", 0644);
+  MakeFile(U("g"), "abc", 0600);  // other bits: not a change git records
   EXPECT_EQ(Scan(), V{"U f 100755 3"});
 }
 
 TEST_F(DeltaScanTest, BigFilesAreComparedWhole) {
   std::string big(3 << 20, 'x');
   for (size_t i = 0; i < big.size(); i += 4096) big[i] = 'a' + i % 26;
-  Write(L("same"), big);
-  Write(U("same"), big);
+  MakeFile(L("same"), big);
+  MakeFile(U("same"), big);
   std::string changed = big;
   changed[changed.size() - 1] = 'Z';  // only the last byte differs
-  Write(L("last"), big);
-  Write(U("last"), changed);
+  MakeFile(L("last"), big);
+  MakeFile(U("last"), changed);
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), V{"U last 100644 " + std::to_string(big.size())});
   EXPECT_EQ(stats.unchanged_copies, 1u);
@@ -190,7 +182,7 @@ TEST_F(DeltaScanTest, SymlinksComparedByTarget) {
   Symlink("old", L("moved"));
   Symlink("new", U("moved"));
   Symlink("abc", L("typechange"));
-  Write(U("typechange"), "abc");  // same size, same bytes, other type
+  MakeFile(U("typechange"), "abc");  // same size, same bytes, other type
   EXPECT_EQ(Scan(), (V{"U moved 120777 3", "U typechange 100644 3"}));
 }
 
@@ -203,93 +195,93 @@ TEST_F(DeltaScanTest, DanglingUpperSymlinkIsNotFollowed) {
 TEST_F(DeltaScanTest, BelowAnOpaqueAncestorPathsAreComparedWithTheLower) {
   // d is opaque, so d/e hides its lower directory too; each path is still
   // compared with the lower object at that path.
-  Write(L("d/e/f"), "same");
-  Write(L("d/e/g"), "old");
-  Write(L("d/e/gone"), "x");
+  MakeFile(L("d/e/f"), "same");
+  MakeFile(L("d/e/g"), "old");
+  MakeFile(L("d/e/gone"), "x");
   Opaque(U("d"));
-  Write(U("d/e/f"), "same");
-  Write(U("d/e/g"), "new");
+  MakeFile(U("d/e/f"), "same");
+  MakeFile(U("d/e/g"), "new");
   EXPECT_EQ(Scan(), (V{"U d/e/g 100644 3", "D d/e/gone"}));
 }
 
 TEST_F(DeltaScanTest, UpperDirectoryOverLowerFileDeletesTheFile) {
-  Write(L("x"), "lower file");
-  Write(L("x2"), "lower file");
-  Write(U("x/inner"), "i");
+  MakeFile(L("x"), "lower file");
+  MakeFile(L("x2"), "lower file");
+  MakeFile(U("x/inner"), "i");
   fs::create_directory(U("x2"));  // empty: only the delete is reported
   EXPECT_EQ(Scan(), (V{"D x", "U x/inner 100644 1", "D x2"}));
 }
 
 TEST_F(DeltaScanTest, UpperFileOverLowerDirectoryIsUpsert) {
-  Write(L("d/f"), "lower");
-  Write(U("d"), "file now");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(U("d"), "file now");
   EXPECT_EQ(Scan(), V{"U d 100644 8"});
 }
 
 TEST_F(DeltaScanTest, GitDirectoriesAreSkipped) {
-  Write(U(".git/index"), "idx");
-  Write(U(".git/objects/ab/cd"), "obj");
-  Write(U("sub/.git/HEAD"), "ref");
-  Write(L("other/.git/HEAD"), "ref");
+  MakeFile(U(".git/index"), "idx");
+  MakeFile(U(".git/objects/ab/cd"), "obj");
+  MakeFile(U("sub/.git/HEAD"), "ref");
+  MakeFile(L("other/.git/HEAD"), "ref");
   Whiteout(U("other/.git"));  // a nested repository removed
-  Write(L("op/.git/config"), "c");
-  Write(L("op/tracked"), "t");
+  MakeFile(L("op/.git/config"), "c");
+  MakeFile(L("op/tracked"), "t");
   Opaque(U("op"));  // its lower .git is not a delete either
-  Write(U("sub/real"), "r");
-  Write(U("gitfile/.git"), "gitdir: ../.git/modules/gitfile\n");
+  MakeFile(U("sub/real"), "r");
+  MakeFile(U("gitfile/.git"), "gitdir: ../.git/modules/gitfile\n");
   EXPECT_EQ(Scan(), (V{"D op/tracked", "U sub/real 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, DirectoriesFifosAndSocketsAreNotReported) {
   fs::create_directories(U("empty/deeper"));
   ASSERT_EQ(::mkfifo(U("fifo").c_str(), 0644), 0);
-  Write(L("hidden"), "lower");
+  MakeFile(L("hidden"), "lower");
   ASSERT_EQ(::mkfifo(U("hidden").c_str(), 0644), 0);
   // A fifo hides the lower file of its name: that file is gone.
   EXPECT_EQ(Scan(), V{"D hidden"});
 }
 
 TEST_F(DeltaScanTest, XattrWhiteoutInDirectoryMarkedX) {
-  Write(L("d/f"), "lower");
-  Write(L("d/keep"), "lower");
-  Write(U("d/f"), "");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(L("d/keep"), "lower");
+  MakeFile(U("d/f"), "");
   ASSERT_EQ(::setxattr(U("d/f").c_str(), "user.overlay.whiteout", "", 0, 0), 0);
-  Write(U("d/empty"), "");  // a zero-size file without the xattr
+  MakeFile(U("d/empty"), "");  // a zero-size file without the xattr
   Opaque(U("d"), "x");
   EXPECT_EQ(Scan(), (V{"U d/empty 100644 0", "D d/f"}));
 }
 
 TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
-  Write(L("a"), "lower");
-  Write(L("b/c"), "lower");
-  Write(L(".git/HEAD"), "ref");
+  MakeFile(L("a"), "lower");
+  MakeFile(L("b/c"), "lower");
+  MakeFile(L(".git/HEAD"), "ref");
   Opaque(U(""));
-  Write(U("a"), "lower");  // made again equal to the lower: no change
-  Write(U("z"), "new");
+  MakeFile(U("a"), "lower");  // made again equal to the lower: no change
+  MakeFile(U("z"), "new");
   EXPECT_EQ(Scan(), (V{"D b", "U z 100644 3"}));
 }
 
 TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
-  Write(L("a/x"), "lower");
+  MakeFile(L("a/x"), "lower");
   Opaque(U("a"));
-  Write(U("a/y"), "1");
-  Write(U("a.txt"), "2");
-  Write(U("a-b"), "3");
-  Write(U("b/c/d"), "4");
-  Write(L("b/a/x"), "lower");
+  MakeFile(U("a/y"), "1");
+  MakeFile(U("a.txt"), "2");
+  MakeFile(U("a-b"), "3");
+  MakeFile(U("b/c/d"), "4");
+  MakeFile(L("b/a/x"), "lower");
   Whiteout(U("b/a"));
-  Write(U("0"), "5");
+  MakeFile(U("0"), "5");
   auto got = Scan();
   EXPECT_EQ(got, (V{"U 0 100644 1", "U a-b 100644 1", "U a.txt 100644 1",
                     "D a/x", "U a/y 100644 1", "D b/a", "U b/c/d 100644 1"}));
 }
 
 TEST_F(DeltaScanTest, StatsCountUpperEntries) {
-  Write(U("a/b/c"), "1");
-  Write(L("a/w"), "lower");
+  MakeFile(U("a/b/c"), "1");
+  MakeFile(L("a/w"), "lower");
   Whiteout(U("a/w"));
-  Write(L("a/same"), "s");
-  Write(U("a/same"), "s");
+  MakeFile(L("a/same"), "s");
+  MakeFile(U("a/same"), "s");
   ScanStats stats;
   EXPECT_EQ(Scan(&stats), (V{"U a/b/c 100644 1", "D a/w"}));
   EXPECT_EQ(stats.upper_entries, 5u);  // a, a/b, a/b/c, a/w, a/same
@@ -299,17 +291,17 @@ TEST_F(DeltaScanTest, StatsCountUpperEntries) {
 // A name git refuses in a tree is reported once, as kUnsafe, and nothing
 // below it is read; the top-level .git and .git below stay out silently.
 TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
-  Write(U(".GIT/config"), "x");
-  Write(U("git~1/a/b"), "x");
-  Write(U("sub/.git./hooks/post-checkout"), "x", 0755);
-  Write(U("sub/.GIT"), "a file");
-  Write(U(".gitmodules/x"), "a directory named .gitmodules");
+  MakeFile(U(".GIT/config"), "x");
+  MakeFile(U("git~1/a/b"), "x");
+  MakeFile(U("sub/.git./hooks/post-checkout"), "x", 0755);
+  MakeFile(U("sub/.GIT"), "a file");
+  MakeFile(U(".gitmodules/x"), "a directory named .gitmodules");
   Symlink("target", U("GITMOD~1"));
   Symlink("target", U(".gitmodules."));
   Symlink("target", U("d/.gitignore"));
-  Write(U("GITMOD~2"), "a file of that name is fine");
-  Write(U(".git/config"), "the sandbox's repository");
-  Write(U("d/.git/HEAD"), "a nested repository");
+  MakeFile(U("GITMOD~2"), "a file of that name is fine");
+  MakeFile(U(".git/config"), "the sandbox's repository");
+  MakeFile(U("d/.git/HEAD"), "a nested repository");
   ScanStats stats;
   std::vector<std::string> got = Scan(&stats);
   EXPECT_EQ(got, (V{"X .GIT", "X .gitmodules", "X .gitmodules.", "X GITMOD~1",
@@ -335,8 +327,8 @@ class ScansAgreeTest : public DeltaScanTest {
   // Both layers hold `rel` with `data`: a copy-up left as it was.
   void Both(const std::string& rel, const std::string& data,
             mode_t mode = 0644) {
-    Write(L(rel), data, mode);
-    Write(U(rel), data, mode);
+    MakeFile(L(rel), data, mode);
+    MakeFile(U(rel), data, mode);
   }
   // "<code> path" per status change.
   V Status(bool include_git = false) {
@@ -369,8 +361,8 @@ TEST_F(ScansAgreeTest, ACopyUpEqualToTheLowerIsUnchangedForBoth) {
 }
 
 TEST_F(ScansAgreeTest, AnExecBitChangeIsAChangeForBoth) {
-  Write(L("run.sh"), "echo\n", 0644);
-  Write(U("run.sh"), "echo\n", 0755);
+  MakeFile(L("run.sh"), "echo\n", 0644);
+  MakeFile(U("run.sh"), "echo\n", 0755);
   EXPECT_EQ(Status(), V{"m run.sh"});
   EXPECT_EQ(Export(), V{"U run.sh"});
 }
@@ -381,16 +373,16 @@ TEST_F(ScansAgreeTest, OwnerXattrsAndOtherModeBitsAreStatusOnly) {
   ASSERT_EQ(::lchown(U("owned").c_str(), 1234, 1234), 0);
   Both("tagged", "x");
   ASSERT_EQ(::setxattr(U("tagged").c_str(), "user.tag", "v", 1, 0), 0);
-  Write(L("private"), "x", 0644);
-  Write(U("private"), "x", 0600);
+  MakeFile(L("private"), "x", 0644);
+  MakeFile(U("private"), "x", 0600);
   EXPECT_EQ(Status(), (V{"m owned", "m private", "m tagged"}));
   EXPECT_EQ(Export(), V{});
 }
 
 TEST_F(ScansAgreeTest, ContentAndTypeChangesAreChangesForBoth) {
-  Write(L("f"), "old");
-  Write(U("f"), "new");
-  Write(L("t"), "abc");
+  MakeFile(L("f"), "old");
+  MakeFile(U("f"), "new");
+  MakeFile(L("t"), "abc");
   Symlink("abc", U("t"));
   EXPECT_EQ(Status(), (V{"M f", "T t"}));
   EXPECT_EQ(Export(), (V{"U f", "U t"}));
@@ -401,7 +393,7 @@ TEST_F(ScansAgreeTest, ContentAndTypeChangesAreChangesForBoth) {
 // opaque directory).
 TEST_F(ScansAgreeTest, AFileMadeAgainInAnOpaqueDirectoryEqualToTheLower) {
   Both("d/same", "same");
-  Write(L("d/gone"), "x");
+  MakeFile(L("d/gone"), "x");
   ASSERT_EQ(::setxattr(U("d").c_str(), "user.overlay.opaque", "y", 1, 0), 0);
   EXPECT_EQ(Status(), V{"D d/gone"});
   EXPECT_EQ(Export(), V{"D d/gone"});
@@ -410,13 +402,13 @@ TEST_F(ScansAgreeTest, AFileMadeAgainInAnOpaqueDirectoryEqualToTheLower) {
 // `.git` at any depth is git's own data, left out of both by default
 // (docs/changes.md); status shows every one with --git-dir.
 TEST_F(ScansAgreeTest, GitDirectoriesAtAnyDepthAreLeftOut) {
-  Write(L(".git/index"), "old");
-  Write(U(".git/index"), "new");
-  Write(L("nested/.git/index"), "old");
-  Write(U("nested/.git/index"), "new");
-  Write(U("nested/.git/ORIG_HEAD"), "x");
-  Write(U("sub/.git"), "gitdir: ../.git/modules/sub\n");
-  Write(U("nested/work.c"), "int x;\n");
+  MakeFile(L(".git/index"), "old");
+  MakeFile(U(".git/index"), "new");
+  MakeFile(L("nested/.git/index"), "old");
+  MakeFile(U("nested/.git/index"), "new");
+  MakeFile(U("nested/.git/ORIG_HEAD"), "x");
+  MakeFile(U("sub/.git"), "gitdir: ../.git/modules/sub\n");
+  MakeFile(U("nested/work.c"), "int x;\n");
   EXPECT_EQ(Status(), (V{"A nested/work.c", "A sub"}));
   EXPECT_EQ(Export(), V{"U nested/work.c"});
   EXPECT_EQ(Status(true),
@@ -430,22 +422,22 @@ TEST_F(ScansAgreeTest, GitDirectoriesAtAnyDepthAreLeftOut) {
 // 100,000-deep recursion overflows the 8 MB stack).
 TEST_F(DeltaScanTest, AChainOf100000DirectoriesIsScannedInBoundedFds) {
   constexpr size_t kDepth = 100000;
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "deep.txt",
-                                                             "deep\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/upper", "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "deep.txt",
+                                                                 "deep\n");
+                                   }),
             "");
   V got;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     got = Scan();
   }
-  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "deep.txt") +
+  EXPECT_EQ(got, V{"U " + acqfs::test::ChainPath("d", kDepth, "deep.txt") +
                    " 100644 5"});
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 TEST_F(DeltaScanTest, CopyUpsDeeperThanPathMaxAreComparedInBoundedFds) {
@@ -453,26 +445,26 @@ TEST_F(DeltaScanTest, CopyUpsDeeperThanPathMaxAreComparedInBoundedFds) {
   auto files = [](const char* changed) {
     return [changed](int fd, size_t level) -> std::string {
       if (level != kDepth) return "";
-      std::string why = deep_test::WriteAt(fd, "same", "same\n");
-      return why.empty() ? deep_test::WriteAt(fd, "changed", changed) : why;
+      std::string why = acqfs::test::WriteAt(fd, "same", "same\n");
+      return why.empty() ? acqfs::test::WriteAt(fd, "changed", changed) : why;
     };
   };
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/lower", "d", kDepth, files("old")),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/lower", "d", kDepth, files("old")),
             "");
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth, files("new")),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/upper", "d", kDepth, files("new")),
             "");
   ScanStats stats;
   V got;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     got = Scan(&stats);
   }
-  EXPECT_EQ(got, V{"U " + deep_test::ChainPath("d", kDepth, "changed") +
+  EXPECT_EQ(got, V{"U " + acqfs::test::ChainPath("d", kDepth, "changed") +
                    " 100644 3"});
   EXPECT_EQ(stats.unchanged_copies, 1u);
-  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

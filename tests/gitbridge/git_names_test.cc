@@ -19,13 +19,19 @@
 #include <vector>
 
 #include "common/git_ptr.h"
-#include "git_test_util.h"
 #include "gitbridge/bridge_repo.h"
+#include "harness/git_env.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
+using ::acqfs::test::Git;
+using ::acqfs::test::RunShell;
+using ::acqfs::test::Sh;
+using ::acqfs::test::ShellQuote;
+using ::acqfs::test::TempDir;
 
 bool Refused(const std::string& name, uint32_t mode) {
   return !UnsafeTreeEntry(name, mode).empty();
@@ -276,11 +282,11 @@ TEST(GitNames, BranchNamesAsCheckRefFormatBranch) {
   std::string dir = ::testing::TempDir();
   for (const std::string& name : names) {
     // Outside any repository, so that nothing like @{-1} is expanded.
-    std::string cmd =
-        "cd " + Quote(dir) + " && GIT_CEILING_DIRECTORIES=" + Quote(dir) +
-        " git check-ref-format --branch " + Quote(name) + " >/dev/null 2>&1";
-    int status = std::system(cmd.c_str());
-    bool git_accepts = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    std::string cmd = "cd " + ShellQuote(dir) +
+                      " && GIT_CEILING_DIRECTORIES=" + ShellQuote(dir) +
+                      " git check-ref-format --branch " + ShellQuote(name) +
+                      " >/dev/null 2>&1";
+    bool git_accepts = RunShell(cmd, 60).ok();
     EXPECT_EQ(BadBranchName(name).empty(), git_accepts)
         << "'" << PrintableName(name) << "': " << BadBranchName(name);
   }
@@ -340,12 +346,7 @@ std::vector<std::string> GeneratedNames() {
 
 class FsckOracle : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-names-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  void SetUp() override { root_ = tmp_.path(); }
 
   git_oid Write(git_odb* odb, const std::string& data, git_object_t type) {
     git_oid id;
@@ -356,12 +357,13 @@ class FsckOracle : public ::testing::Test {
     return std::string(reinterpret_cast<const char*>(id.id), 20);
   }
 
+  TempDir tmp_;
   std::string root_;
 };
 
 TEST_F(FsckOracle, TheRuleIsWhatTheHostsGitFsckReports) {
   const std::string repo_path = root_ + "/oracle.git";
-  Git(root_, "init -q --bare " + Quote(repo_path));
+  Git(root_, "init -q --bare " + ShellQuote(repo_path));
   git_repository* raw = nullptr;
   ASSERT_EQ(git_repository_open(&raw, repo_path.c_str()), 0);
   GitRepository repo(raw);
@@ -413,7 +415,7 @@ TEST_F(FsckOracle, TheRuleIsWhatTheHostsGitFsckReports) {
   // fsck's notes about symlinked .gitignore, .gitattributes and .mailmap
   // are quiet unless asked for; the bridge refuses those too.
   std::string out =
-      Sh("git -C " + Quote(repo_path) +
+      Sh("git -C " + ShellQuote(repo_path) +
          " -c fsck.gitignoreSymlink=error -c fsck.gitattributesSymlink=error"
          " -c fsck.mailmapSymlink=error fsck --no-dangling --no-progress 2>&1;"
          " true");

@@ -21,13 +21,20 @@
 #include <sstream>
 #include <thread>
 
-#include "git_test_util.h"
 #include "gitbridge/bridge_repo.h"
+#include "harness/git_env.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
+using ::acqfs::test::Git;
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::ReadFile;
+using ::acqfs::test::Sh;
+using ::acqfs::test::ShellQuote;
+using ::acqfs::test::TempDir;
 
 // Everything about every entry below `root` that "untouched" covers: type
 // and mode, size, mtime, content or link target.
@@ -50,30 +57,25 @@ std::map<std::string, std::string> Snapshot(const std::string& root) {
 class HostRepoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-test-host-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     host_ = root_ + "/host";
-    Sh("git init -q -b main " + Quote(host_));
+    Sh("git init -q -b main " + ShellQuote(host_));
   }
-  void TearDown() override {
-    bridge_.reset();
-    fs::remove_all(root_);
-  }
+  void TearDown() override { bridge_.reset(); }
 
   void CommitBaseline() {
-    Write(host_ + "/keep.txt", "keep\n");
-    Write(host_ + "/mod.txt", "mod\n");
-    Write(host_ + "/staged.txt", "staged\n");
-    Write(host_ + "/partial.txt", "partial\n");
-    Write(host_ + "/del.txt", "del\n");
-    Write(host_ + "/rm.txt", "rm\n");
-    Write(host_ + "/exe.sh", "#!/bin/sh\n");
-    Write(host_ + "/dir/nested.txt", "nested\n");
-    Write(host_ + "/df", "file that becomes a directory\n");
-    Write(host_ + "/fd/inner.txt", "directory that becomes a file\n");
-    Write(host_ + "/.gitignore", "*.log\nignored_dir/\n");
-    Write(host_ + "/.gitattributes", "crlf.txt text eol=lf\n");
+    MakeFile(host_ + "/keep.txt", "keep\n");
+    MakeFile(host_ + "/mod.txt", "mod\n");
+    MakeFile(host_ + "/staged.txt", "staged\n");
+    MakeFile(host_ + "/partial.txt", "partial\n");
+    MakeFile(host_ + "/del.txt", "del\n");
+    MakeFile(host_ + "/rm.txt", "rm\n");
+    MakeFile(host_ + "/exe.sh", "#!/bin/sh\n");
+    MakeFile(host_ + "/dir/nested.txt", "nested\n");
+    MakeFile(host_ + "/df", "file that becomes a directory\n");
+    MakeFile(host_ + "/fd/inner.txt", "directory that becomes a file\n");
+    MakeFile(host_ + "/.gitignore", "*.log\nignored_dir/\n");
+    MakeFile(host_ + "/.gitattributes", "crlf.txt text eol=lf\n");
     fs::create_symlink("keep.txt", host_ + "/link");
     Git(host_, "add -A");
     Git(host_, "commit -q -m baseline");
@@ -82,36 +84,36 @@ class HostRepoTest : public ::testing::Test {
 
   // Every kind of change `git add -A` picks up, plus ignored files.
   void MakeDirty() {
-    Write(host_ + "/mod.txt", "mod changed\n");
-    Write(host_ + "/staged.txt", "staged changed\n");
+    MakeFile(host_ + "/mod.txt", "mod changed\n");
+    MakeFile(host_ + "/staged.txt", "staged changed\n");
     Git(host_, "add staged.txt");
-    Write(host_ + "/partial.txt", "partial staged\n");
+    MakeFile(host_ + "/partial.txt", "partial staged\n");
     Git(host_, "add partial.txt");
-    Write(host_ + "/partial.txt", "partial working\n");
-    Write(host_ + "/added.txt", "added and staged\n");
+    MakeFile(host_ + "/partial.txt", "partial working\n");
+    MakeFile(host_ + "/added.txt", "added and staged\n");
     Git(host_, "add added.txt");
     fs::remove(host_ + "/del.txt");
     Git(host_, "rm -q rm.txt");
     fs::permissions(host_ + "/exe.sh", fs::perms::owner_exec,
                     fs::perm_options::add);
-    Write(host_ + "/new/sub/file.txt", "untracked\n");
+    MakeFile(host_ + "/new/sub/file.txt", "untracked\n");
     fs::create_symlink("mod.txt", host_ + "/newlink");
     fs::remove(host_ + "/link");
     fs::create_symlink("mod.txt", host_ + "/link");
-    Write(host_ + "/debug.log", "ignored\n");
-    Write(host_ + "/ignored_dir/x", "ignored\n");
+    MakeFile(host_ + "/debug.log", "ignored\n");
+    MakeFile(host_ + "/ignored_dir/x", "ignored\n");
     fs::create_directories(host_ + "/emptydir");
     fs::remove(host_ + "/df");
-    Write(host_ + "/df/inner.txt", "now a directory\n");
+    MakeFile(host_ + "/df/inner.txt", "now a directory\n");
     fs::remove_all(host_ + "/fd");
-    Write(host_ + "/fd", "now a file\n");
-    Write(host_ + "/crlf.txt", "one\r\ntwo\r\n");
+    MakeFile(host_ + "/fd", "now a file\n");
+    MakeFile(host_ + "/crlf.txt", "one\r\ntwo\r\n");
   }
 
   // The tree `git add -A && git write-tree` makes of a copy of the host.
   std::string ExpectedTree() {
     std::string copy = root_ + "/expect";
-    Sh("cp -a " + Quote(host_) + " " + Quote(copy));
+    Sh("cp -a " + ShellQuote(host_) + " " + ShellQuote(copy));
     Git(copy, "add -A");
     return Git(copy, "write-tree");
   }
@@ -136,6 +138,7 @@ class HostRepoTest : public ::testing::Test {
     return GitCommit(raw);
   }
 
+  TempDir tmp_;
   std::string root_, host_;
   std::optional<BridgeRepo> bridge_;
 };
@@ -166,7 +169,7 @@ TEST_F(HostRepoTest, OpenWhileTheConfigIsReplacedSucceeds) {
   std::thread writer([&] {
     for (int i = 0; !stop; ++i) {
       const std::string lock = config + ".lock";
-      Write(lock, i % 2 ? longer : base);
+      MakeFile(lock, i % 2 ? longer : base);
       ::rename(lock.c_str(), config.c_str());
     }
   });
@@ -190,10 +193,10 @@ TEST_F(HostRepoTest, PathsHeadBranchesAndObjects) {
   EXPECT_EQ(host.workdir(), host_);
   EXPECT_EQ(host.gitdir(), host_ + "/.git/");
   EXPECT_EQ(host.objects_dir(), host_ + "/.git/objects");
-  ASSERT_OK_AND_ASSIGN(head, host.Head());
+  ASSERT_OK_AND_ASSIGN(auto head, host.Head());
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(OidHex(*head), Git(host_, "rev-parse HEAD"));
-  ASSERT_OK_AND_ASSIGN(branches, host.Branches());
+  ASSERT_OK_AND_ASSIGN(auto branches, host.Branches());
   ASSERT_EQ(branches.size(), 2u);
   EXPECT_EQ(OidHex(branches["main"]), OidHex(*head));
   EXPECT_EQ(OidHex(branches["other"]), OidHex(*head));
@@ -205,19 +208,19 @@ TEST_F(HostRepoTest, PathsHeadBranchesAndObjects) {
 
 TEST_F(HostRepoTest, UnbornHead) {
   HostRepo host = OpenHost();
-  ASSERT_OK_AND_ASSIGN(head, host.Head());
+  ASSERT_OK_AND_ASSIGN(auto head, host.Head());
   EXPECT_FALSE(head.has_value());
-  ASSERT_OK_AND_ASSIGN(branches, host.Branches());
+  ASSERT_OK_AND_ASSIGN(auto branches, host.Branches());
   EXPECT_TRUE(branches.empty());
 }
 
 TEST_F(HostRepoTest, CleanCheckoutHasNoDirtyCommit) {
   CommitBaseline();
-  Write(host_ + "/debug.log", "ignored\n");
-  Write(host_ + "/ignored_dir/x", "ignored\n");
+  MakeFile(host_ + "/debug.log", "ignored\n");
+  MakeFile(host_ + "/ignored_dir/x", "ignored\n");
   fs::create_directories(host_ + "/emptydir");
   HostRepo host = OpenHost();
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(Bridge(host)));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(Bridge(host)));
   EXPECT_FALSE(dirty.has_value());
 }
 
@@ -227,7 +230,7 @@ TEST_F(HostRepoTest, DirtyCommitTreeIsWhatGitAddAllWrites) {
   std::string want = ExpectedTree();
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(bridge));
   ASSERT_TRUE(dirty.has_value());
   GitCommit c = LookupCommit(bridge, *dirty);
   ASSERT_TRUE(c);
@@ -249,8 +252,8 @@ TEST_F(HostRepoTest, SameWorkingStateGivesTheSameCommit) {
   MakeDirty();
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
-  ASSERT_OK_AND_ASSIGN(a, host.DirtyCommit(bridge));
-  ASSERT_OK_AND_ASSIGN(b, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto a, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto b, host.DirtyCommit(bridge));
   ASSERT_TRUE(a && b);
   EXPECT_EQ(OidHex(*a), OidHex(*b));
 }
@@ -260,11 +263,11 @@ TEST_F(HostRepoTest, DirtyCommitNeverWritesToTheHost) {
   MakeDirty();
   // An unchanged file with stale stat data in the index: a status that
   // may update the index would rewrite it.
-  Sh("touch -d 2001-01-01 " + Quote(host_ + "/keep.txt"));
+  Sh("touch -d 2001-01-01 " + ShellQuote(host_ + "/keep.txt"));
   auto before = Snapshot(host_);
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(bridge));
   ASSERT_TRUE(dirty.has_value());
   auto after = Snapshot(host_);
   EXPECT_EQ(before.size(), after.size());
@@ -278,14 +281,14 @@ TEST_F(HostRepoTest, DirtyCommitNeverWritesToTheHost) {
 }
 
 TEST_F(HostRepoTest, UnbornHeadDirtyCommitHasNoParent) {
-  Write(host_ + "/a.txt", "a\n");
-  Write(host_ + "/d/b.txt", "b\n");
-  Write(host_ + "/staged.txt", "s\n");
+  MakeFile(host_ + "/a.txt", "a\n");
+  MakeFile(host_ + "/d/b.txt", "b\n");
+  MakeFile(host_ + "/staged.txt", "s\n");
   Git(host_, "add staged.txt");
   std::string want = ExpectedTree();
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(bridge));
   ASSERT_TRUE(dirty.has_value());
   GitCommit c = LookupCommit(bridge, *dirty);
   ASSERT_TRUE(c);
@@ -294,14 +297,14 @@ TEST_F(HostRepoTest, UnbornHeadDirtyCommitHasNoParent) {
 }
 
 TEST_F(HostRepoTest, OnlyDeletionsLeaveAnEmptyTree) {
-  Write(host_ + "/only.txt", "x\n");
+  MakeFile(host_ + "/only.txt", "x\n");
   Git(host_, "add -A");
   Git(host_, "commit -q -m one");
   fs::remove(host_ + "/only.txt");
   std::string want = ExpectedTree();
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(bridge));
   ASSERT_TRUE(dirty.has_value());
   GitCommit c = LookupCommit(bridge, *dirty);
   ASSERT_TRUE(c);
@@ -314,16 +317,16 @@ TEST_F(HostRepoTest, OnlyDeletionsLeaveAnEmptyTree) {
 TEST_F(HostRepoTest, DirtyCommitLeavesOutNamesGitRefuses) {
   CommitBaseline();
   // (libgit2's status does not list a ".GIT" directory at all.)
-  Write(host_ + "/GIT~1/config", "[core]\n");
-  Write(host_ + "/GIT~1/other", "x\n");
-  Write(host_ + "/.git. /x", "x\n");
-  Write(host_ + "/sub/git~1", "x\n");
+  MakeFile(host_ + "/GIT~1/config", "[core]\n");
+  MakeFile(host_ + "/GIT~1/other", "x\n");
+  MakeFile(host_ + "/.git. /x", "x\n");
+  MakeFile(host_ + "/sub/git~1", "x\n");
   ASSERT_EQ(::symlink("target", (host_ + "/GITMOD~1").c_str()), 0);
-  Write(host_ + "/fine.txt", "fine\n");
+  MakeFile(host_ + "/fine.txt", "fine\n");
   HostRepo host = OpenHost();
   git_repository* bridge = Bridge(host);
   std::vector<SkippedPath> skipped;
-  ASSERT_OK_AND_ASSIGN(dirty, host.DirtyCommit(bridge, &skipped));
+  ASSERT_OK_AND_ASSIGN(auto dirty, host.DirtyCommit(bridge, &skipped));
   ASSERT_TRUE(dirty.has_value());
   std::vector<std::string> paths;
   for (const auto& k : skipped) paths.push_back(k.path);
@@ -336,7 +339,7 @@ TEST_F(HostRepoTest, DirtyCommitLeavesOutNamesGitRefuses) {
   // Only refused names: no commit at all.
   fs::remove(host_ + "/fine.txt");
   skipped.clear();
-  ASSERT_OK_AND_ASSIGN(none, host.DirtyCommit(bridge, &skipped));
+  ASSERT_OK_AND_ASSIGN(auto none, host.DirtyCommit(bridge, &skipped));
   EXPECT_FALSE(none.has_value());
   EXPECT_EQ(skipped.size(), 4u);
 }

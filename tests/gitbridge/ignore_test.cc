@@ -15,17 +15,20 @@
 #include <set>
 #include <sstream>
 
-#include "deep_tree.h"
+#include "harness/command.h"
+#include "harness/deep_tree.h"
+#include "harness/fs_util.h"
+#include "harness/result_assert.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::ReadFile;
+using ::acqfs::test::RunShell;
+using ::acqfs::test::TempDir;
 
 // ---------------------------------------------------------------------------
 // ParseIgnoreFile
@@ -145,9 +148,7 @@ TEST(WildMatch, LongTextWithManyStarsIsFast) {
 class IgnoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-ignore-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     fs::create_directory(Lower());
     fs::create_directory(root_ + "/upper");
     ASSERT_EQ(Run("git init -q " + Lower()), 0);
@@ -156,29 +157,19 @@ class IgnoreTest : public ::testing::Test {
     ASSERT_TRUE(l.ok()) << l.error().Message();
     layers_ = std::move(*l);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   std::string Lower() const { return root_ + "/lower"; }
   std::string L(const std::string& rel) const { return Lower() + "/" + rel; }
   std::string U(const std::string& rel) const {
     return root_ + "/upper/" + rel;
   }
+  // Runs `cmd` in a shell with no git configuration; its exit status.
   static int Run(const std::string& cmd) {
-    std::string env =
-        "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME=/nonexistent ";
-    int rc = std::system((env + cmd).c_str());
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  }
-  static void Write(const std::string& path, const std::string& data) {
-    fs::create_directories(fs::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << data;
-  }
-
-  std::string Slurp(const std::string& name) const {
-    std::ifstream in(root_ + "/" + name, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return RunShell(cmd, 300, "",
+                    {{"GIT_CONFIG_NOSYSTEM", "1"},
+                     {"GIT_CONFIG_GLOBAL", "/dev/null"},
+                     {"HOME", "/nonexistent"}})
+        .exit_code;
   }
 
   // Writes `files` into the lower, creates every query path (a trailing "/"
@@ -186,7 +177,7 @@ class IgnoreTest : public ::testing::Test {
   std::set<std::string> GitIgnored(
       const std::map<std::string, std::string>& files,
       const std::vector<std::string>& queries) {
-    for (const auto& [path, data] : files) Write(L(path), data);
+    for (const auto& [path, data] : files) MakeFile(L(path), data);
     std::string input;
     for (std::string q : queries) {
       bool dir = q.back() == '/';
@@ -194,20 +185,20 @@ class IgnoreTest : public ::testing::Test {
       if (dir) {
         fs::create_directories(L(q));
       } else if (!fs::exists(fs::symlink_status(L(q)))) {
-        Write(L(q), "");
+        MakeFile(L(q), "");
       }
       input += q;
       input.push_back('\0');
     }
-    Write(root_ + "/queries", input);
+    MakeFile(root_ + "/queries", input);
     // git warns on stderr about a symlinked .gitignore: kept out of the log.
     int rc =
         Run("cd " + Lower() + " && git check-ignore --no-index --stdin -z < " +
             root_ + "/queries > " + root_ + "/answers 2> " + root_ + "/stderr");
-    EXPECT_TRUE(rc == 0 || rc == 1)
-        << "git check-ignore exited " << rc << ": " << Slurp("stderr");
+    EXPECT_TRUE(rc == 0 || rc == 1) << "git check-ignore exited " << rc << ": "
+                                    << ReadFile(root_ + "/stderr");
     std::set<std::string> out;
-    std::string all = Slurp("answers"), cur;
+    std::string all = ReadFile(root_ + "/answers"), cur;
     for (char c : all) {
       if (c == '\0') {
         out.insert(cur);
@@ -242,6 +233,7 @@ class IgnoreTest : public ::testing::Test {
     return git;
   }
 
+  TempDir tmp_;
   std::string root_;
   Layers layers_;
 };
@@ -366,7 +358,7 @@ TEST_F(IgnoreTest, ParentDirectoryExclusionMatchesGit) {
 }
 
 TEST_F(IgnoreTest, SymlinkedGitignoreIsNotFollowed) {
-  Write(L("rules"), "*.c\n");
+  MakeFile(L("rules"), "*.c\n");
   ASSERT_EQ(::symlink("rules", L(".gitignore").c_str()), 0);
   CompareWithGit({{"sub/.gitignore", "*.h\n"}}, {"x.c", "sub/x.c", "sub/y.h"});
 }
@@ -375,54 +367,54 @@ TEST_F(IgnoreTest, SymlinkedGitignoreIsNotFollowed) {
 // IgnoreRules on the merged view
 
 TEST_F(IgnoreTest, UpperGitignoreReplacesTheLowerOne) {
-  Write(L(".gitignore"), "*.a\n");
-  Write(U(".gitignore"), "*.b\n");
+  MakeFile(L(".gitignore"), "*.a\n");
+  MakeFile(U(".gitignore"), "*.b\n");
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
-  ASSERT_OK_AND_ASSIGN(a, rules.IsIgnored("x.a", false));
+  ASSERT_OK_AND_ASSIGN(auto a, rules.IsIgnored("x.a", false));
   EXPECT_FALSE(a);
-  ASSERT_OK_AND_ASSIGN(b, rules.IsIgnored("d/x.b", false));
+  ASSERT_OK_AND_ASSIGN(auto b, rules.IsIgnored("d/x.b", false));
   EXPECT_TRUE(b);
 }
 
 TEST_F(IgnoreTest, WhiteoutOfGitignoreDropsItsRules) {
-  Write(L("sub/.gitignore"), "*.a\n");
+  MakeFile(L("sub/.gitignore"), "*.a\n");
   fs::create_directory(U("sub"));
   ASSERT_EQ(::mknod(U("sub/.gitignore").c_str(), S_IFCHR | 0, 0), 0);
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
-  ASSERT_OK_AND_ASSIGN(a, rules.IsIgnored("sub/x.a", false));
+  ASSERT_OK_AND_ASSIGN(auto a, rules.IsIgnored("sub/x.a", false));
   EXPECT_FALSE(a);
 }
 
 TEST_F(IgnoreTest, ExcludeFileIsReadFromTheMergedView) {
-  Write(U(".git/info/exclude"), "secret\n");
+  MakeFile(U(".git/info/exclude"), "secret\n");
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
-  ASSERT_OK_AND_ASSIGN(s, rules.IsIgnored("d/secret", false));
+  ASSERT_OK_AND_ASSIGN(auto s, rules.IsIgnored("d/secret", false));
   EXPECT_TRUE(s);
-  ASSERT_OK_AND_ASSIGN(o, rules.IsIgnored("d/other", false));
+  ASSERT_OK_AND_ASSIGN(auto o, rules.IsIgnored("d/other", false));
   EXPECT_FALSE(o);
 }
 
 TEST_F(IgnoreTest, DirOnlyPatternNeedsIsDir) {
-  Write(L(".gitignore"), "out/\n");
+  MakeFile(L(".gitignore"), "out/\n");
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
-  ASSERT_OK_AND_ASSIGN(dir, rules.IsIgnored("out", true));
+  ASSERT_OK_AND_ASSIGN(auto dir, rules.IsIgnored("out", true));
   EXPECT_TRUE(dir);
-  ASSERT_OK_AND_ASSIGN(file, rules.IsIgnored("out", false));
+  ASSERT_OK_AND_ASSIGN(auto file, rules.IsIgnored("out", false));
   EXPECT_FALSE(file);
-  ASSERT_OK_AND_ASSIGN(below, rules.IsIgnored("a/out/f", false));
+  ASSERT_OK_AND_ASSIGN(auto below, rules.IsIgnored("a/out/f", false));
   EXPECT_TRUE(below);
 }
 
 TEST_F(IgnoreTest, GitignoreBelowAnIgnoredDirectoryIsNotConsulted) {
-  Write(L(".gitignore"), "gen/\n");
-  Write(L("gen/.gitignore"), "!*\n");
+  MakeFile(L(".gitignore"), "gen/\n");
+  MakeFile(L("gen/.gitignore"), "!*\n");
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
-  ASSERT_OK_AND_ASSIGN(f, rules.IsIgnored("gen/f", false));
+  ASSERT_OK_AND_ASSIGN(auto f, rules.IsIgnored("gen/f", false));
   EXPECT_TRUE(f);
 }
 
@@ -434,20 +426,20 @@ TEST_F(IgnoreTest, GitignoreBelowAnIgnoredDirectoryIsNotConsulted) {
 // paths), so the answers are spelled out.
 TEST_F(IgnoreTest, RulesAlongAPathDeeperThanPathMaxApplyInBoundedTime) {
   constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
-  Write(L(".gitignore"), "*.log\n");
-  ASSERT_EQ(deep_test::MakeChain(
+  MakeFile(L(".gitignore"), "*.log\n");
+  ASSERT_EQ(acqfs::test::MakeChain(
                 Lower(), "d", kDepth,
                 [](int fd, size_t level) -> std::string {
                   if (level == 1000)
-                    return deep_test::WriteAt(fd, ".gitignore",
-                                              "!keep.log\nsecret\n");
+                    return acqfs::test::WriteAt(fd, ".gitignore",
+                                                "!keep.log\nsecret\n");
                   if (level == 2000)
-                    return deep_test::WriteAt(fd, ".gitignore", "build/\n");
+                    return acqfs::test::WriteAt(fd, ".gitignore", "build/\n");
                   return "";
                 }),
             "");
   auto chain = [](size_t depth, const std::string& leaf) {
-    return deep_test::ChainPath("d", depth, leaf);
+    return acqfs::test::ChainPath("d", depth, leaf);
   };
   const std::vector<std::pair<std::string, bool>> want = {
       {chain(kDepth, "plain.txt"), false},
@@ -461,7 +453,7 @@ TEST_F(IgnoreTest, RulesAlongAPathDeeperThanPathMaxApplyInBoundedTime) {
       {chain(1999, "build/f"), false},
       {chain(kDepth, "plain2.txt"), false},
   };
-  deep_test::FdLimit limit(64);
+  acqfs::test::FdLimit limit(64);
   ASSERT_TRUE(limit.ok());
   MergedTree tree(layers_);
   IgnoreRules rules(tree);
@@ -476,7 +468,7 @@ TEST_F(IgnoreTest, RulesAlongAPathDeeperThanPathMaxApplyInBoundedTime) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   EXPECT_LT(secs, 10.0);
-  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("d")), "");
 }
 
 }  // namespace

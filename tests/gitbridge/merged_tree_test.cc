@@ -15,29 +15,20 @@
 #include <filesystem>
 #include <fstream>
 
-#include "deep_tree.h"
+#include "harness/deep_tree.h"
+#include "harness/fs_util.h"
+#include "harness/result_assert.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
-
-#define EXPECT_ERRNO(e, expr)                       \
-  do {                                              \
-    auto r_ = (expr);                               \
-    EXPECT_FALSE(r_.ok()) << #expr << " succeeded"; \
-    EXPECT_EQ(r_.err(), (e)) << #expr;              \
-  } while (0)
-
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::TempDir;
 class MergedTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-merged-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     std::filesystem::create_directory(root_ + "/lower");
     std::filesystem::create_directory(root_ + "/upper");
     auto l = Layers::OpenForReading(root_ + "/lower", root_ + "/upper",
@@ -45,15 +36,9 @@ class MergedTreeTest : public ::testing::Test {
     ASSERT_TRUE(l.ok()) << l.error().Message();
     layers_ = std::move(*l);
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Write(const std::string& path, const std::string& data) {
-    std::filesystem::create_directories(
-        std::filesystem::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << data;
-  }
   static void Mkdir(const std::string& path) {
     std::filesystem::create_directories(path);
   }
@@ -79,13 +64,14 @@ class MergedTreeTest : public ::testing::Test {
     return out;
   }
 
+  TempDir tmp_;
   std::string root_;
   Layers layers_;
 };
 
 TEST_F(MergedTreeTest, RootIsTheUpperDirectory) {
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(node, tree.Resolve(""));
+  ASSERT_OK_AND_ASSIGN(auto node, tree.Resolve(""));
   EXPECT_TRUE(node.exists);
   EXPECT_TRUE(node.in_upper);
   EXPECT_TRUE(S_ISDIR(node.st.st_mode));
@@ -97,16 +83,16 @@ TEST_F(MergedTreeTest, RootIsTheUpperDirectory) {
 }
 
 TEST_F(MergedTreeTest, LowerFileShowsThroughMergedDirectories) {
-  Write(L("a/b/f"), "lower data");
+  MakeFile(L("a/b/f"), "lower data");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("a/b/f"));
+  ASSERT_OK_AND_ASSIGN(auto node, tree.Resolve("a/b/f"));
   EXPECT_TRUE(node.exists);
   EXPECT_FALSE(node.in_upper);
   EXPECT_TRUE(S_ISREG(node.st.st_mode));
   EXPECT_EQ(node.st.st_size, 10);
-  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("a/b/f"));
+  ASSERT_OK_AND_ASSIGN(auto data, tree.ReadFile("a/b/f"));
   EXPECT_EQ(data, "lower data");
-  ASSERT_OK_AND_ASSIGN(dir, tree.Resolve("a/b"));
+  ASSERT_OK_AND_ASSIGN(auto dir, tree.Resolve("a/b"));
   EXPECT_TRUE(S_ISDIR(dir.st.st_mode));
   EXPECT_EQ(dir.dir.path, "a/b");
   EXPECT_FALSE(dir.dir.upper);
@@ -114,22 +100,22 @@ TEST_F(MergedTreeTest, LowerFileShowsThroughMergedDirectories) {
 }
 
 TEST_F(MergedTreeTest, UpperFileHidesLowerFile) {
-  Write(L("d/f"), "lower");
-  Write(U("d/f"), "upper!");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(U("d/f"), "upper!");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("d/f"));
+  ASSERT_OK_AND_ASSIGN(auto node, tree.Resolve("d/f"));
   EXPECT_TRUE(node.in_upper);
   EXPECT_EQ(node.st.st_size, 6);
-  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("d/f"));
+  ASSERT_OK_AND_ASSIGN(auto data, tree.ReadFile("d/f"));
   EXPECT_EQ(data, "upper!");
 }
 
 TEST_F(MergedTreeTest, WhiteoutHidesLowerFile) {
-  Write(L("d/f"), "lower");
+  MakeFile(L("d/f"), "lower");
   Mkdir(U("d"));
   Whiteout(U("d/f"));
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(node, tree.Resolve("d/f"));
+  ASSERT_OK_AND_ASSIGN(auto node, tree.Resolve("d/f"));
   EXPECT_FALSE(node.exists);
   EXPECT_ERRNO(ENOENT, tree.ReadFile("d/f"));
   EXPECT_ERRNO(ENOENT, tree.OpenFile("d/f"));
@@ -137,77 +123,77 @@ TEST_F(MergedTreeTest, WhiteoutHidesLowerFile) {
 }
 
 TEST_F(MergedTreeTest, WhiteoutOfDirectoryHidesEverythingBelow) {
-  Write(L("d/e/f"), "lower");
+  MakeFile(L("d/e/f"), "lower");
   Whiteout(U("d"));
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  ASSERT_OK_AND_ASSIGN(auto d, tree.Resolve("d"));
   EXPECT_FALSE(d.exists);
-  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/e/f"));
+  ASSERT_OK_AND_ASSIGN(auto f, tree.Resolve("d/e/f"));
   EXPECT_FALSE(f.exists);
   EXPECT_ERRNO(ENOENT, tree.List("d"));
 }
 
 TEST_F(MergedTreeTest, OpaqueDirectoryHidesLowerContent) {
-  Write(L("d/old"), "lower");
-  Write(L("d/sub/deep"), "lower");
-  Write(U("d/new"), "upper");
+  MakeFile(L("d/old"), "lower");
+  MakeFile(L("d/sub/deep"), "lower");
+  MakeFile(U("d/new"), "upper");
   Xattr(U("d"), "user.overlay.opaque", "y");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(old, tree.Resolve("d/old"));
+  ASSERT_OK_AND_ASSIGN(auto old, tree.Resolve("d/old"));
   EXPECT_FALSE(old.exists);
-  ASSERT_OK_AND_ASSIGN(deep, tree.Resolve("d/sub/deep"));
+  ASSERT_OK_AND_ASSIGN(auto deep, tree.Resolve("d/sub/deep"));
   EXPECT_FALSE(deep.exists);
-  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  ASSERT_OK_AND_ASSIGN(auto d, tree.Resolve("d"));
   EXPECT_TRUE(d.exists);
   EXPECT_FALSE(d.dir.merged);
   EXPECT_EQ(Names("d"), std::vector<std::string>{"new"});
 }
 
 TEST_F(MergedTreeTest, MergedDirectoryListsBothLayers) {
-  Write(L("d/lo"), "1");
-  Write(L("d/both"), "2");
-  Write(U("d/up"), "3");
-  Write(U("d/both"), "4");
+  MakeFile(L("d/lo"), "1");
+  MakeFile(L("d/both"), "2");
+  MakeFile(U("d/up"), "3");
+  MakeFile(U("d/both"), "4");
   Whiteout(U("d/gone"));
-  Write(L("d/gone"), "5");
+  MakeFile(L("d/gone"), "5");
   EXPECT_EQ(Names("d"), (std::vector<std::string>{"both", "lo", "up"}));
   EXPECT_EQ(Names(""), std::vector<std::string>{"d"});
 }
 
 TEST_F(MergedTreeTest, XattrWhiteoutInDirectoryMarkedX) {
-  Write(L("d/f"), "lower");
-  Write(L("d/g"), "lower");
-  Write(U("d/f"), "");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(L("d/g"), "lower");
+  MakeFile(U("d/f"), "");
   Xattr(U("d/f"), "user.overlay.whiteout", "");
   Xattr(U("d"), "user.overlay.opaque", "x");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/f"));
+  ASSERT_OK_AND_ASSIGN(auto f, tree.Resolve("d/f"));
   EXPECT_FALSE(f.exists);
-  ASSERT_OK_AND_ASSIGN(g, tree.Resolve("d/g"));
+  ASSERT_OK_AND_ASSIGN(auto g, tree.Resolve("d/g"));
   EXPECT_TRUE(g.exists);  // "x" marks a merged directory, not an opaque one
   EXPECT_EQ(Names("d"), std::vector<std::string>{"g"});
 }
 
 TEST_F(MergedTreeTest, UpperFileHidesLowerDirectory) {
-  Write(L("d/f"), "lower");
-  Write(U("d"), "now a file");
+  MakeFile(L("d/f"), "lower");
+  MakeFile(U("d"), "now a file");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(d, tree.Resolve("d"));
+  ASSERT_OK_AND_ASSIGN(auto d, tree.Resolve("d"));
   EXPECT_TRUE(d.exists);
   EXPECT_TRUE(S_ISREG(d.st.st_mode));
-  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("d/f"));
+  ASSERT_OK_AND_ASSIGN(auto f, tree.Resolve("d/f"));
   EXPECT_FALSE(f.exists);
   EXPECT_ERRNO(ENOTDIR, tree.List("d"));
 }
 
 TEST_F(MergedTreeTest, MissingComponentsDoNotExist) {
-  Write(L("file"), "x");
+  MakeFile(L("file"), "x");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(a, tree.Resolve("nope"));
+  ASSERT_OK_AND_ASSIGN(auto a, tree.Resolve("nope"));
   EXPECT_FALSE(a.exists);
-  ASSERT_OK_AND_ASSIGN(b, tree.Resolve("nope/deeper"));
+  ASSERT_OK_AND_ASSIGN(auto b, tree.Resolve("nope/deeper"));
   EXPECT_FALSE(b.exists);
-  ASSERT_OK_AND_ASSIGN(c, tree.Resolve("file/below"));
+  ASSERT_OK_AND_ASSIGN(auto c, tree.Resolve("file/below"));
   EXPECT_FALSE(c.exists);
   EXPECT_ERRNO(ENOENT, tree.ReadFile("nope"));
   EXPECT_ERRNO(ENOENT, tree.ReadLink("nope"));
@@ -222,28 +208,28 @@ TEST_F(MergedTreeTest, InvalidComponentsAreEinval) {
 }
 
 TEST_F(MergedTreeTest, SymlinksAreReportedNeverFollowed) {
-  Write(L("realdir/inside"), "secret");
+  MakeFile(L("realdir/inside"), "secret");
   Symlink("realdir", L("linkdir"));
   Symlink("/etc/passwd", L("abs"));
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(link, tree.Resolve("linkdir"));
+  ASSERT_OK_AND_ASSIGN(auto link, tree.Resolve("linkdir"));
   EXPECT_TRUE(S_ISLNK(link.st.st_mode));
-  ASSERT_OK_AND_ASSIGN(below, tree.Resolve("linkdir/inside"));
+  ASSERT_OK_AND_ASSIGN(auto below, tree.Resolve("linkdir/inside"));
   EXPECT_FALSE(below.exists);
-  ASSERT_OK_AND_ASSIGN(target, tree.ReadLink("abs"));
+  ASSERT_OK_AND_ASSIGN(auto target, tree.ReadLink("abs"));
   EXPECT_EQ(target, "/etc/passwd");
   EXPECT_ERRNO(EINVAL, tree.ReadFile("abs"));
   EXPECT_ERRNO(EINVAL, tree.ReadLink("realdir/inside"));
 }
 
 TEST_F(MergedTreeTest, UpperSymlinkHidesLowerFile) {
-  Write(L("x"), "lower");
+  MakeFile(L("x"), "lower");
   Symlink("elsewhere", U("x"));
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(x, tree.Resolve("x"));
+  ASSERT_OK_AND_ASSIGN(auto x, tree.Resolve("x"));
   EXPECT_TRUE(x.in_upper);
   EXPECT_TRUE(S_ISLNK(x.st.st_mode));
-  ASSERT_OK_AND_ASSIGN(target, tree.ReadLink("x"));
+  ASSERT_OK_AND_ASSIGN(auto target, tree.ReadLink("x"));
   EXPECT_EQ(target, "elsewhere");
 }
 
@@ -261,23 +247,23 @@ TEST_F(MergedTreeTest, ReadFileReadsLargeFilesWhole) {
   std::string big;
   for (int i = 0; i < 300000; ++i)
     big.push_back(static_cast<char>('a' + i % 26));
-  Write(L("big"), big);
+  MakeFile(L("big"), big);
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(data, tree.ReadFile("big"));
+  ASSERT_OK_AND_ASSIGN(auto data, tree.ReadFile("big"));
   EXPECT_EQ(data, big);
 }
 
 TEST_F(MergedTreeTest, OpenFileOpensTheVisibleLayer) {
-  Write(L("f"), "lower");
-  Write(L("g"), "lower-g");
-  Write(U("f"), "upper");
+  MakeFile(L("f"), "lower");
+  MakeFile(L("g"), "lower-g");
+  MakeFile(U("f"), "upper");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(f, tree.OpenFile("f"));
+  ASSERT_OK_AND_ASSIGN(auto f, tree.OpenFile("f"));
   struct stat st, want;
   ASSERT_EQ(::fstat(f.get(), &st), 0);
   ASSERT_EQ(::lstat(U("f").c_str(), &want), 0);
   EXPECT_EQ(st.st_ino, want.st_ino);
-  ASSERT_OK_AND_ASSIGN(g, tree.OpenFile("g"));
+  ASSERT_OK_AND_ASSIGN(auto g, tree.OpenFile("g"));
   ASSERT_EQ(::fstat(g.get(), &st), 0);
   ASSERT_EQ(::lstat(L("g").c_str(), &want), 0);
   EXPECT_EQ(st.st_ino, want.st_ino);
@@ -286,11 +272,11 @@ TEST_F(MergedTreeTest, OpenFileOpensTheVisibleLayer) {
 }
 
 TEST_F(MergedTreeTest, OpaqueRootHidesTheWholeLower) {
-  Write(L("f"), "lower");
-  Write(U("g"), "upper");
+  MakeFile(L("f"), "lower");
+  MakeFile(U("g"), "upper");
   Xattr(U(""), "user.overlay.opaque", "y");
   MergedTree tree(layers_);
-  ASSERT_OK_AND_ASSIGN(f, tree.Resolve("f"));
+  ASSERT_OK_AND_ASSIGN(auto f, tree.Resolve("f"));
   EXPECT_FALSE(f.exists);
   EXPECT_EQ(Names(""), std::vector<std::string>{"g"});
 }
@@ -301,9 +287,9 @@ TEST_F(MergedTreeTest, OpaqueRootHidesTheWholeLower) {
 // moves between paths by their shared prefix.
 TEST_F(MergedTreeTest, PathsDeeperThanPathMaxResolveWithBoundedFds) {
   constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
-  using deep_test::ChainPath;
-  using deep_test::MakeChain;
-  using deep_test::WriteAt;
+  using acqfs::test::ChainPath;
+  using acqfs::test::MakeChain;
+  using acqfs::test::WriteAt;
   ASSERT_EQ(MakeChain(root_ + "/lower", "d", kDepth,
                       [](int fd, size_t level) -> std::string {
                         if (level != kDepth) return "";
@@ -325,28 +311,31 @@ TEST_F(MergedTreeTest, PathsDeeperThanPathMaxResolveWithBoundedFds) {
                       }),
             "");
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     MergedTree tree(layers_);
-    ASSERT_OK_AND_ASSIGN(lo, tree.ReadFile(ChainPath("d", kDepth, "lo.txt")));
+    ASSERT_OK_AND_ASSIGN(auto lo,
+                         tree.ReadFile(ChainPath("d", kDepth, "lo.txt")));
     EXPECT_EQ(lo, "lower\n");
-    ASSERT_OK_AND_ASSIGN(up, tree.ReadFile(ChainPath("d", kDepth, "up.txt")));
+    ASSERT_OK_AND_ASSIGN(auto up,
+                         tree.ReadFile(ChainPath("d", kDepth, "up.txt")));
     EXPECT_EQ(up, "upper\n");
-    ASSERT_OK_AND_ASSIGN(gone,
+    ASSERT_OK_AND_ASSIGN(auto gone,
                          tree.Resolve(ChainPath("d", kDepth, "gone.txt")));
     EXPECT_FALSE(gone.exists);
-    ASSERT_OK_AND_ASSIGN(e, tree.ReadFile(ChainPath("e", kDepth, "f")));
+    ASSERT_OK_AND_ASSIGN(auto e, tree.ReadFile(ChainPath("e", kDepth, "f")));
     EXPECT_EQ(e, "e\n");
-    ASSERT_OK_AND_ASSIGN(list, tree.List(ChainPath("d", kDepth)));
+    ASSERT_OK_AND_ASSIGN(auto list, tree.List(ChainPath("d", kDepth)));
     std::vector<std::string> names;
     for (const auto& m : list) names.push_back(m.name);
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"lo.txt", "up.txt"}));
-    ASSERT_OK_AND_ASSIGN(mid, tree.Resolve(ChainPath("d", kDepth / 2)));
+    ASSERT_OK_AND_ASSIGN(auto mid, tree.Resolve(ChainPath("d", kDepth / 2)));
     EXPECT_TRUE(mid.exists);
     EXPECT_TRUE(mid.dir.upper);
     EXPECT_TRUE(mid.dir.merged);
-    ASSERT_OK_AND_ASSIGN(deeper, tree.Resolve(ChainPath("d", kDepth + 10)));
+    ASSERT_OK_AND_ASSIGN(auto deeper,
+                         tree.Resolve(ChainPath("d", kDepth + 10)));
     EXPECT_FALSE(deeper.exists);
     // Every directory of the chain in turn, as the ignore rules and the
     // snapshot ask: one step each from the last (the old resolver walked
@@ -363,9 +352,9 @@ TEST_F(MergedTreeTest, PathsDeeperThanPathMaxResolveWithBoundedFds) {
             .count();
     EXPECT_LT(secs, 10.0);
   }
-  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(L("e")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("e")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

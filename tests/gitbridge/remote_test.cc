@@ -15,47 +15,44 @@
 #include <thread>
 #include <vector>
 
-#include "git_test_util.h"
+#include "harness/git_env.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
+using ::acqfs::test::Git;
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::ReadFile;
+using ::acqfs::test::RunCommand;
+using ::acqfs::test::Sh;
+using ::acqfs::test::ShellQuote;
+using ::acqfs::test::TempDir;
 using Clock = std::chrono::steady_clock;
 
 class Remote : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-test-remote-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     host_ = root_ + "/host";
-    Sh("git init -q -b main " + Quote(host_));
-    Write(host_ + "/a.txt", "a\n");
+    Sh("git init -q -b main " + ShellQuote(host_));
+    MakeFile(host_ + "/a.txt", "a\n");
     Git(host_, "add a.txt");
     Git(host_, "commit -q -m base");
     config_ = host_ + "/.git/config";
     original_ = ReadFile(config_);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   std::string Bridge(const std::string& name) const {
     return root_ + "/state/" + name + "/bridge.git";
   }
   // `git config --get-all KEY` in the host ("" when unset).
   std::string GetAll(const std::string& key) {
-    FILE* p = ::popen(("git -C " + Quote(host_) + " config --get-all " +
-                       Quote(key) + " 2>/dev/null")
-                          .c_str(),
-                      "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    if (p) ::pclose(p);
-    return out;
+    return RunCommand({"git", "-C", host_, "config", "--get-all", key}, 60).out;
   }
 
+  TempDir tmp_;
   std::string root_, host_, config_, original_;
 };
 
@@ -77,9 +74,9 @@ TEST_F(Remote, RegisterWritesTheRemoteAndRemovalRestoresTheConfig) {
 }
 
 TEST_F(Remote, ARemoteMissingRefspecsIsCompleted) {
-  Git(host_, "config remote.sandbox-a.url " + Quote(Bridge("a")));
-  Git(host_,
-      "config --add remote.sandbox-a.fetch " + Quote(RemoteFetchSpecs("a")[0]));
+  Git(host_, "config remote.sandbox-a.url " + ShellQuote(Bridge("a")));
+  Git(host_, "config --add remote.sandbox-a.fetch " +
+                 ShellQuote(RemoteFetchSpecs("a")[0]));
   ASSERT_TRUE(RegisterRemote(host_, "a", Bridge("a")));
   std::string specs;
   for (const auto& s : RemoteFetchSpecs("a")) specs += s + "\n";
@@ -191,7 +188,7 @@ TEST_F(Remote, ParallelRegistrationsAreAllComplete) {
 // A git command holding .git/config.lock for a moment: acqfs waits for it,
 // as git waits for its own locks, instead of failing.
 TEST_F(Remote, WaitsForAConfigLockGitHolds) {
-  Write(config_ + ".lock", "");
+  MakeFile(config_ + ".lock", "");
   std::thread git([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     fs::remove(config_ + ".lock");
@@ -202,7 +199,7 @@ TEST_F(Remote, WaitsForAConfigLockGitHolds) {
   ASSERT_TRUE(s) << s.error().Message();
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(350));
   EXPECT_EQ(GetAll("remote.sandbox-w.url"), Bridge("w") + "\n");
-  Write(config_ + ".lock", "");
+  MakeFile(config_ + ".lock", "");
   std::thread git2([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     fs::remove(config_ + ".lock");
@@ -217,7 +214,7 @@ TEST_F(Remote, WaitsForAConfigLockGitHolds) {
 // then an error that names the lock file and what to do; the lock file is
 // not acqfs's and stays, and the config is unchanged.
 TEST_F(Remote, AConfigLockThatStaysIsReportedAfterABoundedWait) {
-  Write(config_ + ".lock", "");
+  MakeFile(config_ + ".lock", "");
   const auto start = Clock::now();
   Status s = RegisterRemote(host_, "s", Bridge("s"));
   const auto took = Clock::now() - start;

@@ -24,13 +24,20 @@
 #include <sstream>
 #include <thread>
 
-#include "git_test_util.h"
 #include "gitbridge/bridge_repo.h"
+#include "harness/git_env.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
+using ::acqfs::test::Git;
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::ReadFile;
+using ::acqfs::test::Sh;
+using ::acqfs::test::ShellQuote;
+using ::acqfs::test::TempDir;
 
 git_oid Oid(const std::string& hex) {
   git_oid id{};
@@ -47,21 +54,18 @@ std::string LooseObjectPath(const std::string& objects, const std::string& h) {
 class SandboxRepoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-test-sandbox-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     lower_ = root_ + "/lower";
     upper_ = root_ + "/upper";
     scratch_ = root_ + "/scratch";
     MakeLower();
     fs::create_directories(upper_);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   // main, packedonly, feat in packed-refs; gone loose; all at c1.
   void MakeLower() {
-    Sh("git init -q -b main " + Quote(lower_));
-    Write(lower_ + "/a.txt", "a\n");
+    Sh("git init -q -b main " + ShellQuote(lower_));
+    MakeFile(lower_ + "/a.txt", "a\n");
     Git(lower_, "add a.txt");
     Git(lower_, "commit -q -m c1");
     Git(lower_, "branch packedonly");
@@ -75,14 +79,15 @@ class SandboxRepoTest : public ::testing::Test {
   // on c1. Their new objects are copied into upper/.git/objects as loose
   // objects when `copy_loose`.
   void MakeSandboxCommits(bool copy_loose) {
-    Sh("git clone -q --no-hardlinks " + Quote(lower_) + " " + Quote(scratch_));
+    Sh("git clone -q --no-hardlinks " + ShellQuote(lower_) + " " +
+       ShellQuote(scratch_));
     Git(scratch_, "checkout -q -b agent");
-    Write(scratch_ + "/b.txt", "b\n");
+    MakeFile(scratch_ + "/b.txt", "b\n");
     Git(scratch_, "add b.txt");
     Git(scratch_, "commit -q -m c2");
     c2_ = Git(scratch_, "rev-parse HEAD");
     Git(scratch_, "checkout -q -b featx main");
-    Write(scratch_ + "/dir/c.txt", "c\n");
+    MakeFile(scratch_ + "/dir/c.txt", "c\n");
     Git(scratch_, "add dir");
     Git(scratch_, "commit -q -m c3");
     c3_ = Git(scratch_, "rev-parse HEAD");
@@ -104,15 +109,15 @@ class SandboxRepoTest : public ::testing::Test {
     MakeSandboxCommits(true);
     std::string heads = upper_ + "/.git/refs/heads";
     fs::create_directories(heads);
-    Write(heads + "/agent", c2_ + "\n");
-    Write(heads + "/feat", c3_ + "\n");
+    MakeFile(heads + "/agent", c2_ + "\n");
+    MakeFile(heads + "/feat", c3_ + "\n");
     Whiteout(heads + "/gone");
-    Write(upper_ + "/.git/packed-refs",
-          "# pack-refs with: peeled fully-peeled sorted \n" + c1_ +
-              " refs/heads/feat\n" + c1_ + " refs/heads/main\n" + c2_ +
-              " refs/heads/newpacked\n" + c1_ + " refs/heads/packedonly\n" +
-              c3_ + " refs/tags/v1\n^" + c1_ + "\n");
-    Write(upper_ + "/.git/HEAD", "ref: refs/heads/agent\n");
+    MakeFile(upper_ + "/.git/packed-refs",
+             "# pack-refs with: peeled fully-peeled sorted \n" + c1_ +
+                 " refs/heads/feat\n" + c1_ + " refs/heads/main\n" + c2_ +
+                 " refs/heads/newpacked\n" + c1_ + " refs/heads/packedonly\n" +
+                 c3_ + " refs/tags/v1\n^" + c1_ + "\n");
+    MakeFile(upper_ + "/.git/HEAD", "ref: refs/heads/agent\n");
   }
 
   static void Whiteout(const std::string& path) {
@@ -148,20 +153,21 @@ class SandboxRepoTest : public ::testing::Test {
     return rc == 0;
   }
 
+  TempDir tmp_;
   std::string root_, lower_, upper_, scratch_;
   std::string c1_, c2_, c3_;
 };
 
 TEST_F(SandboxRepoTest, LowerOnlyShowsTheCheckoutsRefs) {
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   std::map<std::string, std::string> want = {
       {"feat", c1_}, {"gone", c1_}, {"main", c1_}, {"packedonly", c1_}};
   EXPECT_EQ(BranchHexes(repo), want);
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(Hex(*head), c1_);
-  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  ASSERT_OK_AND_ASSIGN(auto branch, repo.HeadBranch());
   EXPECT_EQ(branch, "main");
   EXPECT_TRUE(HasCommit(repo, c1_));
 }
@@ -169,7 +175,7 @@ TEST_F(SandboxRepoTest, LowerOnlyShowsTheCheckoutsRefs) {
 TEST_F(SandboxRepoTest, LooseRefsWinWhiteoutsDeleteUpperPackedRefsShows) {
   MakeUpper();
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   std::map<std::string, std::string> want = {{"agent", c2_},
                                              {"feat", c3_},
                                              {"main", c1_},
@@ -181,18 +187,18 @@ TEST_F(SandboxRepoTest, LooseRefsWinWhiteoutsDeleteUpperPackedRefsShows) {
 TEST_F(SandboxRepoTest, HeadFollowsTheSymbolicRefIntoTheUpper) {
   MakeUpper();
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(Hex(*head), c2_);
-  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  ASSERT_OK_AND_ASSIGN(auto branch, repo.HeadBranch());
   EXPECT_EQ(branch, "agent");
 }
 
 TEST_F(SandboxRepoTest, ObjectsComeFromBothLayers) {
   MakeUpper();
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c1_));
   EXPECT_TRUE(HasCommit(repo, c2_));
   EXPECT_TRUE(HasCommit(repo, c3_));
@@ -208,10 +214,10 @@ TEST_F(SandboxRepoTest, ObjectsComeFromBothLayers) {
 
 TEST_F(SandboxRepoTest, NestedLooseBranchesAreListed) {
   MakeUpper();
-  Write(upper_ + "/.git/refs/heads/topic/deep/x", c3_ + "\n");
-  Write(upper_ + "/.git/refs/heads/topic/y.lock", c3_ + "\n");
+  MakeFile(upper_ + "/.git/refs/heads/topic/deep/x", c3_ + "\n");
+  MakeFile(upper_ + "/.git/refs/heads/topic/y.lock", c3_ + "\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   auto b = BranchHexes(repo);
   EXPECT_EQ(b["topic/deep/x"], c3_);
   EXPECT_EQ(b.count("topic/y.lock"), 0u);
@@ -222,9 +228,9 @@ TEST_F(SandboxRepoTest, OpaqueRefsDirectoryHidesLowerLooseRefs) {
   std::string heads = upper_ + "/.git/refs/heads";
   fs::create_directories(heads);
   Opaque(heads);
-  Write(heads + "/solo", c2_ + "\n");
+  MakeFile(heads + "/solo", c2_ + "\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   // "gone" was a lower loose ref; the lower packed-refs still shows through.
   std::map<std::string, std::string> want = {
       {"feat", c1_}, {"main", c1_}, {"packedonly", c1_}, {"solo", c2_}};
@@ -234,39 +240,39 @@ TEST_F(SandboxRepoTest, OpaqueRefsDirectoryHidesLowerLooseRefs) {
 TEST_F(SandboxRepoTest, WhitedOutPackedRefsHidesPackedBranches) {
   Whiteout(upper_ + "/.git/packed-refs");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   std::map<std::string, std::string> want = {{"gone", c1_}};
   EXPECT_EQ(BranchHexes(repo), want);
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());  // main was only packed
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());  // main was only packed
   EXPECT_FALSE(head.has_value());
-  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  ASSERT_OK_AND_ASSIGN(auto branch, repo.HeadBranch());
   EXPECT_EQ(branch, "");
 }
 
 TEST_F(SandboxRepoTest, SymlinksAreNeverFollowed) {
-  Write(root_ + "/outside/ref", c1_ + "\n");
-  Write(root_ + "/outside/HEAD", "ref: refs/heads/main\n");
+  MakeFile(root_ + "/outside/ref", c1_ + "\n");
+  MakeFile(root_ + "/outside/HEAD", "ref: refs/heads/main\n");
   std::string heads = upper_ + "/.git/refs/heads";
   fs::create_directories(heads);
   fs::create_symlink(root_ + "/outside/ref", heads + "/evil");
   fs::create_symlink(root_ + "/outside/HEAD", upper_ + "/.git/HEAD");
   fs::create_symlink(root_ + "/outside", heads + "/evildir");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   auto b = BranchHexes(repo);
   EXPECT_EQ(b.count("evil"), 0u);
   EXPECT_EQ(b.count("evildir/ref"), 0u);
   EXPECT_EQ(b.count("main"), 1u);
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());
   EXPECT_FALSE(head.has_value());
 }
 
 TEST_F(SandboxRepoTest, SymlinkedRefsDirectoryShadowsTheLowerOne) {
-  Write(root_ + "/outside/heads/evil", c1_ + "\n");
+  MakeFile(root_ + "/outside/heads/evil", c1_ + "\n");
   fs::create_directories(upper_ + "/.git");
   fs::create_symlink(root_ + "/outside", upper_ + "/.git/refs");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   std::map<std::string, std::string> want = {
       {"feat", c1_}, {"main", c1_}, {"packedonly", c1_}};
   EXPECT_EQ(BranchHexes(repo), want);
@@ -274,33 +280,33 @@ TEST_F(SandboxRepoTest, SymlinkedRefsDirectoryShadowsTheLowerOne) {
 
 TEST_F(SandboxRepoTest, DetachedHead) {
   MakeUpper();
-  Write(upper_ + "/.git/HEAD", c3_ + "\n");
+  MakeFile(upper_ + "/.git/HEAD", c3_ + "\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(Hex(*head), c3_);
-  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  ASSERT_OK_AND_ASSIGN(auto branch, repo.HeadBranch());
   EXPECT_EQ(branch, "");
 }
 
 TEST_F(SandboxRepoTest, UnbornHead) {
-  Write(upper_ + "/.git/HEAD", "ref: refs/heads/nothing\n");
+  MakeFile(upper_ + "/.git/HEAD", "ref: refs/heads/nothing\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
-  ASSERT_OK_AND_ASSIGN(head, repo.Head());
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto head, repo.Head());
   EXPECT_FALSE(head.has_value());
-  ASSERT_OK_AND_ASSIGN(branch, repo.HeadBranch());
+  ASSERT_OK_AND_ASSIGN(auto branch, repo.HeadBranch());
   EXPECT_EQ(branch, "");
 }
 
 TEST_F(SandboxRepoTest, SymbolicRefLoopIsAnErrorAndNotABranch) {
   std::string heads = upper_ + "/.git/refs/heads";
-  Write(heads + "/a", "ref: refs/heads/b\n");
-  Write(heads + "/b", "ref: refs/heads/a\n");
-  Write(upper_ + "/.git/HEAD", "ref: refs/heads/a\n");
+  MakeFile(heads + "/a", "ref: refs/heads/b\n");
+  MakeFile(heads + "/b", "ref: refs/heads/a\n");
+  MakeFile(upper_ + "/.git/HEAD", "ref: refs/heads/a\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   auto head = repo.Head();
   ASSERT_FALSE(head.ok());
   EXPECT_EQ(head.err(), ELOOP);
@@ -310,14 +316,14 @@ TEST_F(SandboxRepoTest, SymbolicRefLoopIsAnErrorAndNotABranch) {
 }
 
 TEST_F(SandboxRepoTest, HeadCannotLeaveTheRefsNamespace) {
-  Write(root_ + "/outside", c1_ + "\n");
-  Write(upper_ + "/.git/HEAD", "ref: refs/../../../outside\n");
+  MakeFile(root_ + "/outside", c1_ + "\n");
+  MakeFile(upper_ + "/.git/HEAD", "ref: refs/../../../outside\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   auto head = repo.Head();
   ASSERT_FALSE(head.ok());
   EXPECT_EQ(head.err(), EINVAL);
-  Write(upper_ + "/.git/HEAD", "ref: config\n");
+  MakeFile(upper_ + "/.git/HEAD", "ref: config\n");
   head = repo.Head();
   ASSERT_FALSE(head.ok());
   EXPECT_EQ(head.err(), EINVAL);
@@ -338,9 +344,9 @@ TEST_F(SandboxRepoTest, PacksInTheUpperAfterGcWithLowerObjectsWhitedOut) {
       Whiteout(upper_ + "/.git/objects/" + dn + "/" +
                f.path().filename().string());
   }
-  Write(upper_ + "/.git/refs/heads/agent", c2_ + "\n");
+  MakeFile(upper_ + "/.git/refs/heads/agent", c2_ + "\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c1_));
   EXPECT_TRUE(HasCommit(repo, c2_));
   EXPECT_TRUE(HasCommit(repo, c3_));
@@ -354,7 +360,7 @@ TEST_F(SandboxRepoTest, OpaqueObjectsDirectoryHidesLowerObjects) {
   MakeSandboxCommits(true);
   Opaque(upper_ + "/.git/objects");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c2_));
   EXPECT_FALSE(HasCommit(repo, c1_));
 }
@@ -362,9 +368,10 @@ TEST_F(SandboxRepoTest, OpaqueObjectsDirectoryHidesLowerObjects) {
 TEST_F(SandboxRepoTest, UpperAlternatesAreNotRead) {
   MakeSandboxCommits(false);
   // The sandbox points its alternates at another repository's objects.
-  Write(upper_ + "/.git/objects/info/alternates", scratch_ + "/.git/objects\n");
+  MakeFile(upper_ + "/.git/objects/info/alternates",
+           scratch_ + "/.git/objects\n");
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c1_));
   EXPECT_FALSE(HasCommit(repo, c2_));
 }
@@ -376,7 +383,7 @@ TEST_F(SandboxRepoTest, SymlinkInUpperObjectsIsNeverFollowed) {
   fs::create_symlink(scratch_ + "/.git/objects/" + h,
                      upper_ + "/.git/objects/" + h);
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c1_));  // the lower's, as before
   git_odb* raw = nullptr;
   ASSERT_EQ(git_repository_odb(&raw, repo.repo()), 0);
@@ -398,13 +405,14 @@ TEST_F(SandboxRepoTest, SymlinkInUpperObjectsIsNeverFollowed) {
 TEST_F(SandboxRepoTest, SwappingTheStoreForASymlinkNeverReadsAnotherRepo) {
   MakeSandboxCommits(true);
   std::string foreign = root_ + "/foreign";
-  Sh("git init -q -b main " + Quote(foreign));
-  Write(foreign + "/secret.txt", "secret\n");
+  Sh("git init -q -b main " + ShellQuote(foreign));
+  MakeFile(foreign + "/secret.txt", "secret\n");
   Git(foreign, "add secret.txt");
   Git(foreign, "commit -q -m secret");
   std::string f = Git(foreign, "rev-parse HEAD");
   std::string packed = root_ + "/foreign-packed";
-  Sh("git clone -q --no-hardlinks " + Quote(foreign) + " " + Quote(packed));
+  Sh("git clone -q --no-hardlinks " + ShellQuote(foreign) + " " +
+     ShellQuote(packed));
   Git(packed, "gc -q");
   // A real directory of the fan-out name in the upper, for the swap.
   fs::create_directories(upper_ + "/.git/objects/" + f.substr(0, 2));
@@ -485,46 +493,47 @@ TEST_F(SandboxRepoTest, MalformedLooseObjectsAreRefused) {
   };
   auto deflate = [&](const std::string& raw) {
     std::string in = root_ + "/raw", out = root_ + "/deflated";
-    Write(in, raw);
+    MakeFile(in, raw);
     Sh("python3 -c 'import sys,zlib; sys.stdout.buffer.write(zlib.compress("
        "open(sys.argv[1],\"rb\").read()))' " +
-       Quote(in) + " > " + Quote(out));
+       ShellQuote(in) + " > " + ShellQuote(out));
     return ReadFile(out);
   };
   std::vector<Case> cases = {
-      {"empty", [&](const std::string& p) { Write(p, ""); }},
+      {"empty", [&](const std::string& p) { MakeFile(p, ""); }},
       {"truncated",
        [&](const std::string& p) {
-         Write(p, good.substr(0, good.size() / 2));
+         MakeFile(p, good.substr(0, good.size() / 2));
        }},
-      {"garbage", [&](const std::string& p) { Write(p, "not zlib at all"); }},
+      {"garbage",
+       [&](const std::string& p) { MakeFile(p, "not zlib at all"); }},
       {"fifo",
        [&](const std::string& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0); }},
       {"whiteout", [&](const std::string& p) { Whiteout(p); }},
       {"directory", [&](const std::string& p) { fs::create_directory(p); }},
       {"bad type",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blab 1\0x", 8)));
+         MakeFile(p, deflate(std::string("blab 1\0x", 8)));
        }},
       {"size too small",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blob 1\0xy", 9)));
+         MakeFile(p, deflate(std::string("blob 1\0xy", 9)));
        }},
       {"size too large",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blob 3\0xy", 9)));
+         MakeFile(p, deflate(std::string("blob 3\0xy", 9)));
        }},
       {"huge size",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blob 99999999999999\0xy", 22)));
+         MakeFile(p, deflate(std::string("blob 99999999999999\0xy", 22)));
        }},
       {"leading zero",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blob 01\0x", 9)));
+         MakeFile(p, deflate(std::string("blob 01\0x", 9)));
        }},
       {"another object's bytes",
        [&](const std::string& p) {
-         Write(p, deflate(std::string("blob 1\0x", 8)));
+         MakeFile(p, deflate(std::string("blob 1\0x", 8)));
        }},
   };
   for (const Case& c : cases) {
@@ -533,7 +542,7 @@ TEST_F(SandboxRepoTest, MalformedLooseObjectsAreRefused) {
     fs::remove_all(path);
     c.make(path);
     Layers layers = OpenLayers();
-    ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+    ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
     git_odb* raw = nullptr;
     ASSERT_EQ(git_repository_odb(&raw, repo.repo()), 0);
     GitOdb odb(raw);
@@ -555,9 +564,9 @@ TEST_F(SandboxRepoTest, MalformedLooseObjectsAreRefused) {
   // And the real bytes read again.
   std::string path = LooseObjectPath(objects, c2_);
   fs::remove_all(path);
-  Write(path, good);
+  MakeFile(path, good);
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c2_));
 }
 
@@ -569,7 +578,7 @@ TEST_F(SandboxRepoTest, SymlinkedPackFilesAreNotRead) {
   for (const auto& e : fs::directory_iterator(scratch_ + "/.git/objects/pack"))
     fs::create_symlink(e.path(), packs + "/" + e.path().filename().string());
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_FALSE(HasCommit(repo, c2_));
   EXPECT_TRUE(HasCommit(repo, c1_));
 }
@@ -630,7 +639,7 @@ TEST_F(SandboxRepoTest, PackLinkDirectoriesDoNotOutliveTheirExport) {
   ::setenv("TMPDIR", tmp.c_str(), 1);
   {
     Layers layers = OpenLayers();
-    ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+    ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
     EXPECT_TRUE(HasCommit(repo, c2_));
     EXPECT_FALSE(fs::exists(stale));
     EXPECT_TRUE(fs::exists(live));
@@ -656,7 +665,7 @@ TEST_F(SandboxRepoTest, CorruptUpperObjectIsNotRead) {
   fs::copy_file(LooseObjectPath(upper_ + "/.git/objects", c3_), to,
                 fs::copy_options::overwrite_existing);
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_FALSE(HasCommit(repo, c2_));
   EXPECT_TRUE(HasCommit(repo, c3_));
 }
@@ -664,8 +673,8 @@ TEST_F(SandboxRepoTest, CorruptUpperObjectIsNotRead) {
 TEST_F(SandboxRepoTest, BridgeCopiesTheSandboxsNewCommits) {
   MakeUpper();
   Layers layers = OpenLayers();
-  ASSERT_OK_AND_ASSIGN(repo, SandboxRepo::Open(layers));
-  ASSERT_OK_AND_ASSIGN(bridge,
+  ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
+  ASSERT_OK_AND_ASSIGN(auto bridge,
                        BridgeRepo::OpenOrCreate(root_ + "/bridge.git",
                                                 lower_ + "/.git/objects"));
   Status s =

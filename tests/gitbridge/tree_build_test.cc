@@ -10,18 +10,17 @@
 #include <optional>
 
 #include "common/git_ptr.h"
-#include "deep_git.h"
-#include "deep_tree.h"
+#include "harness/deep_git.h"
+#include "harness/deep_tree.h"
+#include "harness/result_assert.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
+using ::acqfs::test::DeepContent;
+using ::acqfs::test::TempDir;
 
 constexpr char kEmptyTree[] = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
@@ -35,17 +34,12 @@ struct Entry {
 class TreeBuildTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-treebuild-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     git_repository* raw = nullptr;
     ASSERT_EQ(git_repository_init(&raw, (root_ + "/repo.git").c_str(), 1), 0);
     repo_.reset(raw);
   }
-  void TearDown() override {
-    repo_.reset();
-    fs::remove_all(root_);
-  }
+  void TearDown() override { repo_.reset(); }
 
   git_oid Blob(const std::string& data) {
     git_oid id;
@@ -104,6 +98,7 @@ class TreeBuildTest : public ::testing::Test {
   }
 
   GitLibrary lib_;
+  TempDir tmp_;
   std::string root_;
   GitRepository repo_;
 };
@@ -317,16 +312,16 @@ TEST_F(TreeBuildTest, MissingBaseTreeIsAnError) {
 // the recursive destruction of the edit trie, overflowed the 8 MB stack.
 TEST_F(TreeBuildTest, AnEditPath100000DirectoriesDeepIsBuiltWithoutRecursion) {
   constexpr size_t kDepth = 100000;
-  const std::string dir = deep_test::ChainPath("d", kDepth);
-  ASSERT_OK_AND_ASSIGN(
-      t1, ApplyTreeEdits(repo_.get(), nullptr, {Put(dir + "/f", "bottom\n")}));
+  const std::string dir = acqfs::test::ChainPath("d", kDepth);
+  ASSERT_OK_AND_ASSIGN(auto t1, ApplyTreeEdits(repo_.get(), nullptr,
+                                               {Put(dir + "/f", "bottom\n")}));
   EXPECT_EQ(DeepContent(repo_.get(), t1, dir + "/f"), "bottom\n");
   // From that base: the file replaced by a sibling, and a file halfway.
-  const std::string half = deep_test::ChainPath("d", kDepth / 2, "h");
+  const std::string half = acqfs::test::ChainPath("d", kDepth / 2, "h");
   ASSERT_OK_AND_ASSIGN(
-      t2, ApplyTreeEdits(repo_.get(), &t1,
-                         {Remove(dir + "/f"), Put(dir + "/g", "sibling\n"),
-                          Put(half, "half\n")}));
+      auto t2, ApplyTreeEdits(repo_.get(), &t1,
+                              {Remove(dir + "/f"), Put(dir + "/g", "sibling\n"),
+                               Put(half, "half\n")}));
   EXPECT_EQ(DeepContent(repo_.get(), t2, dir + "/f"), "<missing>");
   EXPECT_EQ(DeepContent(repo_.get(), t2, dir + "/g"), "sibling\n");
   EXPECT_EQ(DeepContent(repo_.get(), t2, half), "half\n");

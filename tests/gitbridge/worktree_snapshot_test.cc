@@ -14,19 +14,19 @@
 #include <optional>
 
 #include "common/git_ptr.h"
-#include "deep_git.h"
-#include "deep_tree.h"
 #include "gitbridge/tree_build.h"
+#include "harness/deep_git.h"
+#include "harness/deep_tree.h"
+#include "harness/fs_util.h"
+#include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
-  auto lhs##_r = (expr);                                                   \
-  ASSERT_TRUE(lhs##_r.ok()) << #expr << ": " << lhs##_r.error().Message(); \
-  auto lhs = std::move(lhs##_r).value()
+using ::acqfs::test::DeepContent;
+using ::acqfs::test::MakeFile;
+using ::acqfs::test::TempDir;
 
 using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
 
@@ -38,9 +38,7 @@ struct Entry {
 class WorktreeSnapshotTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/acqfs-snapshot-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     fs::create_directory(root_ + "/lower");
     fs::create_directory(root_ + "/upper");
     git_repository* raw = nullptr;
@@ -51,19 +49,10 @@ class WorktreeSnapshotTest : public ::testing::Test {
     ASSERT_TRUE(l.ok()) << l.error().Message();
     layers_ = std::move(*l);
   }
-  void TearDown() override {
-    repo_.reset();
-    fs::remove_all(root_);
-  }
+  void TearDown() override { repo_.reset(); }
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Write(const std::string& path, const std::string& data,
-                    mode_t mode = 0644) {
-    fs::create_directories(fs::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << data;
-    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
-  }
   static void Whiteout(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
     ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
@@ -86,7 +75,7 @@ class WorktreeSnapshotTest : public ::testing::Test {
   // A tracked lower file: written to the lower and recorded in the base.
   void Tracked(const std::string& path, const std::string& data,
                mode_t mode = 0644) {
-    Write(L(path), data, mode);
+    MakeFile(L(path), data, mode);
     base_.push_back(TreeEdit{
         TreeEdit::kPut, path,
         (mode & S_IXUSR) ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB,
@@ -128,6 +117,7 @@ class WorktreeSnapshotTest : public ::testing::Test {
   }
 
   GitLibrary lib_;
+  TempDir tmp_;
   std::string root_;
   GitRepository repo_;
   Layers layers_;
@@ -149,7 +139,7 @@ TEST_F(WorktreeSnapshotTest, ModifiedTrackedFileIsRecorded) {
   Tracked("src/main.c", "int main;");
   Tracked("src/util.c", "util");
   git_oid base = Base();
-  Write(U("src/main.c"), "int main(void) { return 0; }");
+  MakeFile(U("src/main.c"), "int main(void) { return 0; }");
   SnapshotStats stats;
   git_oid t = Snapshot(&base, &stats);
   EXPECT_EQ(Content(t, "src/main.c"), "int main(void) { return 0; }");
@@ -161,7 +151,7 @@ TEST_F(WorktreeSnapshotTest, ModifiedTrackedFileIsRecorded) {
 TEST_F(WorktreeSnapshotTest, UnchangedCopyUpWritesNothing) {
   Tracked("f", "same");
   git_oid base = Base();
-  Write(U("f"), "same");
+  MakeFile(U("f"), "same");
   SnapshotStats stats;
   git_oid t = Snapshot(&base, &stats);
   EXPECT_TRUE(git_oid_equal(&t, &base));
@@ -190,7 +180,7 @@ TEST_F(WorktreeSnapshotTest, WhiteoutsRemoveFilesAndDirectories) {
 TEST_F(WorktreeSnapshotTest, NewUntrackedFilesAreAdded) {
   Tracked("a", "1");
   git_oid base = Base();
-  Write(U("new/deep/file.txt"), "fresh");
+  MakeFile(U("new/deep/file.txt"), "fresh");
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, "new/deep/file.txt"), "fresh");
   EXPECT_EQ(Content(t, "a"), "1");
@@ -200,10 +190,10 @@ TEST_F(WorktreeSnapshotTest, IgnoredUntrackedFilesAreSkipped) {
   Tracked(".gitignore", "*.log\nbuild/\n");
   Tracked("src/a.c", "a");
   git_oid base = Base();
-  Write(U("debug.log"), "noise");
-  Write(U("src/deep.log"), "noise");
-  Write(U("build/out.o"), "obj");
-  Write(U("src/b.c"), "b");
+  MakeFile(U("debug.log"), "noise");
+  MakeFile(U("src/deep.log"), "noise");
+  MakeFile(U("build/out.o"), "obj");
+  MakeFile(U("src/b.c"), "b");
   SnapshotStats stats;
   git_oid t = Snapshot(&base, &stats);
   EXPECT_FALSE(At(t, "debug.log"));
@@ -218,7 +208,7 @@ TEST_F(WorktreeSnapshotTest, TrackedIgnoredFileIsStillRecorded) {
   Tracked(".gitignore", "*.log\n");
   Tracked("kept.log", "old");
   git_oid base = Base();
-  Write(U("kept.log"), "new");
+  MakeFile(U("kept.log"), "new");
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, "kept.log"), "new");
 }
@@ -226,11 +216,11 @@ TEST_F(WorktreeSnapshotTest, TrackedIgnoredFileIsStillRecorded) {
 TEST_F(WorktreeSnapshotTest, SandboxIgnoreRulesCount) {
   Tracked(".gitignore", "*.a\n");
   git_oid base = Base();
-  Write(U(".gitignore"), "*.b\n");  // the sandbox's edit counts
-  Write(U("x.a"), "a");
-  Write(U("x.b"), "b");
-  Write(L(".git/info/exclude"), "secret*\n");
-  Write(U("secret.txt"), "s");
+  MakeFile(U(".gitignore"), "*.b\n");  // the sandbox's edit counts
+  MakeFile(U("x.a"), "a");
+  MakeFile(U("x.b"), "b");
+  MakeFile(L(".git/info/exclude"), "secret*\n");
+  MakeFile(U("secret.txt"), "s");
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, ".gitignore"), "*.b\n");
   EXPECT_EQ(Content(t, "x.a"), "a");
@@ -241,9 +231,9 @@ TEST_F(WorktreeSnapshotTest, SandboxIgnoreRulesCount) {
 TEST_F(WorktreeSnapshotTest, ModesFollowTheOwnerExecuteBit) {
   Tracked("tool", "#!/bin/sh\n", 0644);
   git_oid base = Base();
-  Write(U("tool"), "#!/bin/sh\n", 0744);
-  Write(U("script"), "#!/bin/sh\n", 0700);
-  Write(U("data"), "d", 0611);  // group/other execute bits do not count
+  MakeFile(U("tool"), "#!/bin/sh\n", 0744);
+  MakeFile(U("script"), "#!/bin/sh\n", 0700);
+  MakeFile(U("data"), "d", 0611);  // group/other execute bits do not count
   git_oid t = Snapshot(&base);
   EXPECT_EQ(At(t, "tool")->mode, GIT_FILEMODE_BLOB_EXECUTABLE);
   EXPECT_EQ(At(t, "script")->mode, GIT_FILEMODE_BLOB_EXECUTABLE);
@@ -272,8 +262,8 @@ TEST_F(WorktreeSnapshotTest, GitlinksAreKeptAndNeverEntered) {
   Gitlink("mods/sub", commit);
   Gitlink("gone", commit);
   git_oid base = Base();
-  Write(U("mods/sub/new.c"), "inside the submodule");
-  Write(U("mods/sib"), "beside it");
+  MakeFile(U("mods/sub/new.c"), "inside the submodule");
+  MakeFile(U("mods/sib"), "beside it");
   Whiteout(U("gone"));
   git_oid t = Snapshot(&base);
   auto sub = At(t, "mods/sub");
@@ -293,8 +283,8 @@ TEST_F(WorktreeSnapshotTest, OpaqueDirectoryReplacesItsContent) {
   Tracked("other", "o");
   git_oid base = Base();
   Opaque(U("d"));
-  Write(U("d/c"), "c");
-  Write(U("d/a"), "a");  // same bytes as before: recorded again, same blob
+  MakeFile(U("d/c"), "c");
+  MakeFile(U("d/a"), "a");  // same bytes as before: recorded again, same blob
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, "d/c"), "c");
   EXPECT_EQ(Content(t, "d/a"), "a");
@@ -306,7 +296,7 @@ TEST_F(WorktreeSnapshotTest, FileReplacesDirectory) {
   Tracked("d/x", "x");
   Tracked("d/y/z", "z");
   git_oid base = Base();
-  Write(U("d"), "a file now");
+  MakeFile(U("d"), "a file now");
   git_oid t = Snapshot(&base);
   EXPECT_EQ(At(t, "d")->mode, GIT_FILEMODE_BLOB);
   EXPECT_EQ(Content(t, "d"), "a file now");
@@ -316,7 +306,7 @@ TEST_F(WorktreeSnapshotTest, IgnoredFileOverDirectoryStillRemovesIt) {
   Tracked(".gitignore", "d\n");
   Tracked("d/x", "x");
   git_oid base = Base();
-  Write(U("d"), "ignored file");
+  MakeFile(U("d"), "ignored file");
   SnapshotStats stats;
   git_oid t = Snapshot(&base, &stats);
   EXPECT_FALSE(At(t, "d"));
@@ -328,9 +318,9 @@ TEST_F(WorktreeSnapshotTest, DirectoryReplacesFile) {
   Tracked("g", "file");
   git_oid base = Base();
   Opaque(U("f"));  // rm f; mkdir f: an opaque directory over a whiteout
-  Write(U("f/inner"), "i");
+  MakeFile(U("f/inner"), "i");
   fs::create_directory(U("g"));  // a plain upper dir over the lower file
-  Write(U("g/inner"), "j");
+  MakeFile(U("g/inner"), "j");
   git_oid t = Snapshot(&base);
   EXPECT_EQ(At(t, "f")->mode, GIT_FILEMODE_TREE);
   EXPECT_EQ(Content(t, "f/inner"), "i");
@@ -339,9 +329,9 @@ TEST_F(WorktreeSnapshotTest, DirectoryReplacesFile) {
 }
 
 TEST_F(WorktreeSnapshotTest, NullBaseBuildsFromTheUpperAlone) {
-  Write(U("a/b"), "1");
-  Write(U("c"), "2");
-  Write(U(".git/config"), "never recorded");
+  MakeFile(U("a/b"), "1");
+  MakeFile(U("c"), "2");
+  MakeFile(U(".git/config"), "never recorded");
   git_oid t = Snapshot(nullptr);
   EXPECT_EQ(Content(t, "a/b"), "1");
   EXPECT_EQ(Content(t, "c"), "2");
@@ -353,7 +343,7 @@ TEST_F(WorktreeSnapshotTest, LargeFilesAreStreamedWhole) {
   git_oid base = Base();
   std::string big(5 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
-  Write(U("big"), big);
+  MakeFile(U("big"), big);
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, "big"), big);
   git_oid want;
@@ -365,7 +355,7 @@ TEST_F(WorktreeSnapshotTest, MissingBaseIsAnError) {
   git_oid ghost;
   ASSERT_EQ(git_oid_fromstr(&ghost, "3333333333333333333333333333333333333333"),
             0);
-  Write(U("f"), "x");
+  MakeFile(U("f"), "x");
   auto r = BuildWorktreeTree(repo_.get(), &ghost, layers_, nullptr);
   EXPECT_FALSE(r.ok());
 }
@@ -377,17 +367,17 @@ TEST_F(WorktreeSnapshotTest, NamesGitRefusesAreSkippedAndListed) {
   Tracked("a", "1");
   Tracked(".gitignore", "ignored-dir/\n");
   git_oid base = Base();
-  Write(U(".GIT/config"), "[core]\n");
-  Write(U(".GIT/hooks/post-checkout"), "#!/bin/sh\n", 0755);
-  Write(U("git~1/x"), "x");
-  Write(U(".git./x"), "x");
-  Write(U("sub/.GIT/x"), "x");
-  Write(U("sub/fine.txt"), "fine");
+  MakeFile(U(".GIT/config"), "[core]\n");
+  MakeFile(U(".GIT/hooks/post-checkout"), "#!/bin/sh\n", 0755);
+  MakeFile(U("git~1/x"), "x");
+  MakeFile(U(".git./x"), "x");
+  MakeFile(U("sub/.GIT/x"), "x");
+  MakeFile(U("sub/fine.txt"), "fine");
   Symlink("target", U("GITMOD~1"));
   Symlink("target", U(".gitmodules."));
   Symlink("target", U(".gitmodules "));
-  Write(U("ignored-dir/.GIT/x"), "x");
-  Write(U("a"), "2");
+  MakeFile(U("ignored-dir/.GIT/x"), "x");
+  MakeFile(U("a"), "2");
   SnapshotStats stats;
   git_oid t = Snapshot(&base, &stats);
   EXPECT_EQ(Content(t, "a"), "2");
@@ -412,39 +402,40 @@ TEST_F(WorktreeSnapshotTest, NamesGitRefusesAreSkippedAndListed) {
 // scan and the tree build are tested at 100,000 levels on their own).
 TEST_F(WorktreeSnapshotTest, AnUntrackedChainOf30000DirectoriesIsRecorded) {
   constexpr size_t kDepth = 30000;
-  ASSERT_EQ(deep_test::MakeChain(root_ + "/upper", "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "deep.txt",
-                                                             "deep\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(root_ + "/upper", "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "deep.txt",
+                                                                 "deep\n");
+                                   }),
             "");
   git_oid t{};
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     SnapshotStats stats;
     t = Snapshot(nullptr, &stats);
     EXPECT_EQ(stats.blobs_written, 1u);
   }
   EXPECT_EQ(DeepContent(repo_.get(), t,
-                        deep_test::ChainPath("d", kDepth, "deep.txt")),
+                        acqfs::test::ChainPath("d", kDepth, "deep.txt")),
             "deep\n");
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 TEST_F(WorktreeSnapshotTest, TrackedAndIgnoredPathsDeeperThanPathMax) {
   constexpr size_t kDepth = 3000;  // 6,000 bytes of "d/"
-  const std::string dir = deep_test::ChainPath("d", kDepth);
+  const std::string dir = acqfs::test::ChainPath("d", kDepth);
   Tracked(".gitignore", "*.log\n");
   // The base records two files at the bottom; the lower holds them too.
-  ASSERT_EQ(deep_test::MakeChain(
+  ASSERT_EQ(acqfs::test::MakeChain(
                 root_ + "/lower", "d", kDepth,
                 [](int fd, size_t level) -> std::string {
                   if (level != kDepth) return "";
-                  std::string why = deep_test::WriteAt(fd, "t.txt", "old\n");
-                  return why.empty() ? deep_test::WriteAt(fd, "x.log", "log\n")
-                                     : why;
+                  std::string why = acqfs::test::WriteAt(fd, "t.txt", "old\n");
+                  return why.empty()
+                             ? acqfs::test::WriteAt(fd, "x.log", "log\n")
+                             : why;
                 }),
             "");
   base_.push_back(TreeEdit{TreeEdit::kPut, dir + "/t.txt", GIT_FILEMODE_BLOB,
@@ -453,12 +444,12 @@ TEST_F(WorktreeSnapshotTest, TrackedAndIgnoredPathsDeeperThanPathMax) {
                            Blob("log\n")});
   git_oid base = Base();
   // The sandbox changed t.txt and made an ignored and a plain file there.
-  ASSERT_EQ(deep_test::MakeChain(
+  ASSERT_EQ(acqfs::test::MakeChain(
                 root_ + "/upper", "d", kDepth,
                 [](int fd, size_t level) -> std::string {
                   if (level != kDepth) return "";
                   for (const char* n : {"t.txt", "new.txt", "new.log"}) {
-                    std::string why = deep_test::WriteAt(fd, n, "new\n");
+                    std::string why = acqfs::test::WriteAt(fd, n, "new\n");
                     if (!why.empty()) return why;
                   }
                   return "";
@@ -467,7 +458,7 @@ TEST_F(WorktreeSnapshotTest, TrackedAndIgnoredPathsDeeperThanPathMax) {
   git_oid t{};
   SnapshotStats stats;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     t = Snapshot(&base, &stats);
   }
@@ -476,8 +467,8 @@ TEST_F(WorktreeSnapshotTest, TrackedAndIgnoredPathsDeeperThanPathMax) {
   EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/new.log"), "<missing>");
   EXPECT_EQ(DeepContent(repo_.get(), t, dir + "/x.log"), "log\n");
   EXPECT_EQ(stats.ignored_skipped, 1u);
-  EXPECT_EQ(deep_test::RemoveDeep(L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(U("d")), "");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "harness/command.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -306,6 +307,12 @@ CommandResult RunShell(const std::string& script, int timeout_seconds,
                        const std::string& cwd, const EnvAdditions& env) {
   return RunCommand({"bash", "-c", "set -euo pipefail\n" + script},
                     timeout_seconds, cwd, env);
+}
+
+std::string Sh(const std::string& script, int timeout_seconds) {
+  CommandResult r = RunCommand({"sh", "-c", script + " 2>&1"}, timeout_seconds);
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  return r.out;
 }
 
 std::string ShellQuote(const std::string& s) {

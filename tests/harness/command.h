@@ -1,5 +1,5 @@
 // RunCommand / RunShell: run a program to completion with a deadline and
-// capture what it printed.
+// capture what it printed; Sh: a shell command line that must succeed.
 //
 // The child runs in a process group of its own with stdin on /dev/null and
 // every inherited descriptor above 2 closed. On timeout the whole group is
@@ -49,6 +49,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 CommandResult RunShell(const std::string& script, int timeout_seconds,
                        const std::string& cwd = "",
                        const EnvAdditions& env = {});
+
+// Runs `sh -c 'script 2>&1'` (as popen(3) would: no -e, so "a; b" is b's
+// status; stderr lands in the output too) and returns what it printed;
+// fails the current test (ADD_FAILURE, with the output) unless it exits 0
+// in time.
+std::string Sh(const std::string& script, int timeout_seconds = 300);
 
 // Quotes `s` for a POSIX shell ('...' with embedded quotes escaped).
 std::string ShellQuote(const std::string& s);

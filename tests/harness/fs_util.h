@@ -2,9 +2,16 @@
 // writes, directory listings, and assertion helpers for syscalls that report
 // errno by name.
 //
-// Helpers that can fail return ::testing::AssertionResult naming the path, so
-// tests write ASSERT_TRUE(WriteFile(p, "x")) and get a readable message.
-// Thread-safety: stateless functions; ScopedFd has one owner.
+// Two kinds of helpers. Checking ones (WriteFile, ReadFile(path, &out),
+// Lstat(path, &st), ...) return ::testing::AssertionResult naming the path,
+// so tests write ASSERT_TRUE(WriteFile(p, "x")), or EXPECT_FALSE when the
+// operation must fail. Building ones (MakeFile, MakeDir, ReadFile(path),
+// Lstat(path), ...) are for laying down and reading back fixture trees:
+// they fail the current test (ADD_FAILURE, naming the path) when a syscall
+// fails and return a plain value. None of them uses acqfs code, so tests
+// check the product against the kernel's view of the directories.
+// Thread-safety: stateless functions (DiskUsage serializes itself); ScopedFd
+// has one owner.
 #ifndef ACQFS_TESTS_HARNESS_FS_UTIL_H_
 #define ACQFS_TESTS_HARNESS_FS_UTIL_H_
 
@@ -12,6 +19,10 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +86,46 @@ std::string ReadLink(const std::string& path);
 int LstatErrno(const std::string& path);
 // True when lstat(path) succeeds.
 bool Exists(const std::string& path);
+
+// ---- Building helpers: fail the current test on error ---------------------
+
+// Writes `data` to `path` (O_CREAT|O_TRUNC) and gives it exactly `mode`
+// (fchmod, whatever the umask), creating missing parent directories.
+void MakeFile(const std::string& path, const std::string& data,
+              mode_t mode = 0644);
+// The whole file (not following a symlink at `path`).
+std::string ReadFile(const std::string& path);
+// mkdir(2), then chmod to exactly `mode`.
+void MakeDir(const std::string& path, mode_t mode = 0755);
+void MakeSymlink(const std::string& target, const std::string& path);
+void MakeFifo(const std::string& path, mode_t mode = 0644);
+// A 0/0 character device (an overlayfs whiteout), made with mknod directly.
+void MakeDeviceWhiteout(const std::string& path);
+void SetXattr(const std::string& path, const std::string& key,
+              const std::string& value);
+// The value of `key`, or nullopt when it cannot be read (no failure).
+std::optional<std::string> GetXattr(const std::string& path,
+                                    const std::string& key);
+// Names of the extended attributes of `path`, sorted.
+std::vector<std::string> ListXattrs(const std::string& path);
+// Sets atime and mtime (seconds, nanoseconds) without following symlinks.
+void SetTimes(const std::string& path, time_t sec, long nsec = 0);
+struct stat Lstat(const std::string& path);
+// Sorted names in a directory (without "." and "..").
+std::vector<std::string> ListDir(const std::string& path);
+// What du(1) says the tree at `path` holds: the st_blocks (in bytes) of
+// every inode in it once, `path` included. Independent of Quota::Measure,
+// so that tests can check it.
+uint64_t DiskUsage(const std::string& path);
+// A recursive description of a host tree, for "this tree did not change at
+// all": relative path ("." is the root) -> type and mode, uid, gid, nlink,
+// size, rdev, mtime, ctime, every xattr and the whole content (regular
+// files) or target (symlinks), as text. Compare two with EXPECT_EQ. (For
+// selected fields, hashes and readable diffs, see TreeSnapshot in
+// harness/snapshot.h.)
+std::map<std::string, std::string> DescribeTree(const std::string& root);
+// Whether the test runs as root (geteuid() == 0).
+bool IsRoot();
 
 // Predicate-formatters behind the EXPECT_SYS_* macros below.
 ::testing::AssertionResult SysOkFormat(const char* expr_text, long rc);

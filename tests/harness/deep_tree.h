@@ -4,11 +4,11 @@
 // removing it again (sys::RemoveTree; nftw and std::filesystem::remove_all
 // walk full paths and stop at PATH_MAX), and capping this process's
 // open-files limit so that a walk holding a descriptor per level fails.
-// Header-only (inline); the unit and git-bridge tests include it.
+// Header-only (inline); the fs and git-bridge tests include it.
 // Thread-safety: single-threaded test code (FdLimit changes the process's
 // limit).
-#ifndef ACQFS_TESTS_DEEP_TREE_H_
-#define ACQFS_TESTS_DEEP_TREE_H_
+#ifndef ACQFS_TESTS_HARNESS_DEEP_TREE_H_
+#define ACQFS_TESTS_HARNESS_DEEP_TREE_H_
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@
 
 #include "common/sys.h"
 
-namespace acqfs::deep_test {
+namespace acqfs::test {
 
 // Descriptors this process has open now.
 inline size_t OpenFdCount() {
@@ -111,10 +111,10 @@ inline std::string WriteAt(int dirfd, const std::string& name,
 
 // Removes `path` and everything below it, however deep. "" on success.
 inline std::string RemoveDeep(const std::string& path) {
-  Status s = sys::RemoveTree(AT_FDCWD, path, path);
+  acqfs::Status s = acqfs::sys::RemoveTree(AT_FDCWD, path, path);
   return s ? std::string() : s.error().Message();
 }
 
-}  // namespace acqfs::deep_test
+}  // namespace acqfs::test
 
-#endif  // ACQFS_TESTS_DEEP_TREE_H_
+#endif  // ACQFS_TESTS_HARNESS_DEEP_TREE_H_

@@ -15,11 +15,11 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::WriteFile;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
 
-class OverlayIno : public acqfs_test::OverlayTest {
+class OverlayIno : public acqfs::test::OverlayTest {
  protected:
   ino_t InoOf(Node* n) {
     auto st = ov_->GetAttr(n);
@@ -32,10 +32,10 @@ class OverlayIno : public acqfs_test::OverlayTest {
 };
 
 TEST_F(OverlayIno, DistinctObjectsHaveDistinctInos) {
-  WriteFile(t_.L("a"), "a");
-  WriteFile(t_.L("b"), "b");
+  MakeFile(t_.L("a"), "a");
+  MakeFile(t_.L("b"), "b");
   MakeDir(t_.L("d"));
-  WriteFile(t_.U("u"), "u");
+  MakeFile(t_.U("u"), "u");
   ASSERT_NO_FATAL_FAILURE(Start());
   std::set<ino_t> inos;
   for (const char* n : {"a", "b", "d", "u"}) {
@@ -49,7 +49,7 @@ TEST_F(OverlayIno, DistinctObjectsHaveDistinctInos) {
 TEST_F(OverlayIno, RenamedFileAndNewFileAtOldNameHaveDistinctInos) {
   // `mv x y; touch x` while the kernel still holds y: both are visible at
   // once and must not look like hard links of each other.
-  WriteFile(t_.L("x"), "old x");
+  MakeFile(t_.L("x"), "old x");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * x, ov_->Lookup(root(), "x"));
   ASSERT_OK(ov_->Rename(root(), "x", root(), "y", 0));
@@ -67,7 +67,7 @@ TEST_F(OverlayIno, RenamedFileAndNewFileAtOldNameHaveDistinctInos) {
 }
 
 TEST_F(OverlayIno, ExchangedEntriesKeepDistinctInosAfterForget) {
-  WriteFile(t_.L("f"), "file");
+  MakeFile(t_.L("f"), "file");
   MakeDir(t_.L("d"));
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
@@ -83,7 +83,7 @@ TEST_F(OverlayIno, ExchangedEntriesKeepDistinctInosAfterForget) {
 }
 
 TEST_F(OverlayIno, HardLinkedCopyKeepsInoAfterForget) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * g, ov_->Link(f, root(), "g"));
@@ -98,7 +98,7 @@ TEST_F(OverlayIno, HardLinkedCopyKeepsInoAfterForget) {
 }
 
 TEST_F(OverlayIno, CopiedUpFileKeepsInoAfterForget) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ino_t before = InoOf(f);

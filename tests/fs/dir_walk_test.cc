@@ -17,22 +17,22 @@
 #include <vector>
 
 #include "common/sys.h"
-#include "deep_tree.h"
 #include "fs/copy_up.h"
 #include "fs/layer.h"
 #include "fs/quota.h"
-#include "unit_test_util.h"
+#include "harness/deep_tree.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::ListDir;
-using acqfs_test::MakeDir;
-using acqfs_test::TempTree;
-using acqfs_test::WriteFile;
+using acqfs::test::Exists;
+using acqfs::test::ListDir;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::TempTree;
 
-using deep_test::FdLimit;
+using acqfs::test::FdLimit;
 
 // `depth` nested directories "d" below `root`, each also holding a file.
 void MakeDeep(const std::string& root, int depth) {
@@ -40,7 +40,7 @@ void MakeDeep(const std::string& root, int depth) {
   for (int i = 0; i < depth; i++) {
     p += "/d";
     MakeDir(p);
-    WriteFile(p + "/f", "x");
+    MakeFile(p + "/f", "x");
   }
 }
 
@@ -49,7 +49,7 @@ void MakeWide(const std::string& root, int n) {
   for (int i = 0; i < n; i++) {
     std::string d = root + "/w" + std::to_string(i);
     MakeDir(d);
-    WriteFile(d + "/f", "yy");
+    MakeFile(d + "/f", "yy");
   }
 }
 
@@ -92,7 +92,7 @@ TEST(DirWalk, QuotaMeasureOfAWideTreeNeedsFewDescriptors) {
   ASSERT_TRUE(limit.ok());
   auto used = Quota::Measure(up->get(), t.upper());
   ASSERT_TRUE(used.ok()) << used.error().Message();
-  EXPECT_EQ(*used, acqfs_test::DiskUsage(t.upper()));
+  EXPECT_EQ(*used, acqfs::test::DiskUsage(t.upper()));
   EXPECT_GE(*used, (800u * 2 + 200u * 2) * 4096);  // a block each
 }
 
@@ -101,7 +101,7 @@ TEST(DirWalk, MaterialisingADeepTreeNeedsFewDescriptors) {
   MakeDir(t.L("top"));
   MakeDeep(t.L("top"), 150);
   MakeWide(t.L("top"), 100);
-  auto layers = acqfs_test::OpenLayers(t);
+  auto layers = acqfs::test::OpenLayers(t);
   ASSERT_TRUE(layers.ok());
   DirView top;
   top.path = "top";
@@ -198,7 +198,7 @@ TEST(DirWalk, GoToMovesThroughTheSharedPrefix) {
 // the shown path for every entry: O(depth^2), minutes at this depth.
 TEST(DirWalk, RemoveTreeOfAChainOf100000DirectoriesIsLinear) {
   TempTree t;
-  ASSERT_EQ(deep_test::MakeChain(t.root(), "d", 100000), "");
+  ASSERT_EQ(acqfs::test::MakeChain(t.root(), "d", 100000), "");
   FdLimit limit(32);
   ASSERT_TRUE(limit.ok());
   auto start = std::chrono::steady_clock::now();

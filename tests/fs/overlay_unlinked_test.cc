@@ -22,13 +22,12 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::ListDir;
-using acqfs_test::MakeDir;
-using acqfs_test::ReadFile;
-using acqfs_test::WriteFile;
+using acqfs::test::Exists;
+using acqfs::test::ListDir;
+using acqfs::test::MakeDir;
+using acqfs::test::ReadFile;
 
-class OverlayUnlinked : public acqfs_test::OverlayTest {
+class OverlayUnlinked : public acqfs::test::OverlayTest {
  protected:
   // Starts the engine with `kept` descriptors for kept data.
   void StartHandleLess(size_t kept) {
@@ -149,12 +148,12 @@ TEST_F(OverlayUnlinked, FileRenamedOverKeepsItsData) {
 }
 
 TEST_F(OverlayUnlinked, CopiedUpFileUnderAWhiteoutKeepsItsData) {
-  WriteFile(t_.L("c"), "lower");
+  acqfs::test::MakeFile(t_.L("c"), "lower");
   ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
   ASSERT_OK_AND_ASSIGN(Node * c, ov_->Lookup(root(), "c"));
   ASSERT_OK(WriteNow(c, "UPPER", 0));  // copies it up
   ASSERT_OK(ov_->Unlink(root(), "c"));
-  EXPECT_TRUE(S_ISCHR(acqfs_test::Lstat(t_.U("c")).st_mode));  // a whiteout
+  EXPECT_TRUE(S_ISCHR(acqfs::test::Lstat(t_.U("c")).st_mode));  // a whiteout
   EXPECT_EQ(ReadNow(c), "UPPER");
   EXPECT_EQ(ReadFile(t_.L("c")), "lower");
   ov_->Forget(c, 1);
@@ -164,7 +163,7 @@ TEST_F(OverlayUnlinked, CopiedUpFileUnderAWhiteoutKeepsItsData) {
 // a copy in acqfs-tmp (the host's file is never written), and reads follow
 // the copy. This used to fail with ESTALE.
 TEST_F(OverlayUnlinked, LowerFileDeletedThenWrittenGetsACopyOfItsOwn) {
-  WriteFile(t_.L("l"), "lower bytes");
+  acqfs::test::MakeFile(t_.L("l"), "lower bytes");
   ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
   ASSERT_OK_AND_ASSIGN(Node * l, ov_->Lookup(root(), "l"));
   EXPECT_EQ(ReadNow(l), "lower bytes");
@@ -190,13 +189,13 @@ TEST_F(OverlayUnlinked, LowerFileDeletedThenWrittenGetsACopyOfItsOwn) {
 // deleting or replacing the file meanwhile does not change what the
 // sandbox's open file reads, nor the copy its first write makes.
 TEST_F(OverlayUnlinked, KeptLowerFileSurvivesTheHostReplacingIt) {
-  WriteFile(t_.L("h"), "original");
+  acqfs::test::MakeFile(t_.L("h"), "original");
   ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
   ASSERT_OK_AND_ASSIGN(Node * h, ov_->Lookup(root(), "h"));
   ASSERT_OK(ov_->Unlink(root(), "h"));
   EXPECT_EQ(ov_->kept_descriptors(), 1u);
   // The host replaces its file (as git checkout does: a new inode).
-  WriteFile(t_.L("h.new"), "replaced by the host");
+  acqfs::test::MakeFile(t_.L("h.new"), "replaced by the host");
   ASSERT_EQ(::rename(t_.L("h.new").c_str(), t_.L("h").c_str()), 0);
   EXPECT_EQ(ReadNow(h), "original");
   ASSERT_OK_AND_ASSIGN(struct stat st, ov_->GetAttr(h));
@@ -210,8 +209,8 @@ TEST_F(OverlayUnlinked, KeptLowerFileSurvivesTheHostReplacingIt) {
 }
 
 TEST_F(OverlayUnlinked, MetadataOfAnUnlinkedFileChangesItsKeptCopyOnly) {
-  WriteFile(t_.L("m"), "lower", 0644);
-  acqfs_test::SetXattr(t_.L("m"), "user.from", "lower");
+  acqfs::test::MakeFile(t_.L("m"), "lower", 0644);
+  acqfs::test::SetXattr(t_.L("m"), "user.from", "lower");
   ASSERT_NO_FATAL_FAILURE(StartHandleLess(4));
   ASSERT_OK_AND_ASSIGN(Node * m, ov_->Lookup(root(), "m"));
   ASSERT_OK(ov_->Unlink(root(), "m"));
@@ -230,9 +229,9 @@ TEST_F(OverlayUnlinked, MetadataOfAnUnlinkedFileChangesItsKeptCopyOnly) {
   ASSERT_OK_AND_ASSIGN(std::string from, ov_->GetXattr(m, "user.from"));
   EXPECT_EQ(from, "lower") << "the copy keeps the lower file's xattrs";
   EXPECT_EQ(ReadNow(m), "lo");
-  EXPECT_EQ(acqfs_test::Lstat(t_.L("m")).st_mode & 07777, 0644u);
+  EXPECT_EQ(acqfs::test::Lstat(t_.L("m")).st_mode & 07777, 0644u);
   EXPECT_EQ(ReadFile(t_.L("m")), "lower");
-  EXPECT_FALSE(acqfs_test::GetXattr(t_.L("m"), "user.k").has_value());
+  EXPECT_FALSE(acqfs::test::GetXattr(t_.L("m"), "user.k").has_value());
   ov_->Forget(m, 1);
 }
 

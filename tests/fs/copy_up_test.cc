@@ -9,24 +9,24 @@
 #include <unistd.h>
 
 #include "fs/layer.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::GetXattr;
-using acqfs_test::ListDir;
-using acqfs_test::ListXattrs;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::MakeFifo;
-using acqfs_test::MakeSymlink;
-using acqfs_test::ReadFile;
-using acqfs_test::SetTimes;
-using acqfs_test::SetXattr;
-using acqfs_test::Snapshot;
-using acqfs_test::WriteFile;
+using acqfs::test::DescribeTree;
+using acqfs::test::Exists;
+using acqfs::test::GetXattr;
+using acqfs::test::ListDir;
+using acqfs::test::ListXattrs;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFifo;
+using acqfs::test::MakeFile;
+using acqfs::test::MakeSymlink;
+using acqfs::test::ReadFile;
+using acqfs::test::SetTimes;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
 constexpr time_t kOldTime = 1234567890;
@@ -46,9 +46,9 @@ class ScopedCopyUpHook {
 class CopyUpTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
 };
 
@@ -59,7 +59,7 @@ std::string Pattern(size_t n) {
 }
 
 TEST_F(CopyUpTest, CopiesDataModeMtimeAndUserXattrs) {
-  WriteFile(t_.L("f"), "hello lower", 0640);
+  MakeFile(t_.L("f"), "hello lower", 0640);
   SetXattr(t_.L("f"), "user.a", "1");
   SetXattr(t_.L("f"), "user.bin", std::string("\0\x01\xff", 3));
   SetTimes(t_.L("f"), kOldTime, kOldNsec);
@@ -77,9 +77,9 @@ TEST_F(CopyUpTest, CopiesDataModeMtimeAndUserXattrs) {
 }
 
 TEST_F(CopyUpTest, CopiesOwnerWhenPrivileged) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "chown needs root (the tests run as root, as CI does)";
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("f"), "x");
   ASSERT_EQ(::lchown(t_.L("f").c_str(), 1234, 5678), 0);
   ASSERT_OK(CopyUp(layers_, "f"));
   struct stat st = Lstat(t_.U("f"));
@@ -88,7 +88,7 @@ TEST_F(CopyUpTest, CopiesOwnerWhenPrivileged) {
 }
 
 TEST_F(CopyUpTest, CopiesSetuidAndStickyBits) {
-  WriteFile(t_.L("f"), "x", 04755);
+  MakeFile(t_.L("f"), "x", 04755);
   MakeDir(t_.L("d"), 01777);
   ASSERT_OK(CopyUp(layers_, "f"));
   ASSERT_OK(CopyUp(layers_, "d"));
@@ -98,14 +98,14 @@ TEST_F(CopyUpTest, CopiesSetuidAndStickyBits) {
 
 TEST_F(CopyUpTest, CopiesLargeFileExactly) {
   std::string data = Pattern((3 << 20) + 12345);  // over 1 MiB buffers
-  WriteFile(t_.L("big"), data);
+  MakeFile(t_.L("big"), data);
   ASSERT_OK(CopyUp(layers_, "big"));
   EXPECT_EQ(Lstat(t_.U("big")).st_size, static_cast<off_t>(data.size()));
   EXPECT_TRUE(ReadFile(t_.U("big")) == data) << "content differs";
 }
 
 TEST_F(CopyUpTest, CopiesEmptyFile) {
-  WriteFile(t_.L("empty"), "", 0600);
+  MakeFile(t_.L("empty"), "", 0600);
   ASSERT_OK(CopyUp(layers_, "empty"));
   EXPECT_EQ(Lstat(t_.U("empty")).st_size, 0);
   EXPECT_EQ(Lstat(t_.U("empty")).st_mode & 07777, 0600u);
@@ -113,7 +113,7 @@ TEST_F(CopyUpTest, CopiesEmptyFile) {
 
 TEST_F(CopyUpTest, CopiesDirectoryWithoutItsChildren) {
   MakeDir(t_.L("d"), 0751);
-  WriteFile(t_.L("d/child"), "c");
+  MakeFile(t_.L("d/child"), "c");
   SetXattr(t_.L("d"), "user.dir", "v");
   SetTimes(t_.L("d"), kOldTime, kOldNsec);
   ASSERT_OK(CopyUp(layers_, "d"));
@@ -130,7 +130,7 @@ TEST_F(CopyUpTest, CopiesDirectoryWithoutItsChildren) {
 
 TEST_F(CopyUpTest, CopiesNestedFileOnceParentIsUp) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/f"), "nested");
+  MakeFile(t_.L("d/f"), "nested");
   ASSERT_OK(CopyUp(layers_, "d"));
   ASSERT_OK(CopyUp(layers_, "d/f"));
   EXPECT_EQ(ReadFile(t_.U("d/f")), "nested");
@@ -160,7 +160,7 @@ TEST_F(CopyUpTest, CopiesFifoType) {
 }
 
 TEST_F(CopyUpTest, DoesNotCopyPrivateOverlayXattrs) {
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("f"), "x");
   SetXattr(t_.L("f"), "user.overlay.whiteout", "");
   SetXattr(t_.L("f"), "user.keep", "k");
   ASSERT_OK(CopyUp(layers_, "f"));
@@ -171,7 +171,7 @@ TEST_F(CopyUpTest, DoesNotCopyPrivateOverlayXattrs) {
 }
 
 TEST_F(CopyUpTest, MarksCopyWithLowerInode) {
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("f"), "x");
   ASSERT_OK(CopyUp(layers_, "f"));
   auto origin = layers_.format.ReadOrigin(layers_.upper.root(), "f", "f");
   ASSERT_OK(origin);
@@ -179,8 +179,8 @@ TEST_F(CopyUpTest, MarksCopyWithLowerInode) {
 }
 
 TEST_F(CopyUpTest, RefusesToReplaceExistingUpperEntry) {
-  WriteFile(t_.L("f"), "lower");
-  WriteFile(t_.U("f"), "upper");
+  MakeFile(t_.L("f"), "lower");
+  MakeFile(t_.U("f"), "upper");
   Status s = CopyUp(layers_, "f");
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.err(), EEXIST);
@@ -190,7 +190,7 @@ TEST_F(CopyUpTest, RefusesToReplaceExistingUpperEntry) {
 
 TEST_F(CopyUpTest, FailsWithoutUpperParentAndLeavesNothing) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/f"), "x");
+  MakeFile(t_.L("d/f"), "x");
   Status s = CopyUp(layers_, "d/f");
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.err(), ENOENT);
@@ -224,7 +224,7 @@ static std::vector<int> NamelessFilesIn(const std::string& dir) {
 
 TEST_F(CopyUpTest, UpperFileAppearsOnlyComplete) {
   std::string data = Pattern(200000);
-  WriteFile(t_.L("f"), data, 0604);
+  MakeFile(t_.L("f"), data, 0604);
   SetXattr(t_.L("f"), "user.a", "1");
   SetTimes(t_.L("f"), kOldTime, kOldNsec);
   int calls = 0;
@@ -269,7 +269,7 @@ TEST_F(CopyUpTest, UpperFileAppearsOnlyComplete) {
 
 TEST_F(CopyUpTest, UnsyncedCopyUpIsTheSameCopy) {
   std::string data = Pattern(70000);
-  WriteFile(t_.L("f"), data, 0640);
+  MakeFile(t_.L("f"), data, 0640);
   SetXattr(t_.L("f"), "user.a", "1");
   SetTimes(t_.L("f"), kOldTime, kOldNsec);
   layers_.sync_copy_up = false;
@@ -283,7 +283,7 @@ TEST_F(CopyUpTest, UnsyncedCopyUpIsTheSameCopy) {
 }
 
 TEST_F(CopyUpTest, InterruptedCopyUpLeavesNoUpperFile) {
-  WriteFile(t_.L("f"), Pattern(100000));
+  MakeFile(t_.L("f"), Pattern(100000));
   int calls = 0;
   ScopedCopyUpHook hook([&](const std::string&) -> Status {
     ++calls;
@@ -309,34 +309,34 @@ TEST_F(CopyUpTest, InterruptedDirectoryCopyUpLeavesNoUpperDir) {
 }
 
 TEST_F(CopyUpTest, CopyUpNeverChangesTheLower) {
-  WriteFile(t_.L("f"), "content", 0640);
+  MakeFile(t_.L("f"), "content", 0640);
   SetXattr(t_.L("f"), "user.a", "1");
   MakeDir(t_.L("d"), 0750);
   SetXattr(t_.L("d"), "user.d", "2");
-  WriteFile(t_.L("d/g"), "nested");
+  MakeFile(t_.L("d/g"), "nested");
   MakeSymlink("f", t_.L("ln"));
   MakeFifo(t_.L("p"));
   SetTimes(t_.L("f"), kOldTime, kOldNsec);
   SetTimes(t_.L("d"), kOldTime, kOldNsec);
   SetTimes(t_.lower(), kOldTime, kOldNsec);
-  auto before = Snapshot(t_.lower());
+  auto before = DescribeTree(t_.lower());
   struct stat f_before = Lstat(t_.L("f"));
   for (const char* rel : {"f", "d", "d/g", "ln", "p"}) {
     ASSERT_OK(CopyUp(layers_, rel));
   }
-  EXPECT_EQ(Snapshot(t_.lower()), before);
+  EXPECT_EQ(DescribeTree(t_.lower()), before);
   struct stat f_after = Lstat(t_.L("f"));
   EXPECT_EQ(f_after.st_ctim.tv_sec, f_before.st_ctim.tv_sec);
   EXPECT_EQ(f_after.st_ctim.tv_nsec, f_before.st_ctim.tv_nsec);
   // And the upper got independent copies: writing one leaves the lower.
-  WriteFile(t_.U("d/g"), "changed");
+  MakeFile(t_.U("d/g"), "changed");
   EXPECT_EQ(ReadFile(t_.L("d/g")), "nested");
 }
 
 TEST_F(CopyUpTest, CopyUpLeavesLowerAccessTime) {
   // atime == mtime in the past: under relatime any ordinary read would
   // update it. Copy-up reads with O_NOATIME.
-  WriteFile(t_.L("f"), Pattern(5000));
+  MakeFile(t_.L("f"), Pattern(5000));
   SetTimes(t_.L("f"), kOldTime, kOldNsec);
   ASSERT_OK(CopyUp(layers_, "f"));
   struct stat st = Lstat(t_.L("f"));

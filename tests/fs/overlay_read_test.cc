@@ -15,25 +15,25 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::ListDir;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDeviceWhiteout;
-using acqfs_test::MakeDir;
-using acqfs_test::MakeSymlink;
-using acqfs_test::ReadFile;
-using acqfs_test::SetTimes;
-using acqfs_test::WriteFile;
+using acqfs::test::Exists;
+using acqfs::test::ListDir;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDeviceWhiteout;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::MakeSymlink;
+using acqfs::test::ReadFile;
+using acqfs::test::SetTimes;
 using Strings = std::vector<std::string>;
 
-class OverlayLookup : public acqfs_test::OverlayTest {};
-class OverlayGetAttr : public acqfs_test::OverlayTest {};
-class OverlayOpen : public acqfs_test::OverlayTest {};
-class OverlayReadDir : public acqfs_test::OverlayTest {};
-class OverlayReadLink : public acqfs_test::OverlayTest {};
+class OverlayLookup : public acqfs::test::OverlayTest {};
+class OverlayGetAttr : public acqfs::test::OverlayTest {};
+class OverlayOpen : public acqfs::test::OverlayTest {};
+class OverlayReadDir : public acqfs::test::OverlayTest {};
+class OverlayReadLink : public acqfs::test::OverlayTest {};
 
 TEST_F(OverlayLookup, FindsLowerFile) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * n, ov_->Lookup(root(), "f"));
   ASSERT_NE(n, nullptr);
@@ -49,7 +49,7 @@ TEST_F(OverlayLookup, FindsLowerFile) {
 TEST_F(OverlayLookup, FindsNestedLowerFile) {
   MakeDir(t_.L("a"));
   MakeDir(t_.L("a/b"));
-  WriteFile(t_.L("a/b/c"), "deep");
+  MakeFile(t_.L("a/b/c"), "deep");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * n, Walk("a/b/c"));
   EXPECT_EQ(ov_->PathOf(n), "a/b/c");
@@ -65,22 +65,22 @@ TEST_F(OverlayLookup, MissingNameIsENOENT) {
 }
 
 TEST_F(OverlayLookup, WhiteoutInUpperHidesLowerFile) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   MakeDeviceWhiteout(t_.U("f"));
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(ENOENT, ov_->Lookup(root(), "f"));
 }
 
 TEST_F(OverlayLookup, LookupBelowFileIsENOTDIR) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   EXPECT_ERRNO(ENOTDIR, ov_->Lookup(f, "x"));
 }
 
 TEST_F(OverlayLookup, UpperFileShadowsLowerFile) {
-  WriteFile(t_.L("f"), "lower");
-  WriteFile(t_.U("f"), "upper!");
+  MakeFile(t_.L("f"), "lower");
+  MakeFile(t_.U("f"), "upper!");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   EXPECT_TRUE(f->upper.load());
@@ -90,7 +90,7 @@ TEST_F(OverlayLookup, UpperFileShadowsLowerFile) {
 }
 
 TEST_F(OverlayGetAttr, ReportsLowerAttributesForUnchangedFile) {
-  WriteFile(t_.L("f"), "twelve bytes", 0640);
+  MakeFile(t_.L("f"), "twelve bytes", 0640);
   SetTimes(t_.L("f"), 1000000000, 42);
   ASSERT_NO_FATAL_FAILURE(Start());
   struct stat lst = Lstat(t_.L("f"));
@@ -116,7 +116,7 @@ TEST_F(OverlayGetAttr, RootReportsLowerRootInoAndOneLink) {
 }
 
 TEST_F(OverlayOpen, ReadOnlyOpenReadsLowerWithoutCopyUp) {
-  WriteFile(t_.L("f"), "lower data");
+  MakeFile(t_.L("f"), "lower data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = false;
@@ -127,7 +127,7 @@ TEST_F(OverlayOpen, ReadOnlyOpenReadsLowerWithoutCopyUp) {
 }
 
 TEST_F(OverlayOpen, ReadWriteOpenCopiesUpAndInoStaysTheSame) {
-  WriteFile(t_.L("f"), "lower data", 0644);
+  MakeFile(t_.L("f"), "lower data", 0644);
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(struct stat before, ov_->GetAttr(f));
@@ -150,7 +150,7 @@ TEST_F(OverlayOpen, ReadWriteOpenCopiesUpAndInoStaysTheSame) {
 TEST_F(OverlayOpen, WriteOnlyOpenOfNestedFileCopiesUpParents) {
   MakeDir(t_.L("a"), 0711);
   MakeDir(t_.L("a/b"), 0750);
-  WriteFile(t_.L("a/b/f"), "x");
+  MakeFile(t_.L("a/b/f"), "x");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, Walk("a/b/f"));
   bool from_lower = true;
@@ -160,13 +160,13 @@ TEST_F(OverlayOpen, WriteOnlyOpenOfNestedFileCopiesUpParents) {
   EXPECT_EQ(Lstat(t_.U("a/b")).st_mode & 07777, 0750u);
   EXPECT_EQ(ReadFile(t_.U("a/b/f")), "x");
   // The copied-up parents still merge with the lower.
-  WriteFile(t_.L("a/b/late"), "");
+  MakeFile(t_.L("a/b/late"), "");
   ASSERT_OK_AND_ASSIGN(Node * b, Walk("a/b"));
   EXPECT_EQ(ReadDirNames(b), (Strings{"f", "late"}));
 }
 
 TEST_F(OverlayOpen, TruncOpenCopiesUpAndTruncates) {
-  WriteFile(t_.L("f"), "lower data");
+  MakeFile(t_.L("f"), "lower data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = true;
@@ -180,7 +180,7 @@ TEST_F(OverlayOpen, TruncOpenCopiesUpAndTruncates) {
 }
 
 TEST_F(OverlayOpen, InterruptedCopyUpFailsOpenAndLeavesNoUpperFile) {
-  WriteFile(t_.L("f"), "lower data");
+  MakeFile(t_.L("f"), "lower data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetCopyUpHookForTesting(
@@ -199,11 +199,11 @@ TEST_F(OverlayOpen, InterruptedCopyUpFailsOpenAndLeavesNoUpperFile) {
 }
 
 TEST_F(OverlayReadDir, ListsMergedRootWithLowerInos) {
-  WriteFile(t_.L("a"), "");
+  MakeFile(t_.L("a"), "");
   MakeDir(t_.L("d"));
-  WriteFile(t_.U("u"), "");
+  MakeFile(t_.U("u"), "");
   MakeDeviceWhiteout(t_.U("gone"));
-  WriteFile(t_.L("gone"), "");
+  MakeFile(t_.L("gone"), "");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(auto entries, ov_->ReadDir(root()));
   std::map<std::string, ListedEntry> m;
@@ -219,8 +219,8 @@ TEST_F(OverlayReadDir, ListsMergedRootWithLowerInos) {
 }
 
 TEST_F(OverlayReadDir, InosMatchGetAttr) {
-  WriteFile(t_.L("a"), "");
-  WriteFile(t_.U("u"), "");
+  MakeFile(t_.L("a"), "");
+  MakeFile(t_.U("u"), "");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(auto entries, ov_->ReadDir(root()));
   ASSERT_EQ(entries.size(), 2u);

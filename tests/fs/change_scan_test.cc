@@ -15,18 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "deep_tree.h"
-#include "unit_test_util.h"
+#include "harness/deep_tree.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::MakeDeviceWhiteout;
-using acqfs_test::MakeDir;
-using acqfs_test::MakeFifo;
-using acqfs_test::MakeSymlink;
-using acqfs_test::SetXattr;
-using acqfs_test::WriteFile;
+using acqfs::test::MakeDeviceWhiteout;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFifo;
+using acqfs::test::MakeFile;
+using acqfs::test::MakeSymlink;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
 constexpr char kOpaque[] = "user.overlay.opaque";
@@ -47,7 +47,7 @@ std::string Describe(const PathChange& c) {
 class ChangeScanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
 
   // The scan's changes, failing the test when it fails.
@@ -71,7 +71,7 @@ class ChangeScanTest : public ::testing::Test {
   // origin marker.
   void CopyUpFile(const std::string& rel, const std::string& data,
                   mode_t mode = 0644) {
-    WriteFile(t_.U(rel), data, mode);
+    MakeFile(t_.U(rel), data, mode);
     SetXattr(t_.U(rel), kOrigin, "1");
   }
   void CopyUpDir(const std::string& rel, mode_t mode = 0755) {
@@ -79,7 +79,7 @@ class ChangeScanTest : public ::testing::Test {
     SetXattr(t_.U(rel), kOrigin, "2");
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
 };
 
@@ -97,19 +97,19 @@ TEST(ChangeScanCodes, LettersAndNames) {
 }
 
 TEST_F(ChangeScanTest, EmptyUpperReportsNothing) {
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("f"), "x");
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/g"), "y");
+  MakeFile(t_.L("d/g"), "y");
   EXPECT_EQ(Summary(), Strings{});
 }
 
 TEST_F(ChangeScanTest, UnchangedCopyUpsAreNotReported) {
-  WriteFile(t_.L("f"), "same bytes", 0640);
+  MakeFile(t_.L("f"), "same bytes", 0640);
   SetXattr(t_.L("f"), "user.tag", "v");
   MakeDir(t_.L("d"), 0750);
-  WriteFile(t_.L("d/g"), std::string(600 * 1024, 'z'));  // several chunks
+  MakeFile(t_.L("d/g"), std::string(600 * 1024, 'z'));  // several chunks
   MakeSymlink("d/g", t_.L("link"));
-  WriteFile(t_.L("empty"), "");
+  MakeFile(t_.L("empty"), "");
   CopyUpFile("f", "same bytes", 0640);
   SetXattr(t_.U("f"), "user.tag", "v");
   CopyUpDir("d", 0750);
@@ -120,11 +120,11 @@ TEST_F(ChangeScanTest, UnchangedCopyUpsAreNotReported) {
 }
 
 TEST_F(ChangeScanTest, AddedObjectsAndEverythingBelowANewDirectory) {
-  WriteFile(t_.L("old"), "x");
-  WriteFile(t_.U("new.txt"), "hello", 0600);
+  MakeFile(t_.L("old"), "x");
+  MakeFile(t_.U("new.txt"), "hello", 0600);
   MakeDir(t_.U("newdir"));
   MakeDir(t_.U("newdir/sub"));
-  WriteFile(t_.U("newdir/sub/x"), "x");
+  MakeFile(t_.U("newdir/sub/x"), "x");
   MakeDeviceWhiteout(t_.U("newdir/ghost"));  // hides nothing: no change
   MakeSymlink("new.txt", t_.U("newlink"));
   MakeFifo(t_.U("pipe"));
@@ -143,11 +143,11 @@ TEST_F(ChangeScanTest, AddedObjectsAndEverythingBelowANewDirectory) {
 }
 
 TEST_F(ChangeScanTest, ModifiedContentOfEqualOrOtherSize) {
-  WriteFile(t_.L("same_size"), "abc");
-  WriteFile(t_.L("longer"), "abc");
+  MakeFile(t_.L("same_size"), "abc");
+  MakeFile(t_.L("longer"), "abc");
   // Differs only in the last byte, past the first 256 KiB chunk.
   std::string big(700 * 1024, 'q');
-  WriteFile(t_.L("big"), big);
+  MakeFile(t_.L("big"), big);
   CopyUpFile("same_size", "abd");
   CopyUpFile("longer", "abcd");
   big.back() = 'r';
@@ -162,8 +162,8 @@ TEST_F(ChangeScanTest, ModifiedContentOfEqualOrOtherSize) {
 }
 
 TEST_F(ChangeScanTest, ModeChangeIsMetadataAndRidesAlongWithModified) {
-  WriteFile(t_.L("tool"), "#!/bin/sh\n");
-  WriteFile(t_.L("edited"), "one\n");
+  MakeFile(t_.L("tool"), "#!/bin/sh\n");
+  MakeFile(t_.L("edited"), "one\n");
   MakeDir(t_.L("d"), 0755);
   CopyUpFile("tool", "#!/bin/sh\n", 0755);
   CopyUpFile("edited", "two\n", 0600);
@@ -181,7 +181,7 @@ TEST_F(ChangeScanTest, ModeChangeIsMetadataAndRidesAlongWithModified) {
 
 TEST_F(ChangeScanTest, XattrChangesAreMetadataButOverlayMarkersAreNot) {
   for (const char* n : {"changed", "added", "removed", "markers"}) {
-    WriteFile(t_.L(n), "x");
+    MakeFile(t_.L(n), "x");
     SetXattr(t_.L(n), "user.a", "1");
     CopyUpFile(n, "x");
   }
@@ -191,17 +191,17 @@ TEST_F(ChangeScanTest, XattrChangesAreMetadataButOverlayMarkersAreNot) {
   // "removed" has no user.a in the upper.
   SetXattr(t_.U("markers"), "user.a", "1");
   SetXattr(t_.U("markers"), "user.overlay.other", "whatever");
-  if (acqfs_test::IsRoot())
+  if (acqfs::test::IsRoot())
     SetXattr(t_.U("markers"), "trusted.overlay.origin", "kernel");
   EXPECT_EQ(Summary(), (Strings{"m added [xattrs]", "m changed [xattrs]",
                                 "m removed [xattrs]"}));
 }
 
 TEST_F(ChangeScanTest, OwnerChangeIsMetadata) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "chown needs root (the tests run as root, as CI does)";
-  WriteFile(t_.L("owned"), "x");
-  WriteFile(t_.L("group"), "x");
+  MakeFile(t_.L("owned"), "x");
+  MakeFile(t_.L("group"), "x");
   CopyUpFile("owned", "x");
   CopyUpFile("group", "x");
   ASSERT_EQ(::lchown(t_.U("owned").c_str(), 1234, -1), 0);
@@ -218,7 +218,7 @@ TEST_F(ChangeScanTest, SymlinkTargetIsContent) {
 }
 
 TEST_F(ChangeScanTest, DeviceNumberIsContent) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "mknod needs root (the tests run as root, as CI does)";
   for (const std::string& p : {t_.L("dev"), t_.L("same"), t_.U("same")})
     ASSERT_EQ(::mknod(p.c_str(), S_IFCHR | 0600, makedev(1, 3)), 0) << p;
@@ -227,10 +227,10 @@ TEST_F(ChangeScanTest, DeviceNumberIsContent) {
 }
 
 TEST_F(ChangeScanTest, FileBecomesDirectory) {
-  WriteFile(t_.L("f"), "was a file");
+  MakeFile(t_.L("f"), "was a file");
   MakeDir(t_.U("f"));
   SetXattr(t_.U("f"), kOpaque, "y");  // mkdir over a whiteout
-  WriteFile(t_.U("f/inside"), "x");
+  MakeFile(t_.U("f/inside"), "x");
   EXPECT_EQ(Summary(), (Strings{"T f", "A f/inside"}));
   std::vector<PathChange> v = Scan();
   ASSERT_EQ(v.size(), 2u);
@@ -241,11 +241,11 @@ TEST_F(ChangeScanTest, FileBecomesDirectory) {
 
 TEST_F(ChangeScanTest, DirectoryBecomesFileAndItsContentIsDeleted) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("d/a"), "a");
   MakeDir(t_.L("d/sub"));
-  WriteFile(t_.L("d/sub/b"), "b");
-  WriteFile(t_.L("f"), "file");
-  WriteFile(t_.U("d"), "now a file");
+  MakeFile(t_.L("d/sub/b"), "b");
+  MakeFile(t_.L("f"), "file");
+  MakeFile(t_.U("d"), "now a file");
   MakeSymlink("d", t_.U("f"));
   EXPECT_EQ(Summary(),
             (Strings{"T d", "D d/a", "D d/sub", "D d/sub/b", "T f"}));
@@ -253,11 +253,11 @@ TEST_F(ChangeScanTest, DirectoryBecomesFileAndItsContentIsDeleted) {
 
 TEST_F(ChangeScanTest, WhiteoutsDeleteAndListEverythingBelow) {
   MakeDir(t_.L("docs"));
-  WriteFile(t_.L("docs/a"), "a");
+  MakeFile(t_.L("docs/a"), "a");
   MakeDir(t_.L("docs/sub"));
-  WriteFile(t_.L("docs/sub/b"), "bb");
+  MakeFile(t_.L("docs/sub/b"), "bb");
   MakeDir(t_.L("docs/sub/empty"));
-  WriteFile(t_.L("gone.txt"), "x");
+  MakeFile(t_.L("gone.txt"), "x");
   MakeDeviceWhiteout(t_.U("docs"));
   MakeDeviceWhiteout(t_.U("gone.txt"));
   MakeDeviceWhiteout(t_.U("never_existed"));  // not a change
@@ -274,45 +274,45 @@ TEST_F(ChangeScanTest, WhiteoutsDeleteAndListEverythingBelow) {
 
 TEST_F(ChangeScanTest, XattrWhiteoutsInAMarkedDirectory) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
-  WriteFile(t_.L("d/b"), "b");
+  MakeFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("d/b"), "b");
   CopyUpDir("d");
   SetXattr(t_.U("d"), kOpaque, "x");
-  WriteFile(t_.U("d/a"), "");
+  MakeFile(t_.U("d/a"), "");
   SetXattr(t_.U("d/a"), "user.overlay.whiteout", "");
-  WriteFile(t_.U("d/c"), "");  // an empty new file, no whiteout xattr
+  MakeFile(t_.U("d/c"), "");  // an empty new file, no whiteout xattr
   EXPECT_EQ(Summary(), (Strings{"D d/a", "A d/c"}));
 }
 
 TEST_F(ChangeScanTest, OpaqueDirectoryComparesByPathAndDeletesTheRest) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/same"), "kept");
-  WriteFile(t_.L("d/edited"), "old");
-  WriteFile(t_.L("d/dropped"), "x");
+  MakeFile(t_.L("d/same"), "kept");
+  MakeFile(t_.L("d/edited"), "old");
+  MakeFile(t_.L("d/dropped"), "x");
   MakeDir(t_.L("d/sub"));
-  WriteFile(t_.L("d/sub/c"), "c");
-  WriteFile(t_.L("d/sub/c2"), "c2");
+  MakeFile(t_.L("d/sub/c"), "c");
+  MakeFile(t_.L("d/sub/c2"), "c2");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), kOpaque, "y");
-  WriteFile(t_.U("d/same"), "kept");  // made again, equal: no change
-  WriteFile(t_.U("d/edited"), "new");
-  WriteFile(t_.U("d/new"), "n");
+  MakeFile(t_.U("d/same"), "kept");  // made again, equal: no change
+  MakeFile(t_.U("d/edited"), "new");
+  MakeFile(t_.U("d/new"), "n");
   MakeDir(t_.U("d/sub"));  // not marked, but opaque below an opaque parent
-  WriteFile(t_.U("d/sub/c2"), "c2");
+  MakeFile(t_.U("d/sub/c2"), "c2");
   MakeDeviceWhiteout(t_.U("d/sub/ghost"));
   EXPECT_EQ(Summary(),
             (Strings{"D d/dropped", "M d/edited", "A d/new", "D d/sub/c"}));
 }
 
 TEST_F(ChangeScanTest, OpaqueRootDeletesEveryLowerNameItLacks) {
-  WriteFile(t_.L("a"), "a");
+  MakeFile(t_.L("a"), "a");
   MakeDir(t_.L("dir"));
-  WriteFile(t_.L("dir/x"), "x");
+  MakeFile(t_.L("dir/x"), "x");
   MakeDir(t_.L(".git"));
-  WriteFile(t_.L(".git/HEAD"), "ref");
-  WriteFile(t_.L("kept"), "k");
+  MakeFile(t_.L(".git/HEAD"), "ref");
+  MakeFile(t_.L("kept"), "k");
   SetXattr(t_.upper(), kOpaque, "y");
-  WriteFile(t_.U("kept"), "k");
+  MakeFile(t_.U("kept"), "k");
   EXPECT_EQ(Summary(), (Strings{"D a", "D dir", "D dir/x"}));
   ChangeScanOptions with_git;
   with_git.include_git_dir = true;
@@ -325,13 +325,13 @@ TEST_F(ChangeScanTest, OpaqueRootDeletesEveryLowerNameItLacks) {
 // the top-level .git was left out.)
 TEST_F(ChangeScanTest, GitDirsAtAnyDepthAreSkippedUnlessAsked) {
   MakeDir(t_.L(".git"));
-  WriteFile(t_.L(".git/index"), "old index");
+  MakeFile(t_.L(".git/index"), "old index");
   MakeDir(t_.L("sub"));
   MakeDir(t_.L("sub/.git"));
-  WriteFile(t_.L("sub/.git/config"), "a");
+  MakeFile(t_.L("sub/.git/config"), "a");
   CopyUpDir(".git");
   CopyUpFile(".git/index", "new index");
-  WriteFile(t_.U(".git/ORIG_HEAD"), "x");
+  MakeFile(t_.U(".git/ORIG_HEAD"), "x");
   CopyUpDir("sub");
   CopyUpDir("sub/.git");
   CopyUpFile("sub/.git/config", "b");
@@ -356,19 +356,19 @@ TEST_F(ChangeScanTest, GitDirsAtAnyDepthAreSkippedUnlessAsked) {
 
 TEST_F(ChangeScanTest, PathFilterSelectsAPathAndWhatIsBelowIt) {
   MakeDir(t_.L("docs"));
-  WriteFile(t_.L("docs/a.txt"), "a");
-  WriteFile(t_.L("docs/b.txt"), "b");
+  MakeFile(t_.L("docs/a.txt"), "a");
+  MakeFile(t_.L("docs/b.txt"), "b");
   MakeDir(t_.L("src"));
   MakeDir(t_.L("src/lib"));
-  WriteFile(t_.L("src/lib/x"), "x");
-  WriteFile(t_.L("src/lib/y"), "y");
-  WriteFile(t_.L("docsx"), "d");
+  MakeFile(t_.L("src/lib/x"), "x");
+  MakeFile(t_.L("src/lib/y"), "y");
+  MakeFile(t_.L("docsx"), "d");
   MakeDeviceWhiteout(t_.U("docs"));
   CopyUpDir("src");
   CopyUpDir("src/lib");
   CopyUpFile("src/lib/x", "x2");
   CopyUpFile("src/lib/y", "y2");
-  WriteFile(t_.U("src/new"), "n");
+  MakeFile(t_.U("src/new"), "n");
   CopyUpFile("docsx", "d2");
   EXPECT_EQ(Filtered({"docs"}),
             (Strings{"D docs", "D docs/a.txt", "D docs/b.txt"}));
@@ -386,13 +386,13 @@ TEST_F(ChangeScanTest, PathFilterSelectsAPathAndWhatIsBelowIt) {
 
 TEST_F(ChangeScanTest, SortedByPathBytesWithADirectoryBeforeItsContent) {
   MakeDir(t_.U("a"));
-  WriteFile(t_.U("a/z"), "1");
-  WriteFile(t_.U("a-b"), "1");
-  WriteFile(t_.U("a.txt"), "1");
-  WriteFile(t_.U("B"), "1");
-  WriteFile(t_.U("_"), "1");
+  MakeFile(t_.U("a/z"), "1");
+  MakeFile(t_.U("a-b"), "1");
+  MakeFile(t_.U("a.txt"), "1");
+  MakeFile(t_.U("B"), "1");
+  MakeFile(t_.U("_"), "1");
   MakeDir(t_.U("a/b"));
-  WriteFile(t_.U("a/b/c"), "1");
+  MakeFile(t_.U("a/b/c"), "1");
   EXPECT_EQ(Summary(), (Strings{"A B", "A _", "A a", "A a-b", "A a.txt",
                                 "A a/b", "A a/b/c", "A a/z"}));
 }
@@ -400,7 +400,7 @@ TEST_F(ChangeScanTest, SortedByPathBytesWithADirectoryBeforeItsContent) {
 TEST_F(ChangeScanTest, ReportsProgressEveryThousandUpperEntries) {
   MakeDir(t_.U("many"));
   for (int i = 0; i < 2500; ++i)
-    WriteFile(t_.U("many/f" + std::to_string(i)), "");
+    MakeFile(t_.U("many/f" + std::to_string(i)), "");
   std::vector<uint64_t> seen;
   ChangeScanOptions o;
   o.progress = [&](uint64_t n) { seen.push_back(n); };
@@ -409,17 +409,17 @@ TEST_F(ChangeScanTest, ReportsProgressEveryThousandUpperEntries) {
 }
 
 TEST_F(ChangeScanTest, TrustedNamespaceMarkersAsRoot) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
   ASSERT_OK_AND_ASSIGN(
       Layers trusted,
       Layers::OpenForReading(t_.lower(), t_.upper(), XattrNamespace::kTrusted));
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("f"), "x");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "trusted.overlay.opaque", "y");
-  WriteFile(t_.U("f"), "x");
+  MakeFile(t_.U("f"), "x");
   SetXattr(t_.U("f"), "trusted.overlay.acqfs.origin", "7");
   auto r = ScanChanges(trusted);
   ASSERT_OK(r);
@@ -465,7 +465,7 @@ std::string ScanAsNobody(const Layers& layers) {
 
 TEST_F(ChangeScanTest, ErrorsNameTheOperationAndThePath) {
   MakeDir(t_.U("locked"));
-  WriteFile(t_.U("locked/f"), "x");
+  MakeFile(t_.U("locked/f"), "x");
   ASSERT_EQ(::chmod(t_.U("locked").c_str(), 0), 0);
   std::string got = ScanAsNobody(layers_);
   ::chmod(t_.U("locked").c_str(), 0755);  // so that TempTree removes it
@@ -490,21 +490,23 @@ TEST_F(ChangeScanTest, AChainOf30000CopiedUpDirectoriesIsScannedInBoundedFds) {
   constexpr size_t kDepth = 30000;
   // The lower chain, and the same directories copied up (equal metadata),
   // with the file at the bottom changed.
-  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "f", "old\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(t_.lower(), "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "f",
+                                                                 "old\n");
+                                   }),
             "");
-  ASSERT_EQ(deep_test::MakeChain(t_.upper(), "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "f", "new\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(t_.upper(), "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "f",
+                                                                 "new\n");
+                                   }),
             "");
   std::vector<PathChange> changes;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     auto start = std::chrono::steady_clock::now();
     auto r = ScanChanges(layers_);
@@ -517,23 +519,23 @@ TEST_F(ChangeScanTest, AChainOf30000CopiedUpDirectoriesIsScannedInBoundedFds) {
   }
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].kind, PathChange::kModified);
-  EXPECT_EQ(changes[0].path, deep_test::ChainPath("d", kDepth, "f"));
-  EXPECT_EQ(deep_test::RemoveDeep(t_.L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(t_.U("d")), "");
+  EXPECT_EQ(changes[0].path, acqfs::test::ChainPath("d", kDepth, "f"));
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.U("d")), "");
 }
 
 TEST_F(ChangeScanTest, ALowerTreeDeeperThanPathMaxDeletedIsListedInBoundedFds) {
   constexpr size_t kDepth = 2050;  // "d/" x 2050: 4,100 bytes
-  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "d", kDepth,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != kDepth) return "";
-                                   return deep_test::WriteAt(fd, "f", "x");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(t_.lower(), "d", kDepth,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != kDepth) return "";
+                                     return acqfs::test::WriteAt(fd, "f", "x");
+                                   }),
             "");
   MakeDeviceWhiteout(t_.U("d"));
   std::vector<PathChange> changes;
   {
-    deep_test::FdLimit limit(64);
+    acqfs::test::FdLimit limit(64);
     ASSERT_TRUE(limit.ok());
     auto r = ScanChanges(layers_);
     ASSERT_TRUE(r.ok()) << r.error().Message();
@@ -543,34 +545,34 @@ TEST_F(ChangeScanTest, ALowerTreeDeeperThanPathMaxDeletedIsListedInBoundedFds) {
   ASSERT_EQ(changes.size(), kDepth + 1);
   for (size_t i = 0; i < kDepth; ++i) {
     EXPECT_EQ(changes[i].kind, PathChange::kDeleted);
-    EXPECT_EQ(changes[i].path, deep_test::ChainPath("d", i + 1));
+    EXPECT_EQ(changes[i].path, acqfs::test::ChainPath("d", i + 1));
   }
-  EXPECT_EQ(changes.back().path, deep_test::ChainPath("d", kDepth, "f"));
+  EXPECT_EQ(changes.back().path, acqfs::test::ChainPath("d", kDepth, "f"));
   EXPECT_TRUE(S_ISREG(changes.back().old_mode));
-  EXPECT_EQ(deep_test::RemoveDeep(t_.L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.L("d")), "");
 }
 
 TEST_F(ChangeScanTest, NamesOfAnAddedTreeDeeperThanPathMaxAreReported) {
   // 24 nested directories of 200-byte names and a file: 4,834 bytes.
   const std::string name(200, 'n');
-  ASSERT_EQ(deep_test::MakeChain(t_.upper(), name, 24,
-                                 [](int fd, size_t level) -> std::string {
-                                   if (level != 24) return "";
-                                   return deep_test::WriteAt(fd, "bottom.txt",
-                                                             "bottom\n");
-                                 }),
+  ASSERT_EQ(acqfs::test::MakeChain(t_.upper(), name, 24,
+                                   [](int fd, size_t level) -> std::string {
+                                     if (level != 24) return "";
+                                     return acqfs::test::WriteAt(
+                                         fd, "bottom.txt", "bottom\n");
+                                   }),
             "");
-  deep_test::FdLimit limit(64);
+  acqfs::test::FdLimit limit(64);
   ASSERT_TRUE(limit.ok());
   Strings want;
   for (size_t i = 1; i <= 24; ++i)
-    want.push_back("A " + deep_test::ChainPath(name, i));
-  want.push_back("A " + deep_test::ChainPath(name, 24, "bottom.txt"));
+    want.push_back("A " + acqfs::test::ChainPath(name, i));
+  want.push_back("A " + acqfs::test::ChainPath(name, 24, "bottom.txt"));
   EXPECT_EQ(Summary(), want);
   ChangeScanOptions only;
-  only.paths = {deep_test::ChainPath(name, 24, "bottom.txt")};
+  only.paths = {acqfs::test::ChainPath(name, 24, "bottom.txt")};
   EXPECT_EQ(Summary(only), Strings{want.back()});
-  EXPECT_EQ(deep_test::RemoveDeep(t_.U(name)), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.U(name)), "");
 }
 
 }  // namespace

@@ -9,23 +9,23 @@
 #include <set>
 
 #include "fs/layer.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Lstat;
-using acqfs_test::MakeDeviceWhiteout;
-using acqfs_test::MakeDir;
-using acqfs_test::Names;
-using acqfs_test::SetXattr;
-using acqfs_test::WriteFile;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDeviceWhiteout;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::Names;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
 class ListMergedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
   std::map<std::string, MergedEntry> ByName(const std::vector<MergedEntry>& v) {
     std::map<std::string, MergedEntry> m;
@@ -34,17 +34,17 @@ class ListMergedTest : public ::testing::Test {
     }
     return m;
   }
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
 };
 
 TEST_F(ListMergedTest, MergesBothLayersAndDropsWhiteouts) {
-  WriteFile(t_.L("lower_only"), "l");
-  WriteFile(t_.L("shadowed"), "l");
-  WriteFile(t_.L("deleted"), "l");
+  MakeFile(t_.L("lower_only"), "l");
+  MakeFile(t_.L("shadowed"), "l");
+  MakeFile(t_.L("deleted"), "l");
   MakeDir(t_.L("dir"));
-  WriteFile(t_.U("upper_only"), "u");
-  WriteFile(t_.U("shadowed"), "u");
+  MakeFile(t_.U("upper_only"), "u");
+  MakeFile(t_.U("shadowed"), "u");
   MakeDeviceWhiteout(t_.U("deleted"));
   MakeDeviceWhiteout(t_.U("deleted_upper_only"));  // whiteout over nothing
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
@@ -66,10 +66,10 @@ TEST_F(ListMergedTest, MergesBothLayersAndDropsWhiteouts) {
 }
 
 TEST_F(ListMergedTest, ShadowedLowerNameAppearsOnceWithInLowerSet) {
-  WriteFile(t_.L("a"), "l");
+  MakeFile(t_.L("a"), "l");
   MakeDir(t_.L("b"));
-  WriteFile(t_.U("a"), "u");
-  WriteFile(t_.U("b"), "u");  // an upper file over a lower dir
+  MakeFile(t_.U("a"), "u");
+  MakeFile(t_.U("b"), "u");  // an upper file over a lower dir
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(auto entries, ListMerged(layers_, root));
   ASSERT_EQ(entries.size(), 2u);
@@ -81,11 +81,11 @@ TEST_F(ListMergedTest, ShadowedLowerNameAppearsOnceWithInLowerSet) {
 
 TEST_F(ListMergedTest, OpaqueDirectoryListsOnlyTheUpper) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/low1"), "");
-  WriteFile(t_.L("d/low2"), "");
+  MakeFile(t_.L("d/low1"), "");
+  MakeFile(t_.L("d/low2"), "");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "user.overlay.opaque", "y");
-  WriteFile(t_.U("d/up"), "");
+  MakeFile(t_.U("d/up"), "");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "d"));
   ASSERT_OK_AND_ASSIGN(auto entries, ListMerged(layers_, c.AsDir("d")));
@@ -94,8 +94,8 @@ TEST_F(ListMergedTest, OpaqueDirectoryListsOnlyTheUpper) {
 }
 
 TEST_F(ListMergedTest, OpaqueRootListsOnlyTheUpper) {
-  WriteFile(t_.L("low"), "");
-  WriteFile(t_.U("up"), "");
+  MakeFile(t_.L("low"), "");
+  MakeFile(t_.U("up"), "");
   SetXattr(t_.upper(), "user.overlay.opaque", "y");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(auto entries, ListMerged(layers_, root));
@@ -104,7 +104,7 @@ TEST_F(ListMergedTest, OpaqueRootListsOnlyTheUpper) {
 
 TEST_F(ListMergedTest, LowerOnlyDirectoryListsTheLower) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "");
+  MakeFile(t_.L("d/a"), "");
   MakeDir(t_.L("d/b"));
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "d"));
@@ -128,13 +128,13 @@ TEST_F(ListMergedTest, EmptyUpperOverEmptyLowerListsNothing) {
 
 TEST_F(ListMergedTest, XattrWhiteoutsDroppedInDirMarkedX) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/hidden"), "lower");
-  WriteFile(t_.L("d/kept"), "lower");
+  MakeFile(t_.L("d/hidden"), "lower");
+  MakeFile(t_.L("d/kept"), "lower");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "user.overlay.opaque", "x");
-  WriteFile(t_.U("d/hidden"), "");
+  MakeFile(t_.U("d/hidden"), "");
   SetXattr(t_.U("d/hidden"), "user.overlay.whiteout", "");
-  WriteFile(t_.U("d/empty_plain"), "");
+  MakeFile(t_.U("d/empty_plain"), "");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "d"));
   ASSERT_OK_AND_ASSIGN(auto entries, ListMerged(layers_, c.AsDir("d")));
@@ -151,8 +151,8 @@ TEST_F(ListMergedTest, TenThousandEntriesSplitOverBothLayers) {
   };
   MakeDir(t_.L("big"));
   MakeDir(t_.U("big"));
-  for (int i = 0; i < 6000; ++i) WriteFile(t_.L("big/" + name(i)), "");
-  for (int i = 4000; i < 10000; ++i) WriteFile(t_.U("big/" + name(i)), "");
+  for (int i = 0; i < 6000; ++i) MakeFile(t_.L("big/" + name(i)), "");
+  for (int i = 4000; i < 10000; ++i) MakeFile(t_.U("big/" + name(i)), "");
   ASSERT_FALSE(::testing::Test::HasFailure());
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "big"));

@@ -12,17 +12,17 @@
 #include <string>
 
 #include "common/handle.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::MakeFifo;
-using acqfs_test::MakeSymlink;
-using acqfs_test::SetXattr;
-using acqfs_test::WriteFile;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFifo;
+using acqfs::test::MakeFile;
+using acqfs::test::MakeSymlink;
+using acqfs::test::SetXattr;
 
 // "type content perm exec owner xattrs vanished" for the fields set, or
 // "same".
@@ -44,7 +44,7 @@ std::string Show(const ObjectDiff& d) {
 class SameObjectTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
 
   // Compares `name` of the two layer roots.
@@ -62,16 +62,16 @@ class SameObjectTest : public ::testing::Test {
     return Show(*r);
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
 };
 
 TEST_F(SameObjectTest, AnEqualCopyIsTheSame) {
   for (const char* root : {"lower", "upper"}) {
     const std::string r = t_.root() + "/" + root + "/";
-    WriteFile(r + "f", std::string(700 * 1024, 'x'), 0640);  // 3 chunks
+    MakeFile(r + "f", std::string(700 * 1024, 'x'), 0640);  // 3 chunks
     SetXattr(r + "f", "user.tag", "v");
-    WriteFile(r + "empty", "");
+    MakeFile(r + "empty", "");
     MakeSymlink("f", r + "link");
     MakeDir(r + "d", 0750);
     MakeFifo(r + "fifo");
@@ -81,21 +81,21 @@ TEST_F(SameObjectTest, AnEqualCopyIsTheSame) {
 }
 
 TEST_F(SameObjectTest, TypeAloneWhenTheTypesDiffer) {
-  WriteFile(t_.L("f"), "abc", 0644);
+  MakeFile(t_.L("f"), "abc", 0644);
   MakeSymlink("abc", t_.U("f"));  // same size, other type
   MakeDir(t_.L("d"));
-  WriteFile(t_.U("d"), "x", 0600);
+  MakeFile(t_.U("d"), "x", 0600);
   EXPECT_EQ(Diff("f"), "type");
   EXPECT_EQ(Diff("d"), "type");
 }
 
 TEST_F(SameObjectTest, ContentOfFilesLinksAndDevices) {
-  WriteFile(t_.L("size"), "abc");
-  WriteFile(t_.U("size"), "abcd");
+  MakeFile(t_.L("size"), "abc");
+  MakeFile(t_.U("size"), "abcd");
   std::string big(600 * 1024, 'q');
-  WriteFile(t_.L("last"), big);
+  MakeFile(t_.L("last"), big);
   big.back() = 'r';  // past the first chunks
-  WriteFile(t_.U("last"), big);
+  MakeFile(t_.U("last"), big);
   MakeSymlink("a", t_.L("link"));
   MakeSymlink("b", t_.U("link"));
   EXPECT_EQ(Diff("size"), "content");
@@ -103,7 +103,7 @@ TEST_F(SameObjectTest, ContentOfFilesLinksAndDevices) {
   EXPECT_EQ(Diff("link"), "content");
   // Not asked for: not read.
   EXPECT_EQ(Diff("last", ObjectComparer::kXattrs), "same");
-  if (acqfs_test::IsRoot()) {
+  if (acqfs::test::IsRoot()) {
     ASSERT_EQ(::mknod(t_.L("dev").c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
     ASSERT_EQ(::mknod(t_.U("dev").c_str(), S_IFCHR | 0600, makedev(1, 5)), 0);
     EXPECT_EQ(Diff("dev"), "content");
@@ -111,12 +111,12 @@ TEST_F(SameObjectTest, ContentOfFilesLinksAndDevices) {
 }
 
 TEST_F(SameObjectTest, PermissionBitsAndTheExecutableBit) {
-  WriteFile(t_.L("tool"), "x", 0644);
-  WriteFile(t_.U("tool"), "x", 0744);
-  WriteFile(t_.L("private"), "x", 0644);
-  WriteFile(t_.U("private"), "x", 0600);
-  WriteFile(t_.L("group_x"), "x", 0644);
-  WriteFile(t_.U("group_x"), "x", 0654);  // not the owner's bit
+  MakeFile(t_.L("tool"), "x", 0644);
+  MakeFile(t_.U("tool"), "x", 0744);
+  MakeFile(t_.L("private"), "x", 0644);
+  MakeFile(t_.U("private"), "x", 0600);
+  MakeFile(t_.L("group_x"), "x", 0644);
+  MakeFile(t_.U("group_x"), "x", 0654);  // not the owner's bit
   MakeDir(t_.L("d"), 0755);
   MakeDir(t_.U("d"), 0644);  // directories have no exec bit of git's
   EXPECT_EQ(Diff("tool"), "perm exec");
@@ -126,19 +126,19 @@ TEST_F(SameObjectTest, PermissionBitsAndTheExecutableBit) {
 }
 
 TEST_F(SameObjectTest, Owner) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "chown needs root (the tests run as root, as CI does)";
-  WriteFile(t_.L("f"), "x");
-  WriteFile(t_.U("f"), "x");
+  MakeFile(t_.L("f"), "x");
+  MakeFile(t_.U("f"), "x");
   ASSERT_EQ(::lchown(t_.U("f").c_str(), 1234, 5678), 0);
   EXPECT_EQ(Diff("f"), "owner");
 }
 
 TEST_F(SameObjectTest, XattrsWithoutTheFormatsMarkers) {
   for (const char* n : {"changed", "added", "removed", "markers"}) {
-    WriteFile(t_.L(n), "x");
+    MakeFile(t_.L(n), "x");
     SetXattr(t_.L(n), "user.a", "1");
-    WriteFile(t_.U(n), "x");
+    MakeFile(t_.U(n), "x");
   }
   SetXattr(t_.U("changed"), "user.a", "2");
   SetXattr(t_.U("added"), "user.a", "1");
@@ -146,7 +146,7 @@ TEST_F(SameObjectTest, XattrsWithoutTheFormatsMarkers) {
   SetXattr(t_.U("markers"), "user.a", "1");
   SetXattr(t_.U("markers"), "user.overlay.acqfs.origin", "7");
   SetXattr(t_.U("markers"), "user.overlay.opaque", "y");
-  if (acqfs_test::IsRoot())
+  if (acqfs::test::IsRoot())
     SetXattr(t_.U("markers"), "trusted.overlay.origin", "kernel");
   EXPECT_EQ(Diff("changed"), "xattrs");
   EXPECT_EQ(Diff("added"), "xattrs");
@@ -159,8 +159,8 @@ TEST_F(SameObjectTest, XattrsWithoutTheFormatsMarkers) {
 // an error (the layers may be in use while a scan runs).
 TEST_F(SameObjectTest, AnObjectGoneWhileComparedHasVanished) {
   for (const char* n : {"up", "low", "link", "x"}) {
-    WriteFile(t_.L(n), "same");
-    WriteFile(t_.U(n), "same");
+    MakeFile(t_.L(n), "same");
+    MakeFile(t_.U(n), "same");
   }
   MakeSymlink("t", t_.L("sym"));
   MakeSymlink("t", t_.U("sym"));
@@ -178,8 +178,8 @@ TEST_F(SameObjectTest, AnObjectGoneWhileComparedHasVanished) {
 }
 
 TEST_F(SameObjectTest, OtherFailuresNameTheLayerPath) {
-  WriteFile(t_.L("f"), "same");
-  WriteFile(t_.U("f"), "same");
+  MakeFile(t_.L("f"), "same");
+  MakeFile(t_.U("f"), "same");
   const struct stat up = Lstat(t_.U("f")), lo = Lstat(t_.L("f"));
   // The upper object turned into a directory after its stat: reading it as
   // a file fails, naming the upper path.

@@ -5,23 +5,23 @@
 #include <unistd.h>
 
 #include "fs/layer.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::ListDir;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::ReadFile;
-using acqfs_test::TempTree;
-using acqfs_test::WriteFile;
+using acqfs::test::Exists;
+using acqfs::test::ListDir;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::ReadFile;
+using acqfs::test::TempTree;
 using Strings = std::vector<std::string>;
 
 TEST(LayersOpen, CreatesEmptyAcqfsTmpInWorkdir) {
   TempTree t;
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   struct stat st = Lstat(t.tmp());
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -41,15 +41,15 @@ TEST(LayersOpen, RemovesLeftoversFromAcqfsTmp) {
   TempTree t;
   // A crashed daemon left a half-written copy and a half-built directory.
   MakeDir(t.tmp(), 0700);
-  WriteFile(t.tmp() + "/#acqfs.0123456789abcdef", "half");
+  MakeFile(t.tmp() + "/#acqfs.0123456789abcdef", "half");
   const std::string half_dir = t.tmp() + "/#acqfs.fedcba9876543210";
   MakeDir(half_dir, 0700);
-  WriteFile(half_dir + "/f", "x");
+  MakeFile(half_dir + "/f", "x");
   MakeDir(half_dir + "/sub", 0700);
-  WriteFile(half_dir + "/sub/g", "y");
+  MakeFile(half_dir + "/sub/g", "y");
   ASSERT_EQ(::chmod((half_dir + "/sub").c_str(), 0), 0);
   ASSERT_EQ(::chmod(half_dir.c_str(), 0500), 0);
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   EXPECT_TRUE(ListDir(t.tmp()).empty());
   EXPECT_TRUE(l.tmp.is_valid());
 }
@@ -57,11 +57,11 @@ TEST(LayersOpen, RemovesLeftoversFromAcqfsTmp) {
 TEST(LayersOpen, LeavesTheKernelWorkDirAndUpperAlone) {
   TempTree t;
   MakeDir(t.work() + "/work");
-  WriteFile(t.work() + "/work/kernel-junk", "k");
-  WriteFile(t.U("keep"), "u");
+  MakeFile(t.work() + "/work/kernel-junk", "k");
+  MakeFile(t.U("keep"), "u");
   MakeDir(t.tmp(), 0700);
-  WriteFile(t.tmp() + "/#acqfs.1", "junk");
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  MakeFile(t.tmp() + "/#acqfs.1", "junk");
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   EXPECT_EQ(ReadFile(t.work() + "/work/kernel-junk"), "k");
   EXPECT_EQ(ReadFile(t.U("keep")), "u");
   EXPECT_EQ(ListDir(t.work()), (Strings{"acqfs-tmp", "work"}));
@@ -70,26 +70,26 @@ TEST(LayersOpen, LeavesTheKernelWorkDirAndUpperAlone) {
 TEST(LayersOpen, AcqfsTmpSymlinkIsReplacedWithoutFollowingIt) {
   TempTree t;
   MakeDir(t.root() + "/victim");
-  WriteFile(t.root() + "/victim/precious", "keep me");
+  MakeFile(t.root() + "/victim/precious", "keep me");
   ASSERT_EQ(::symlink((t.root() + "/victim").c_str(), t.tmp().c_str()), 0);
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   EXPECT_TRUE(S_ISDIR(Lstat(t.tmp()).st_mode));
   EXPECT_EQ(ReadFile(t.root() + "/victim/precious"), "keep me");
 }
 
 TEST(LayersOpen, AcqfsTmpThatIsAFileIsReplaced) {
   TempTree t;
-  WriteFile(t.tmp(), "junk");
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  MakeFile(t.tmp(), "junk");
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   EXPECT_TRUE(S_ISDIR(Lstat(t.tmp()).st_mode));
   EXPECT_TRUE(ListDir(t.tmp()).empty());
 }
 
 TEST(LayersOpen, ReopeningEmptiesAcqfsTmpAgain) {
   TempTree t;
-  { ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t)); }
-  WriteFile(t.tmp() + "/#acqfs.leftover", "x");
-  ASSERT_OK_AND_ASSIGN(Layers l, acqfs_test::OpenLayers(t));
+  { ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t)); }
+  MakeFile(t.tmp() + "/#acqfs.leftover", "x");
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
   EXPECT_TRUE(ListDir(t.tmp()).empty());
 }
 
@@ -99,9 +99,9 @@ TEST(LayersOpen, ReopeningEmptiesAcqfsTmpAgain) {
 // data of files held open after their last name.
 TEST(LayersOpen, ASecondOpenOfTheSameLayersIsRefusedAndTouchesNothing) {
   TempTree t;
-  ASSERT_OK_AND_ASSIGN(Layers first, acqfs_test::OpenLayers(t));
-  WriteFile(t.tmp() + "/#acqfs.kept", "data of a file held open");
-  auto second = acqfs_test::OpenLayers(t);
+  ASSERT_OK_AND_ASSIGN(Layers first, acqfs::test::OpenLayers(t));
+  MakeFile(t.tmp() + "/#acqfs.kept", "data of a file held open");
+  auto second = acqfs::test::OpenLayers(t);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.err(), EBUSY);
   const std::string msg = second.error().Message();
@@ -124,7 +124,7 @@ TEST(LayersOpen, ASecondOpenOfTheSameLayersIsRefusedAndTouchesNothing) {
   // Once the first is gone, the layers open again (and are emptied).
   { Layers gone = std::move(first); }
   EXPECT_FALSE(LayersHolder(t.upper()).has_value());
-  ASSERT_OK_AND_ASSIGN(Layers again, acqfs_test::OpenLayers(t));
+  ASSERT_OK_AND_ASSIGN(Layers again, acqfs::test::OpenLayers(t));
   EXPECT_TRUE(ListDir(t.tmp()).empty());
 }
 
@@ -139,7 +139,7 @@ TEST(LayersOpen, MissingLowerFails) {
 
 TEST(LayersOpen, LowerThatIsAFileFails) {
   TempTree t;
-  WriteFile(t.root() + "/file", "");
+  MakeFile(t.root() + "/file", "");
   auto r = Layers::Open(t.root() + "/file", t.upper(), t.work(),
                         XattrNamespace::kUser);
   EXPECT_EQ(r.err(), ENOTDIR);
@@ -148,7 +148,7 @@ TEST(LayersOpen, LowerThatIsAFileFails) {
 TEST(LayersOpen, RecordsTheNamespace) {
   TempTree t;
   ASSERT_OK_AND_ASSIGN(Layers l,
-                       acqfs_test::OpenLayers(t, XattrNamespace::kTrusted));
+                       acqfs::test::OpenLayers(t, XattrNamespace::kTrusted));
   EXPECT_EQ(l.format.ns(), XattrNamespace::kTrusted);
   EXPECT_EQ(l.format.OpaqueKey(), "trusted.overlay.opaque");
 }

@@ -17,41 +17,41 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::MakeFifo;
-using acqfs_test::MakeSymlink;
-using acqfs_test::SetTimes;
-using acqfs_test::SetXattr;
-using acqfs_test::Snapshot;
-using acqfs_test::WriteFile;
+using acqfs::test::DescribeTree;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFifo;
+using acqfs::test::MakeFile;
+using acqfs::test::MakeSymlink;
+using acqfs::test::SetTimes;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
-class HostUntouched : public acqfs_test::OverlayTest {
+class HostUntouched : public acqfs::test::OverlayTest {
  protected:
   void BuildLower() {
-    WriteFile(t_.L("f1"), "file one", 0644);
+    MakeFile(t_.L("f1"), "file one", 0644);
     SetXattr(t_.L("f1"), "user.x", "1");
-    WriteFile(t_.L("f2"), "file two");
-    WriteFile(t_.L("f3"), "file three");
-    WriteFile(t_.L("f4"), "file four, to be cut", 0664);
-    WriteFile(t_.L("f5"), "file five");
+    MakeFile(t_.L("f2"), "file two");
+    MakeFile(t_.L("f3"), "file three");
+    MakeFile(t_.L("f4"), "file four, to be cut", 0664);
+    MakeFile(t_.L("f5"), "file five");
     SetXattr(t_.L("f5"), "user.keep", "k");
-    WriteFile(t_.L("f6a"), "six a");
-    WriteFile(t_.L("f6b"), "six b");
-    WriteFile(t_.L("ex_file"), "exchange me");
+    MakeFile(t_.L("f6a"), "six a");
+    MakeFile(t_.L("f6b"), "six b");
+    MakeFile(t_.L("ex_file"), "exchange me");
     MakeDir(t_.L("ex_dir"));
-    WriteFile(t_.L("ex_dir/inner"), "inside");
+    MakeFile(t_.L("ex_dir/inner"), "inside");
     MakeDir(t_.L("dir_rm"));
-    WriteFile(t_.L("dir_rm/c1"), "c1");
-    WriteFile(t_.L("dir_rm/c2"), "c2");
+    MakeFile(t_.L("dir_rm/c1"), "c1");
+    MakeFile(t_.L("dir_rm/c2"), "c2");
     MakeDir(t_.L("tree"), 0750);
-    WriteFile(t_.L("tree/a"), "tree a");
+    MakeFile(t_.L("tree/a"), "tree a");
     MakeDir(t_.L("tree/sub"));
-    WriteFile(t_.L("tree/sub/b"), "tree b");
+    MakeFile(t_.L("tree/sub/b"), "tree b");
     MakeDir(t_.L("nested"));
     MakeDir(t_.L("nested/deep"));
-    WriteFile(t_.L("nested/deep/file"), "deep file");
+    MakeFile(t_.L("nested/deep/file"), "deep file");
     SetXattr(t_.L("nested"), "user.dir", "d");
     MakeSymlink("f1", t_.L("ln"));
     MakeFifo(t_.L("fifo"));
@@ -162,34 +162,34 @@ class HostUntouched : public acqfs_test::OverlayTest {
 TEST_F(HostUntouched, EveryEngineOperationLeavesLowerUnchanged) {
   BuildLower();
   ASSERT_FALSE(HasFailure());
-  auto before = Snapshot(t_.lower());
+  auto before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_NO_FATAL_FAILURE(RunEveryOperation());
   ov_.reset();  // whatever the engine does on shutdown counts too
-  auto after = Snapshot(t_.lower());
+  auto after = DescribeTree(t_.lower());
   EXPECT_EQ(after, before);
   // The operations did happen (in the upper).
-  EXPECT_GE(acqfs_test::ListDir(t_.upper()).size(), 15u);
+  EXPECT_GE(acqfs::test::ListDir(t_.upper()).size(), 15u);
 }
 
 TEST_F(HostUntouched, SnapshotDetectsChangesToTheLower) {
   // Guards the test above: a snapshot must differ after each kind of write.
   BuildLower();
-  auto base = Snapshot(t_.lower());
-  WriteFile(t_.L("f1"), "file onE", 0644);  // same size, same mode
+  auto base = DescribeTree(t_.lower());
+  MakeFile(t_.L("f1"), "file onE", 0644);  // same size, same mode
   SetTimes(t_.L("f1"), 1111111111, 0);
-  EXPECT_NE(Snapshot(t_.lower()), base);
-  base = Snapshot(t_.lower());
+  EXPECT_NE(DescribeTree(t_.lower()), base);
+  base = DescribeTree(t_.lower());
   SetXattr(t_.L("f5"), "user.keep", "K");
-  EXPECT_NE(Snapshot(t_.lower()), base);
-  base = Snapshot(t_.lower());
+  EXPECT_NE(DescribeTree(t_.lower()), base);
+  base = DescribeTree(t_.lower());
   ASSERT_EQ(::chmod(t_.L("tree/sub").c_str(), 0700), 0);
-  EXPECT_NE(Snapshot(t_.lower()), base);
-  base = Snapshot(t_.lower());
+  EXPECT_NE(DescribeTree(t_.lower()), base);
+  base = DescribeTree(t_.lower());
   // A ctime-only change (a no-op chmod still updates ctime).
   ::usleep(20000);
   ASSERT_EQ(::chmod(t_.L("f3").c_str(), Lstat(t_.L("f3")).st_mode & 07777), 0);
-  EXPECT_NE(Snapshot(t_.lower()), base);
+  EXPECT_NE(DescribeTree(t_.lower()), base);
 }
 
 TEST_F(HostUntouched, RootListingAfterEveryOperation) {
@@ -220,7 +220,7 @@ TEST_F(HostUntouched, RootListingAfterEveryOperation) {
   ASSERT_OK_AND_ASSIGN(std::string added,
                        ov_->GetXattr(Get("f5"), "user.added"));
   EXPECT_EQ(added, "a");
-  EXPECT_TRUE(acqfs_test::ListDir(t_.tmp()).empty());
+  EXPECT_TRUE(acqfs::test::ListDir(t_.tmp()).empty());
 }
 
 }  // namespace

@@ -15,20 +15,20 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::GetXattr;
-using acqfs_test::ListDir;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::ReadFile;
-using acqfs_test::SetTimes;
-using acqfs_test::SetXattr;
-using acqfs_test::Snapshot;
-using acqfs_test::WriteFile;
+using acqfs::test::DescribeTree;
+using acqfs::test::Exists;
+using acqfs::test::GetXattr;
+using acqfs::test::ListDir;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::ReadFile;
+using acqfs::test::SetTimes;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
-class OverlaySetAttr : public acqfs_test::OverlayTest {};
-class OverlayXattr : public acqfs_test::OverlayTest {};
+class OverlaySetAttr : public acqfs::test::OverlayTest {};
+class OverlayXattr : public acqfs::test::OverlayTest {};
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -37,8 +37,8 @@ bool Contains(const std::vector<std::string>& v, const std::string& s) {
 // ----------------------------------------------------------------- setattr
 
 TEST_F(OverlaySetAttr, ChmodOfLowerFileCopiesUpAndLeavesLower) {
-  WriteFile(t_.L("f"), "data", 0644);
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("f"), "data", 0644);
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest req;
@@ -51,12 +51,12 @@ TEST_F(OverlaySetAttr, ChmodOfLowerFileCopiesUpAndLeavesLower) {
   EXPECT_EQ(ReadFile(t_.U("f")), "data");
   ASSERT_OK_AND_ASSIGN(struct stat got, ov_->GetAttr(f));
   EXPECT_EQ(got.st_mode & 07777, 0600u);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlaySetAttr, TruncateOfLowerFileCopiesUpAndLeavesLower) {
-  WriteFile(t_.L("f"), "0123456789");
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("f"), "0123456789");
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest req;
@@ -66,11 +66,11 @@ TEST_F(OverlaySetAttr, TruncateOfLowerFileCopiesUpAndLeavesLower) {
   EXPECT_EQ(st.st_size, 4);
   EXPECT_EQ(ReadFile(t_.U("f")), "0123");
   EXPECT_EQ(ReadVia(f), "0123");
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlaySetAttr, TruncateGrowsWithZeros) {
-  WriteFile(t_.L("f"), "ab");
+  MakeFile(t_.L("f"), "ab");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest req;
@@ -82,9 +82,9 @@ TEST_F(OverlaySetAttr, TruncateGrowsWithZeros) {
 }
 
 TEST_F(OverlaySetAttr, UtimesOfLowerFileCopiesUpAndLeavesLower) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   SetTimes(t_.L("f"), 1000000000, 0);
-  auto lower_before = Snapshot(t_.lower());
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest req;
@@ -100,11 +100,11 @@ TEST_F(OverlaySetAttr, UtimesOfLowerFileCopiesUpAndLeavesLower) {
   EXPECT_EQ(ust.st_mtim.tv_sec, 1600000000);
   EXPECT_EQ(ust.st_atim.tv_sec, 1500000000);
   EXPECT_EQ(Lstat(t_.L("f")).st_mtim.tv_sec, 1000000000);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlaySetAttr, MtimeOnlyLeavesAtime) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest a;
@@ -121,7 +121,7 @@ TEST_F(OverlaySetAttr, MtimeOnlyLeavesAtime) {
 
 TEST_F(OverlaySetAttr, ChmodOfLowerDirCopiesUpDirOnly) {
   MakeDir(t_.L("d"), 0755);
-  WriteFile(t_.L("d/child"), "c");
+  MakeFile(t_.L("d/child"), "c");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   SetAttrRequest req;
@@ -136,9 +136,9 @@ TEST_F(OverlaySetAttr, ChmodOfLowerDirCopiesUpDirOnly) {
 }
 
 TEST_F(OverlaySetAttr, ChownOfLowerFileCopiesUpWhenPrivileged) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "chown needs root (the tests run as root, as CI does)";
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   SetAttrRequest req;
@@ -155,9 +155,9 @@ TEST_F(OverlaySetAttr, ChmodOfUnlinkedFileOpenFromLowerLeavesLower) {
   // open(O_RDONLY) reads the lower copy; after unlink the handle keeps the
   // file alive, and fchmod/futimens on it reach SetAttr without a handle
   // (the kernel passes one only for truncate). The lower must not change.
-  WriteFile(t_.L("f"), "data", 0644);
+  MakeFile(t_.L("f"), "data", 0644);
   SetTimes(t_.L("f"), 1000000000, 0);
-  auto lower_before = Snapshot(t_.lower());
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = false;
@@ -172,14 +172,14 @@ TEST_F(OverlaySetAttr, ChmodOfUnlinkedFileOpenFromLowerLeavesLower) {
   (void)ov_->SetAttr(f, req, -1);  // may fail or copy; must not write lower
   EXPECT_EQ(Lstat(t_.L("f")).st_mode & 07777, 0644u);
   EXPECT_EQ(Lstat(t_.L("f")).st_mtim.tv_sec, 1000000000);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
   ov_->ReleaseOpen(f);
 }
 
 TEST_F(OverlaySetAttr, SetAttrWithLowerHandleOfUnlinkedFileLeavesLower) {
   // The same through the handle's own descriptor (the lower, read-only).
-  WriteFile(t_.L("f"), "0123456789", 0644);
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("f"), "0123456789", 0644);
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   bool from_lower = false;
@@ -191,15 +191,15 @@ TEST_F(OverlaySetAttr, SetAttrWithLowerHandleOfUnlinkedFileLeavesLower) {
   req.mode = 0600;
   (void)ov_->SetAttr(f, req, fd.get());
   EXPECT_EQ(Lstat(t_.L("f")).st_mode & 07777, 0644u);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
   ov_->ReleaseOpen(f);
 }
 
 TEST_F(OverlaySetAttr, ChmodOfOpenLowerFileReplacedByRenameLeavesLower) {
   // As above, but the open file loses its name to a rename over it.
-  WriteFile(t_.L("victim"), "v", 0644);
-  WriteFile(t_.L("other"), "o");
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("victim"), "v", 0644);
+  MakeFile(t_.L("other"), "o");
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * v, ov_->Lookup(root(), "victim"));
   bool from_lower = false;
@@ -210,16 +210,16 @@ TEST_F(OverlaySetAttr, ChmodOfOpenLowerFileReplacedByRenameLeavesLower) {
   req.mode = 0600;
   (void)ov_->SetAttr(v, req, -1);
   EXPECT_EQ(Lstat(t_.L("victim")).st_mode & 07777, 0644u);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
   ov_->ReleaseOpen(v);
 }
 
 // ------------------------------------------------------------------ xattrs
 
 TEST_F(OverlayXattr, SetGetListRemoveUserXattrOnLowerFile) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   SetXattr(t_.L("f"), "user.old", "o");
-  auto lower_before = Snapshot(t_.lower());
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   // Reading needs no copy-up.
@@ -240,11 +240,11 @@ TEST_F(OverlayXattr, SetGetListRemoveUserXattrOnLowerFile) {
   ASSERT_OK_AND_ASSIGN(Strings after, ov_->ListXattr(f));
   EXPECT_FALSE(Contains(after, "user.new"));
   EXPECT_EQ(GetXattr(t_.U("f"), "user.new"), std::nullopt);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlayXattr, SetXattrCreateFlagOnExistingIsEEXIST) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   SetXattr(t_.L("f"), "user.k", "1");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
@@ -278,9 +278,9 @@ TEST_F(OverlayXattr, PrivateXattrIsHiddenFromListAndGet) {
 }
 
 TEST_F(OverlayXattr, SetXattrOfPrivateNameFails) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/x"), "x");
+  MakeFile(t_.L("d/x"), "x");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
@@ -303,7 +303,7 @@ TEST_F(OverlayXattr, RemoveXattrOfPrivateNameFailsAndKeepsIt) {
 }
 
 TEST_F(OverlayXattr, PrivateXattrIsHiddenInTrustedNamespace) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
   MakeDir(t_.L("d"));
   ASSERT_NO_FATAL_FAILURE(Start(XattrNamespace::kTrusted));

@@ -1,9 +1,10 @@
 // DeepContent: a blob of a git tree read one tree at a time, for the tests
 // of trees nested deeper than libgit2's recursive lookups go (issue 13).
-// Header-only; the git-bridge tests include it.
+// Header-only (needs libgit2, e.g. through acqfs_gitbridge); the git-bridge
+// tests include it.
 // Thread-safety: plain functions.
-#ifndef ACQFS_TESTS_GITBRIDGE_DEEP_GIT_H_
-#define ACQFS_TESTS_GITBRIDGE_DEEP_GIT_H_
+#ifndef ACQFS_TESTS_HARNESS_DEEP_GIT_H_
+#define ACQFS_TESTS_HARNESS_DEEP_GIT_H_
 
 #include <git2.h>
 
@@ -11,7 +12,7 @@
 
 #include "common/git_ptr.h"
 
-namespace acqfs::gitbridge {
+namespace acqfs::test {
 
 // The blob content at `path` of `tree`, looked up one tree at a time (a
 // path 100,000 directories deep: git_tree_entry_bypath recurses in
@@ -23,7 +24,7 @@ inline std::string DeepContent(git_repository* repo, const git_oid& tree,
   for (;;) {
     git_tree* raw = nullptr;
     if (git_tree_lookup(&raw, repo, &id) != 0) return "<not a tree>";
-    GitTree t(raw);
+    acqfs::GitTree t(raw);
     size_t slash = path.find('/', start);
     std::string name = path.substr(
         start, slash == std::string::npos ? std::string::npos : slash - start);
@@ -36,11 +37,11 @@ inline std::string DeepContent(git_repository* repo, const git_oid& tree,
   }
   git_blob* braw = nullptr;
   if (git_blob_lookup(&braw, repo, &id) != 0) return "<not a blob>";
-  GitBlob b(braw);
+  acqfs::GitBlob b(braw);
   return std::string(static_cast<const char*>(git_blob_rawcontent(braw)),
                      git_blob_rawsize(braw));
 }
 
-}  // namespace acqfs::gitbridge
+}  // namespace acqfs::test
 
-#endif  // ACQFS_TESTS_GITBRIDGE_DEEP_GIT_H_
+#endif  // ACQFS_TESTS_HARNESS_DEEP_GIT_H_

@@ -3,23 +3,23 @@
 #include <sys/stat.h>
 
 #include "fs/layer.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::Lstat;
-using acqfs_test::MakeDeviceWhiteout;
-using acqfs_test::MakeDir;
-using acqfs_test::SetXattr;
-using acqfs_test::WriteFile;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDeviceWhiteout;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::SetXattr;
 
 class Lookup : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
 };
 
@@ -39,7 +39,7 @@ TEST_F(Lookup, RootViewOfOpaqueUpperIsNotMerged) {
 }
 
 TEST_F(Lookup, LowerFileUnderMergedRootExists) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "f"));
   EXPECT_TRUE(c.exists);
@@ -60,7 +60,7 @@ TEST_F(Lookup, MissingNameDoesNotExist) {
 }
 
 TEST_F(Lookup, WhiteoutHidesLowerFile) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   MakeDeviceWhiteout(t_.U("f"));
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "f"));
@@ -72,8 +72,8 @@ TEST_F(Lookup, WhiteoutHidesLowerFile) {
 
 TEST_F(Lookup, UpperFileHidesLowerDir) {
   MakeDir(t_.L("x"));
-  WriteFile(t_.L("x/inner"), "");
-  WriteFile(t_.U("x"), "upper");
+  MakeFile(t_.L("x/inner"), "");
+  MakeFile(t_.U("x"), "upper");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "x"));
   EXPECT_TRUE(c.exists);
@@ -87,9 +87,9 @@ TEST_F(Lookup, UpperFileHidesLowerDir) {
 
 TEST_F(Lookup, UpperDirMergesWithLowerDir) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/low"), "l");
+  MakeFile(t_.L("d/low"), "l");
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/up"), "u");
+  MakeFile(t_.U("d/up"), "u");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "d"));
   EXPECT_TRUE(c.exists);
@@ -112,7 +112,7 @@ TEST_F(Lookup, UpperDirMergesWithLowerDir) {
 
 TEST_F(Lookup, OpaqueDirStopsLower) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/low"), "l");
+  MakeFile(t_.L("d/low"), "l");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "user.overlay.opaque", "y");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
@@ -130,9 +130,9 @@ TEST_F(Lookup, OpaqueDirStopsLower) {
 
 TEST_F(Lookup, OpaqueMarkInOtherNamespaceDoesNotStopLower) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/low"), "l");
+  MakeFile(t_.L("d/low"), "l");
   MakeDir(t_.U("d"));
-  if (acqfs_test::IsRoot()) SetXattr(t_.U("d"), "trusted.overlay.opaque", "y");
+  if (acqfs::test::IsRoot()) SetXattr(t_.U("d"), "trusted.overlay.opaque", "y");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "d"));
   EXPECT_EQ(c.opaque, OpaqueMark::kNone);
@@ -143,9 +143,9 @@ TEST_F(Lookup, OpaqueMarkInOtherNamespaceDoesNotStopLower) {
 
 TEST_F(Lookup, LowerOnlyWhenParentMerged) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/f"), "l");
+  MakeFile(t_.L("d/f"), "l");
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/g"), "u");
+  MakeFile(t_.U("d/g"), "u");
   DirView not_merged;
   not_merged.path = "d";
   not_merged.upper = true;
@@ -166,7 +166,7 @@ TEST_F(Lookup, LowerOnlyWhenParentMerged) {
 TEST_F(Lookup, LowerOnlyDirectoryIsMergedWithoutUpper) {
   MakeDir(t_.L("d"));
   MakeDir(t_.L("d/e"));
-  WriteFile(t_.L("d/e/f"), "deep");
+  MakeFile(t_.L("d/e/f"), "deep");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo d, ResolveChild(layers_, root, "d"));
   DirView dv = d.AsDir("d");
@@ -180,10 +180,10 @@ TEST_F(Lookup, LowerOnlyDirectoryIsMergedWithoutUpper) {
 
 TEST_F(Lookup, XattrWhiteoutInDirMarkedX) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/f"), "lower");
+  MakeFile(t_.L("d/f"), "lower");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "user.overlay.opaque", "x");
-  WriteFile(t_.U("d/f"), "");
+  MakeFile(t_.U("d/f"), "");
   SetXattr(t_.U("d/f"), "user.overlay.whiteout", "");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo d, ResolveChild(layers_, root, "d"));
@@ -199,9 +199,9 @@ TEST_F(Lookup, XattrWhiteoutInDirMarkedX) {
 
 TEST_F(Lookup, XattrWhiteoutOutsideDirMarkedXIsAnOrdinaryFile) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/f"), "lower");
+  MakeFile(t_.L("d/f"), "lower");
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/f"), "");
+  MakeFile(t_.U("d/f"), "");
   SetXattr(t_.U("d/f"), "user.overlay.whiteout", "");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo d, ResolveChild(layers_, root, "d"));
@@ -215,7 +215,7 @@ TEST_F(Lookup, XattrWhiteoutOutsideDirMarkedXIsAnOrdinaryFile) {
 TEST_F(Lookup, NonEmptyFileWithWhiteoutXattrInDirMarkedXIsNotAWhiteout) {
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "user.overlay.opaque", "x");
-  WriteFile(t_.U("d/f"), "data");
+  MakeFile(t_.U("d/f"), "data");
   SetXattr(t_.U("d/f"), "user.overlay.whiteout", "");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo d, ResolveChild(layers_, root, "d"));
@@ -235,7 +235,7 @@ TEST_F(Lookup, WhiteoutInLowerIsNotSpecial) {
 }
 
 TEST_F(Lookup, OpaqueDirStopsLowerInTrustedNamespace) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
   // A reader's view (the fixture's Layers holds the layers' claim, which a
   // second serving Layers::Open would be refused).
@@ -243,7 +243,7 @@ TEST_F(Lookup, OpaqueDirStopsLowerInTrustedNamespace) {
       Layers trusted,
       Layers::OpenForReading(t_.lower(), t_.upper(), XattrNamespace::kTrusted));
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/low"), "l");
+  MakeFile(t_.L("d/low"), "l");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), "trusted.overlay.opaque", "y");
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(trusted));

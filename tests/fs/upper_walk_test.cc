@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "deep_tree.h"
-#include "unit_test_util.h"
+#include "harness/deep_tree.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::MakeDeviceWhiteout;
-using acqfs_test::MakeDir;
-using acqfs_test::SetXattr;
-using acqfs_test::WriteFile;
+using acqfs::test::MakeDeviceWhiteout;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::SetXattr;
 using Strings = std::vector<std::string>;
 
 constexpr char kOpaque[] = "user.overlay.opaque";
@@ -47,7 +47,7 @@ Strings Sorted(Strings v) {
 class UpperWalkTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(layers_, acqfs_test::OpenLayers(t_));
+    ASSERT_OK_AND_ASSIGN(layers_, acqfs::test::OpenLayers(t_));
   }
 
   // Every entry visited, sorted; `enter` says what to answer.
@@ -63,40 +63,40 @@ class UpperWalkTest : public ::testing::Test {
     return Sorted(std::move(out));
   }
 
-  acqfs_test::TempTree t_;
+  acqfs::test::TempTree t_;
   Layers layers_;
   uint64_t visited_ = 0;
 };
 
 TEST_F(UpperWalkTest, UpperEntriesArePairedWithTheLowerAtTheirPath) {
-  WriteFile(t_.L("f"), "x");
+  MakeFile(t_.L("f"), "x");
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/g"), "y");
-  WriteFile(t_.L("d/untouched"), "z");
-  WriteFile(t_.U("f"), "x");
+  MakeFile(t_.L("d/g"), "y");
+  MakeFile(t_.L("d/untouched"), "z");
+  MakeFile(t_.U("f"), "x");
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/g"), "y2");
-  WriteFile(t_.U("d/new"), "n");
+  MakeFile(t_.U("d/g"), "y2");
+  MakeFile(t_.U("d/new"), "n");
   EXPECT_EQ(Walk(), Sorted({"U+ d", "U+ d/g", "U d/new", "U+ f"}));
   EXPECT_EQ(visited_, 4u);
 }
 
 TEST_F(UpperWalkTest, BothWhiteoutFormsAndOnlyThoseTwo) {
-  WriteFile(t_.L("gone"), "x");
+  MakeFile(t_.L("gone"), "x");
   MakeDir(t_.L("x"));
-  WriteFile(t_.L("x/a"), "a");
+  MakeFile(t_.L("x/a"), "a");
   MakeDir(t_.L("plain"));
-  WriteFile(t_.L("plain/a"), "a");
+  MakeFile(t_.L("plain/a"), "a");
   MakeDeviceWhiteout(t_.U("gone"));
   MakeDeviceWhiteout(t_.U("never"));  // hides nothing, still visited
   MakeDir(t_.U("x"));
   SetXattr(t_.U("x"), kOpaque, "x");
-  WriteFile(t_.U("x/a"), "");
+  MakeFile(t_.U("x/a"), "");
   SetXattr(t_.U("x/a"), "user.overlay.whiteout", "");
-  WriteFile(t_.U("x/empty"), "");  // zero-size, no xattr: a file
+  MakeFile(t_.U("x/empty"), "");  // zero-size, no xattr: a file
   // The xattr form counts only in a directory marked "x".
   MakeDir(t_.U("plain"));
-  WriteFile(t_.U("plain/a"), "");
+  MakeFile(t_.U("plain/a"), "");
   SetXattr(t_.U("plain/a"), "user.overlay.whiteout", "");
   EXPECT_EQ(Walk(), Sorted({"W+ gone", "W never", "U+ plain", "U+ plain/a",
                             "U+ x", "W+ x/a", "U x/empty"}));
@@ -104,14 +104,14 @@ TEST_F(UpperWalkTest, BothWhiteoutFormsAndOnlyThoseTwo) {
 
 TEST_F(UpperWalkTest, AnOpaqueDirectoryListsTheLowerNamesItLacks) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/kept"), "k");
-  WriteFile(t_.L("d/dropped"), "x");
-  WriteFile(t_.L("d/whited"), "w");
+  MakeFile(t_.L("d/kept"), "k");
+  MakeFile(t_.L("d/dropped"), "x");
+  MakeFile(t_.L("d/whited"), "w");
   MakeDir(t_.L("d/sub"));
-  WriteFile(t_.L("d/sub/deep"), "s");
+  MakeFile(t_.L("d/sub/deep"), "s");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), kOpaque, "y");
-  WriteFile(t_.U("d/kept"), "k");
+  MakeFile(t_.U("d/kept"), "k");
   MakeDeviceWhiteout(t_.U("d/whited"));  // not paired: listed as lower
   // Below the lower-only directory only when the visitor asks.
   EXPECT_EQ(Walk({}, [](const UpperEntry&) { return Below::kSkip; }),
@@ -123,7 +123,7 @@ TEST_F(UpperWalkTest, AnOpaqueDirectoryListsTheLowerNamesItLacks) {
 TEST_F(UpperWalkTest, BelowAnOpaqueDirectoryEveryDirectoryHidesItsLower) {
   MakeDir(t_.L("d"));
   MakeDir(t_.L("d/e"));
-  WriteFile(t_.L("d/e/old"), "o");
+  MakeFile(t_.L("d/e/old"), "o");
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), kOpaque, "y");
   MakeDir(t_.U("d/e"));  // not marked itself
@@ -132,40 +132,40 @@ TEST_F(UpperWalkTest, BelowAnOpaqueDirectoryEveryDirectoryHidesItsLower) {
 
 TEST_F(UpperWalkTest, RemovedLowerTreesAreListedOnlyWhenAsked) {
   MakeDir(t_.L("w"));
-  WriteFile(t_.L("w/a"), "a");
+  MakeFile(t_.L("w/a"), "a");
   MakeDir(t_.L("t"));
-  WriteFile(t_.L("t/b"), "b");
+  MakeFile(t_.L("t/b"), "b");
   MakeDeviceWhiteout(t_.U("w"));
-  WriteFile(t_.U("t"), "a file over a directory");
+  MakeFile(t_.U("t"), "a file over a directory");
   EXPECT_EQ(Walk({}, [](const UpperEntry&) { return Below::kSkip; }),
             Sorted({"U+ t", "W+ w"}));
   EXPECT_EQ(Walk(), Sorted({"U+ t", "L+ t/b", "W+ w", "L+ w/a"}));
 }
 
 TEST_F(UpperWalkTest, OpaqueRootListsEveryLowerNameItLacks) {
-  WriteFile(t_.L("a"), "a");
-  WriteFile(t_.L("b"), "b");
+  MakeFile(t_.L("a"), "a");
+  MakeFile(t_.L("b"), "b");
   SetXattr(t_.upper(), kOpaque, "y");
-  WriteFile(t_.U("a"), "a");
+  MakeFile(t_.U("a"), "a");
   EXPECT_EQ(Walk(), Sorted({"U+ a", "L+ b"}));
 }
 
 TEST_F(UpperWalkTest, GitEntriesAreSkippedAtAnyDepthOrMarked) {
   MakeDir(t_.L(".git"));
-  WriteFile(t_.L(".git/HEAD"), "ref");
+  MakeFile(t_.L(".git/HEAD"), "ref");
   MakeDir(t_.L("op"));
   MakeDir(t_.L("op/.git"));
   MakeDir(t_.L("gone"));
   MakeDir(t_.L("gone/.git"));
-  WriteFile(t_.L("gone/f"), "f");
+  MakeFile(t_.L("gone/f"), "f");
   MakeDir(t_.U(".git"));
-  WriteFile(t_.U(".git/index"), "i");
+  MakeFile(t_.U(".git/index"), "i");
   MakeDir(t_.U("sub"));
   MakeDir(t_.U("sub/.git"));
-  WriteFile(t_.U("sub/.git/HEAD"), "ref");
-  WriteFile(t_.U("sub/f"), "f");
+  MakeFile(t_.U("sub/.git/HEAD"), "ref");
+  MakeFile(t_.U("sub/f"), "f");
   MakeDir(t_.U("module"));
-  WriteFile(t_.U("module/.git"), "gitdir: ../.git/modules/module\n");
+  MakeFile(t_.U("module/.git"), "gitdir: ../.git/modules/module\n");
   MakeDir(t_.U("op"));
   SetXattr(t_.U("op"), kOpaque, "y");
   MakeDeviceWhiteout(t_.U("gone"));
@@ -186,9 +186,9 @@ TEST_F(UpperWalkTest, GitEntriesAreSkippedAtAnyDepthOrMarked) {
 
 TEST_F(UpperWalkTest, WantedPrunesAPathAndEverythingBelowIt) {
   MakeDir(t_.U("a"));
-  WriteFile(t_.U("a/x"), "x");
+  MakeFile(t_.U("a/x"), "x");
   MakeDir(t_.U("b"));
-  WriteFile(t_.U("b/y"), "y");
+  MakeFile(t_.U("b/y"), "y");
   UpperWalkOptions o;
   o.wanted = [](const std::string& p) { return p != "a"; };
   EXPECT_EQ(Walk(o), Sorted({"U b", "U b/y"}));
@@ -196,7 +196,7 @@ TEST_F(UpperWalkTest, WantedPrunesAPathAndEverythingBelowIt) {
 }
 
 TEST_F(UpperWalkTest, ReportsProgressEveryThousandUpperEntries) {
-  for (int i = 0; i < 2100; ++i) WriteFile(t_.U("f" + std::to_string(i)), "");
+  for (int i = 0; i < 2100; ++i) MakeFile(t_.U("f" + std::to_string(i)), "");
   std::vector<uint64_t> seen;
   UpperWalkOptions o;
   o.progress = [&](uint64_t n) { seen.push_back(n); };
@@ -208,10 +208,10 @@ TEST_F(UpperWalkTest, ReportsProgressEveryThousandUpperEntries) {
 // skipped, not errors: the layers may be in use while a scan runs.
 TEST_F(UpperWalkTest, EntriesVanishingAfterTheListingAreSkipped) {
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/a"), "a");
-  WriteFile(t_.U("d/b"), "b");
+  MakeFile(t_.U("d/a"), "a");
+  MakeFile(t_.U("d/b"), "b");
   MakeDir(t_.U("d/sub"));
-  WriteFile(t_.U("d/sub/c"), "c");
+  MakeFile(t_.U("d/sub/c"), "c");
   UpperWalkOptions o;
   o.listed = [&](const std::string& dir) {
     if (dir != "d") return;
@@ -225,11 +225,11 @@ TEST_F(UpperWalkTest, EntriesVanishingAfterTheListingAreSkipped) {
 
 TEST_F(UpperWalkTest, ADirectoryVanishingBeforeItIsEnteredIsNotAnError) {
   MakeDir(t_.U("d"));
-  WriteFile(t_.U("d/a"), "a");
+  MakeFile(t_.U("d/a"), "a");
   MakeDir(t_.L("w"));
   MakeDir(t_.L("w/sub"));
-  WriteFile(t_.L("w/sub/x"), "x");
-  WriteFile(t_.L("w/y"), "y");
+  MakeFile(t_.L("w/sub/x"), "x");
+  MakeFile(t_.L("w/y"), "y");
   MakeDeviceWhiteout(t_.U("w"));
   // The visitor removes each directory it is about to enter (in the lower
   // too: the host may edit its checkout while a scan runs).
@@ -237,7 +237,7 @@ TEST_F(UpperWalkTest, ADirectoryVanishingBeforeItIsEnteredIsNotAnError) {
     const std::string root =
         e.kind == UpperEntry::kUpper ? t_.upper() : t_.lower();
     if (e.path == "d" || e.path == "w/sub") {
-      EXPECT_EQ(deep_test::RemoveDeep(root + "/" + e.path), "");
+      EXPECT_EQ(acqfs::test::RemoveDeep(root + "/" + e.path), "");
     }
     return Below::kEnter;
   };
@@ -247,7 +247,7 @@ TEST_F(UpperWalkTest, ADirectoryVanishingBeforeItIsEnteredIsNotAnError) {
 TEST_F(UpperWalkTest, LowerNamesVanishingAfterTheirListingAreSkipped) {
   MakeDir(t_.L("d"));
   for (const char* n : {"a", "b", "c"})
-    WriteFile(t_.L(std::string("d/") + n), n);
+    MakeFile(t_.L(std::string("d/") + n), n);
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), kOpaque, "y");
   // The first lower-only entry visited removes the others.
@@ -269,19 +269,20 @@ TEST_F(UpperWalkTest, DeepTreesAreWalkedInBoundedDescriptors) {
   constexpr size_t kDepth = 3000;
   auto leaf = [](const char* data) {
     return [data](int fd, size_t level) -> std::string {
-      return level == kDepth ? deep_test::WriteAt(fd, "f", data) : "";
+      return level == kDepth ? acqfs::test::WriteAt(fd, "f", data) : "";
     };
   };
-  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "d", kDepth, leaf("old")), "");
-  ASSERT_EQ(deep_test::MakeChain(t_.upper(), "d", kDepth, leaf("new")), "");
-  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "w", kDepth, leaf("gone")), "");
+  ASSERT_EQ(acqfs::test::MakeChain(t_.lower(), "d", kDepth, leaf("old")), "");
+  ASSERT_EQ(acqfs::test::MakeChain(t_.upper(), "d", kDepth, leaf("new")), "");
+  ASSERT_EQ(acqfs::test::MakeChain(t_.lower(), "w", kDepth, leaf("gone")), "");
   MakeDeviceWhiteout(t_.U("w"));
-  ASSERT_EQ(deep_test::MakeChain(t_.lower(), "o", kDepth, leaf("hidden")), "");
+  ASSERT_EQ(acqfs::test::MakeChain(t_.lower(), "o", kDepth, leaf("hidden")),
+            "");
   MakeDir(t_.U("o"));
   SetXattr(t_.U("o"), kOpaque, "y");
   uint64_t paired = 0, lower_only = 0;
   {
-    deep_test::FdLimit limit(40);
+    acqfs::test::FdLimit limit(40);
     ASSERT_TRUE(limit.ok());
     auto r = WalkUpper(layers_, {}, [&](const UpperEntry& e) -> Result<Below> {
       if (e.kind == UpperEntry::kUpper && e.in_lower) ++paired;
@@ -293,17 +294,17 @@ TEST_F(UpperWalkTest, DeepTreesAreWalkedInBoundedDescriptors) {
   }
   EXPECT_EQ(paired, kDepth + 1 + 1);            // d..., f, o
   EXPECT_EQ(lower_only, 2 * (kDepth - 1) + 2);  // w/..., o/...: dirs and f
-  EXPECT_EQ(deep_test::RemoveDeep(t_.L("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(t_.U("d")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(t_.L("w")), "");
-  EXPECT_EQ(deep_test::RemoveDeep(t_.L("o")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.L("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.U("d")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.L("w")), "");
+  EXPECT_EQ(acqfs::test::RemoveDeep(t_.L("o")), "");
 }
 
 TEST_F(UpperWalkTest, ErrorsNameTheOperationAndTheAbsolutePath) {
   MakeDir(t_.U("d"));
   SetXattr(t_.U("d"), kOpaque, "y");
   // The lower "d" is a file: an opaque directory over it lists nothing.
-  WriteFile(t_.L("d"), "file");
+  MakeFile(t_.L("d"), "file");
   EXPECT_EQ(Walk(), Sorted({"U+ d"}));
   auto r = WalkUpper(layers_, {}, [](const UpperEntry& e) -> Result<Below> {
     return Error::Of(EIO, "visit", e.path);

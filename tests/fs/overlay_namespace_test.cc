@@ -15,14 +15,14 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::GetXattr;
-using acqfs_test::ListDir;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::ReadFile;
-using acqfs_test::Snapshot;
-using acqfs_test::WriteFile;
+using acqfs::test::DescribeTree;
+using acqfs::test::Exists;
+using acqfs::test::GetXattr;
+using acqfs::test::ListDir;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::ReadFile;
 using Strings = std::vector<std::string>;
 
 bool IsDeviceWhiteout(const std::string& path) {
@@ -32,17 +32,17 @@ bool IsDeviceWhiteout(const std::string& path) {
          minor(st.st_rdev) == 0;
 }
 
-class OverlayUnlink : public acqfs_test::OverlayTest {};
-class OverlayRmdir : public acqfs_test::OverlayTest {};
-class OverlayMkdir : public acqfs_test::OverlayTest {};
-class OverlayCreate : public acqfs_test::OverlayTest {};
-class OverlayLink : public acqfs_test::OverlayTest {};
-class OverlayRename : public acqfs_test::OverlayTest {};
+class OverlayUnlink : public acqfs::test::OverlayTest {};
+class OverlayRmdir : public acqfs::test::OverlayTest {};
+class OverlayMkdir : public acqfs::test::OverlayTest {};
+class OverlayCreate : public acqfs::test::OverlayTest {};
+class OverlayLink : public acqfs::test::OverlayTest {};
+class OverlayRename : public acqfs::test::OverlayTest {};
 
 // ------------------------------------------------------------------ unlink
 
 TEST_F(OverlayUnlink, LowerFileLeavesWhiteoutAndLookupFails) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   (void)f;
@@ -55,7 +55,7 @@ TEST_F(OverlayUnlink, LowerFileLeavesWhiteoutAndLookupFails) {
 }
 
 TEST_F(OverlayUnlink, LowerFileNeverLookedUpLeavesWhiteout) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Unlink(root(), "f"));
   EXPECT_TRUE(IsDeviceWhiteout(t_.U("f")));
@@ -63,7 +63,7 @@ TEST_F(OverlayUnlink, LowerFileNeverLookedUpLeavesWhiteout) {
 }
 
 TEST_F(OverlayUnlink, UpperOnlyFileLeavesNoWhiteout) {
-  WriteFile(t_.U("u"), "upper");
+  MakeFile(t_.U("u"), "upper");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Unlink(root(), "u"));
   EXPECT_FALSE(Exists(t_.U("u")));
@@ -72,7 +72,7 @@ TEST_F(OverlayUnlink, UpperOnlyFileLeavesNoWhiteout) {
 }
 
 TEST_F(OverlayUnlink, CopiedUpFileLeavesWhiteout) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK(ov_->CopyUp(f));
@@ -85,8 +85,8 @@ TEST_F(OverlayUnlink, CopiedUpFileLeavesWhiteout) {
 
 TEST_F(OverlayUnlink, NestedLowerFileCopiesUpParentOnly) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
-  WriteFile(t_.L("d/b"), "b");
+  MakeFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("d/b"), "b");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   ASSERT_OK(ov_->Unlink(d, "a"));
@@ -112,8 +112,8 @@ TEST_F(OverlayUnlink, MissingNameIsENOENT) {
 
 TEST_F(OverlayRmdir, LowerDirAfterUnlinkingChildrenLeavesWhiteoutNoUpperDir) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
-  WriteFile(t_.L("d/b"), "b");
+  MakeFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("d/b"), "b");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   ASSERT_OK(ov_->Unlink(d, "a"));
@@ -137,7 +137,7 @@ TEST_F(OverlayRmdir, EmptyLowerDirLeavesWhiteout) {
 
 TEST_F(OverlayRmdir, NonEmptyLowerDirIsENOTEMPTY) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/a"), "a");
+  MakeFile(t_.L("d/a"), "a");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(ENOTEMPTY, ov_->Rmdir(root(), "d"));
   EXPECT_FALSE(Exists(t_.U("d")));
@@ -156,7 +156,7 @@ TEST_F(OverlayRmdir, UpperOnlyDirLeavesNothing) {
 }
 
 TEST_F(OverlayRmdir, FileIsENOTDIR) {
-  WriteFile(t_.L("f"), "");
+  MakeFile(t_.L("f"), "");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(ENOTDIR, ov_->Rmdir(root(), "f"));
   EXPECT_TRUE(ListDir(t_.upper()).empty());
@@ -179,8 +179,8 @@ TEST_F(OverlayMkdir, NewNameMakesPlainUpperDir) {
 
 TEST_F(OverlayMkdir, OverWhiteoutMakesOpaqueDir) {
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/old1"), "1");
-  WriteFile(t_.L("d/old2"), "2");
+  MakeFile(t_.L("d/old1"), "1");
+  MakeFile(t_.L("d/old2"), "2");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   ASSERT_OK(ov_->Unlink(d, "old1"));
@@ -204,10 +204,10 @@ TEST_F(OverlayMkdir, OverWhiteoutMakesOpaqueDir) {
 }
 
 TEST_F(OverlayMkdir, OverWhiteoutMakesOpaqueDirInTrustedNamespace) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/old"), "1");
+  MakeFile(t_.L("d/old"), "1");
   ASSERT_NO_FATAL_FAILURE(Start(XattrNamespace::kTrusted));
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   ASSERT_OK(ov_->Unlink(d, "old"));
@@ -220,7 +220,7 @@ TEST_F(OverlayMkdir, OverWhiteoutMakesOpaqueDirInTrustedNamespace) {
 }
 
 TEST_F(OverlayMkdir, ExistingNameIsEEXIST) {
-  WriteFile(t_.L("f"), "");
+  MakeFile(t_.L("f"), "");
   MakeDir(t_.L("d"));
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(EEXIST, ov_->Mkdir(root(), "f", 0755, Me()));
@@ -231,8 +231,8 @@ TEST_F(OverlayMkdir, ExistingNameIsEEXIST) {
 // ------------------------------------------------------------------ create
 
 TEST_F(OverlayCreate, WriteThroughReturnedFdThenReadBackViaOpen) {
-  WriteFile(t_.L("other"), "x");
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("other"), "x");
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(auto created,
                        ov_->Create(root(), "new", 0640, O_RDWR, Me()));
@@ -250,11 +250,11 @@ TEST_F(OverlayCreate, WriteThroughReturnedFdThenReadBackViaOpen) {
   EXPECT_EQ(again, n);
   ASSERT_OK_AND_ASSIGN(struct stat st, ov_->GetAttr(n));
   EXPECT_EQ(st.st_size, 10);
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlayCreate, OverWhiteoutReplacesIt) {
-  WriteFile(t_.L("f"), "old lower");
+  MakeFile(t_.L("f"), "old lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Unlink(root(), "f"));
   ASSERT_TRUE(IsDeviceWhiteout(t_.U("f")));
@@ -268,7 +268,7 @@ TEST_F(OverlayCreate, OverWhiteoutReplacesIt) {
 }
 
 TEST_F(OverlayCreate, ExistingLowerNameIsEEXIST) {
-  WriteFile(t_.L("f"), "lower");
+  MakeFile(t_.L("f"), "lower");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(EEXIST, ov_->Create(root(), "f", 0644, O_RDWR, Me()));
   EXPECT_TRUE(ListDir(t_.upper()).empty());
@@ -276,7 +276,7 @@ TEST_F(OverlayCreate, ExistingLowerNameIsEEXIST) {
 
 TEST_F(OverlayCreate, InLowerOnlyDirCopiesUpTheDir) {
   MakeDir(t_.L("d"), 0705);
-  WriteFile(t_.L("d/old"), "o");
+  MakeFile(t_.L("d/old"), "o");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
   ASSERT_OK_AND_ASSIGN(auto created, ov_->Create(d, "n", 0644, O_RDWR, Me()));
@@ -288,7 +288,7 @@ TEST_F(OverlayCreate, InLowerOnlyDirCopiesUpTheDir) {
 // -------------------------------------------------------------------- link
 
 TEST_F(OverlayLink, LowerFileCopiesUpAndBothNamesShareOneNode) {
-  WriteFile(t_.L("f"), "shared");
+  MakeFile(t_.L("f"), "shared");
   ASSERT_NO_FATAL_FAILURE(Start());
   ino_t lower_ino = Lstat(t_.L("f")).st_ino;
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
@@ -309,7 +309,7 @@ TEST_F(OverlayLink, LowerFileCopiesUpAndBothNamesShareOneNode) {
 }
 
 TEST_F(OverlayLink, WriteThroughOneNameShowsThroughTheOther) {
-  WriteFile(t_.L("f"), "before");
+  MakeFile(t_.L("f"), "before");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * g, ov_->Link(f, root(), "g"));
@@ -323,7 +323,7 @@ TEST_F(OverlayLink, WriteThroughOneNameShowsThroughTheOther) {
 }
 
 TEST_F(OverlayLink, UnlinkingOneNameKeepsTheOther) {
-  WriteFile(t_.L("f"), "data");
+  MakeFile(t_.L("f"), "data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * g, ov_->Link(f, root(), "g"));
@@ -344,8 +344,8 @@ TEST_F(OverlayLink, DirectoryIsEPERM) {
 }
 
 TEST_F(OverlayLink, OntoExistingNameIsEEXIST) {
-  WriteFile(t_.L("f"), "f");
-  WriteFile(t_.L("g"), "g");
+  MakeFile(t_.L("f"), "f");
+  MakeFile(t_.L("g"), "g");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   EXPECT_ERRNO(EEXIST, ov_->Link(f, root(), "g"));
@@ -356,10 +356,10 @@ TEST_F(OverlayLink, OntoExistingNameIsEEXIST) {
 
 TEST_F(OverlayRename, LowerOnlyDirWithNestedFilesMovesWhole) {
   MakeDir(t_.L("src"), 0751);
-  WriteFile(t_.L("src/a"), "A");
+  MakeFile(t_.L("src/a"), "A");
   MakeDir(t_.L("src/sub"));
-  WriteFile(t_.L("src/sub/b"), "B");
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("src/sub/b"), "B");
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * src, ov_->Lookup(root(), "src"));
   ASSERT_OK_AND_ASSIGN(Node * a, ov_->Lookup(src, "a"));
@@ -383,13 +383,13 @@ TEST_F(OverlayRename, LowerOnlyDirWithNestedFilesMovesWhole) {
   EXPECT_EQ(ListDir(t_.U("dst")), (Strings{"a", "sub"}));
   EXPECT_EQ(ReadFile(t_.U("dst/sub/b")), "B");
   EXPECT_TRUE(ListDir(t_.tmp()).empty());
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlayRename, MaterialisedDirDropsWhiteoutedChildren) {
   MakeDir(t_.L("src"));
-  WriteFile(t_.L("src/keep"), "k");
-  WriteFile(t_.L("src/drop"), "d");
+  MakeFile(t_.L("src/keep"), "k");
+  MakeFile(t_.L("src/drop"), "d");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * src, ov_->Lookup(root(), "src"));
   ASSERT_OK(ov_->Unlink(src, "drop"));
@@ -400,8 +400,8 @@ TEST_F(OverlayRename, MaterialisedDirDropsWhiteoutedChildren) {
 }
 
 TEST_F(OverlayRename, NoReplaceOntoExistingNameIsEEXIST) {
-  WriteFile(t_.L("a"), "A");
-  WriteFile(t_.L("b"), "B");
+  MakeFile(t_.L("a"), "A");
+  MakeFile(t_.L("b"), "B");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(EEXIST, ov_->Rename(root(), "a", root(), "b", RENAME_NOREPLACE));
   ASSERT_OK_AND_ASSIGN(Node * a, ov_->Lookup(root(), "a"));
@@ -412,7 +412,7 @@ TEST_F(OverlayRename, NoReplaceOntoExistingNameIsEEXIST) {
 }
 
 TEST_F(OverlayRename, NoReplaceOntoFreeNameMoves) {
-  WriteFile(t_.L("a"), "A");
+  MakeFile(t_.L("a"), "A");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Rename(root(), "a", root(), "b", RENAME_NOREPLACE));
   EXPECT_EQ(ReadDirNames(root()), (Strings{"b"}));
@@ -421,10 +421,10 @@ TEST_F(OverlayRename, NoReplaceOntoFreeNameMoves) {
 }
 
 TEST_F(OverlayRename, ExchangeSwapsLowerFileAndLowerDir) {
-  WriteFile(t_.L("f"), "file data");
+  MakeFile(t_.L("f"), "file data");
   MakeDir(t_.L("d"));
-  WriteFile(t_.L("d/inner"), "in");
-  auto lower_before = Snapshot(t_.lower());
+  MakeFile(t_.L("d/inner"), "in");
+  auto lower_before = DescribeTree(t_.lower());
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * f, ov_->Lookup(root(), "f"));
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
@@ -449,19 +449,19 @@ TEST_F(OverlayRename, ExchangeSwapsLowerFileAndLowerDir) {
   EXPECT_TRUE(S_ISREG(dst.st_mode));
   EXPECT_EQ(dst.st_size, 9);
   EXPECT_TRUE(ListDir(t_.tmp()).empty());
-  EXPECT_EQ(Snapshot(t_.lower()), lower_before);
+  EXPECT_EQ(DescribeTree(t_.lower()), lower_before);
 }
 
 TEST_F(OverlayRename, ExchangeWithMissingNameIsENOENT) {
-  WriteFile(t_.L("a"), "A");
+  MakeFile(t_.L("a"), "A");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(ENOENT, ov_->Rename(root(), "a", root(), "zz", RENAME_EXCHANGE));
   EXPECT_TRUE(ListDir(t_.upper()).empty());
 }
 
 TEST_F(OverlayRename, FileOverExistingLowerFile) {
-  WriteFile(t_.L("a"), "A data");
-  WriteFile(t_.L("b"), "B data");
+  MakeFile(t_.L("a"), "A data");
+  MakeFile(t_.L("b"), "B data");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * a, ov_->Lookup(root(), "a"));
   ASSERT_OK_AND_ASSIGN(Node * b, ov_->Lookup(root(), "b"));
@@ -479,7 +479,7 @@ TEST_F(OverlayRename, FileOverExistingLowerFile) {
 }
 
 TEST_F(OverlayRename, UpperFileToNewNameLeavesNoWhiteout) {
-  WriteFile(t_.U("u"), "U");
+  MakeFile(t_.U("u"), "U");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Rename(root(), "u", root(), "v", 0));
   EXPECT_EQ(ListDir(t_.upper()), (Strings{"v"}));
@@ -487,8 +487,8 @@ TEST_F(OverlayRename, UpperFileToNewNameLeavesNoWhiteout) {
 }
 
 TEST_F(OverlayRename, UpperFileOntoWhiteoutedNameReplacesTheWhiteout) {
-  WriteFile(t_.L("x"), "lower x");
-  WriteFile(t_.U("u"), "U");
+  MakeFile(t_.L("x"), "lower x");
+  MakeFile(t_.U("u"), "U");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Unlink(root(), "x"));
   ASSERT_OK(ov_->Rename(root(), "u", root(), "x", 0));
@@ -500,7 +500,7 @@ TEST_F(OverlayRename, UpperFileOntoWhiteoutedNameReplacesTheWhiteout) {
 TEST_F(OverlayRename, DirOntoNonEmptyDirIsENOTEMPTY) {
   MakeDir(t_.L("a"));
   MakeDir(t_.L("b"));
-  WriteFile(t_.L("b/x"), "");
+  MakeFile(t_.L("b/x"), "");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(ENOTEMPTY, ov_->Rename(root(), "a", root(), "b", 0));
   EXPECT_TRUE(ListDir(t_.upper()).empty());
@@ -508,7 +508,7 @@ TEST_F(OverlayRename, DirOntoNonEmptyDirIsENOTEMPTY) {
 
 TEST_F(OverlayRename, DirOntoEmptyLowerDirDoesNotMergeWithIt) {
   MakeDir(t_.L("a"));
-  WriteFile(t_.L("a/from_a"), "");
+  MakeFile(t_.L("a/from_a"), "");
   MakeDir(t_.L("b"));  // empty in the lower: may be replaced
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Rename(root(), "a", root(), "b", 0));
@@ -516,12 +516,12 @@ TEST_F(OverlayRename, DirOntoEmptyLowerDirDoesNotMergeWithIt) {
   EXPECT_EQ(ReadDirNames(b), (Strings{"from_a"}));
   EXPECT_EQ(GetXattr(t_.U("b"), "user.overlay.opaque"), "y");
   // Something appearing later in the lower b must not show through.
-  WriteFile(t_.L("b/late"), "");
+  MakeFile(t_.L("b/late"), "");
   EXPECT_EQ(ReadDirNames(b), (Strings{"from_a"}));
 }
 
 TEST_F(OverlayRename, FileIntoOtherDirectory) {
-  WriteFile(t_.L("f"), "F");
+  MakeFile(t_.L("f"), "F");
   MakeDir(t_.L("d"));
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d, ov_->Lookup(root(), "d"));
@@ -534,7 +534,7 @@ TEST_F(OverlayRename, FileIntoOtherDirectory) {
 
 TEST_F(OverlayRename, LowerDirIntoLowerSubdirectoryOfAnotherDir) {
   MakeDir(t_.L("a"));
-  WriteFile(t_.L("a/x"), "X");
+  MakeFile(t_.L("a/x"), "X");
   MakeDir(t_.L("b"));
   MakeDir(t_.L("b/c"));
   ASSERT_NO_FATAL_FAILURE(Start());
@@ -552,7 +552,7 @@ TEST_F(OverlayRename, LowerDirIntoLowerSubdirectoryOfAnotherDir) {
 
 TEST_F(OverlayRename, MovedDirectoryCanMoveAgainAndBack) {
   MakeDir(t_.L("a"));
-  WriteFile(t_.L("a/x"), "X");
+  MakeFile(t_.L("a/x"), "X");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK(ov_->Rename(root(), "a", root(), "b", 0));
   ASSERT_OK(ov_->Rename(root(), "b", root(), "c", 0));
@@ -564,15 +564,15 @@ TEST_F(OverlayRename, MovedDirectoryCanMoveAgainAndBack) {
   ASSERT_OK_AND_ASSIGN(Node * a, ov_->Lookup(root(), "a"));
   EXPECT_EQ(ReadDirNames(a), (Strings{"x"}));
   // Back at its old name it stays opaque: a later lower entry stays hidden.
-  WriteFile(t_.L("a/late"), "");
+  MakeFile(t_.L("a/late"), "");
   EXPECT_EQ(ReadDirNames(a), (Strings{"x"}));
 }
 
 TEST_F(OverlayRename, ExchangeFilesAcrossDirectories) {
   MakeDir(t_.L("d1"));
   MakeDir(t_.L("d2"));
-  WriteFile(t_.L("d1/p"), "P");
-  WriteFile(t_.L("d2/q"), "Q");
+  MakeFile(t_.L("d1/p"), "P");
+  MakeFile(t_.L("d2/q"), "Q");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * d1, ov_->Lookup(root(), "d1"));
   ASSERT_OK_AND_ASSIGN(Node * d2, ov_->Lookup(root(), "d2"));
@@ -587,7 +587,7 @@ TEST_F(OverlayRename, ExchangeFilesAcrossDirectories) {
 
 TEST_F(OverlayRename, UpperDirOntoDeletedNonEmptyLowerDirHidesTheLower) {
   MakeDir(t_.L("old"));
-  WriteFile(t_.L("old/secret"), "s");
+  MakeFile(t_.L("old/secret"), "s");
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_OK_AND_ASSIGN(Node * old, ov_->Lookup(root(), "old"));
   ASSERT_OK(ov_->Unlink(old, "secret"));
@@ -655,7 +655,7 @@ TEST_F(OverlayRename, LookupBelowARenamedAncestorSeesTheNewTree) {
 }
 
 TEST_F(OverlayRename, BadFlagsAreEINVAL) {
-  WriteFile(t_.L("a"), "A");
+  MakeFile(t_.L("a"), "A");
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_ERRNO(EINVAL, ov_->Rename(root(), "a", root(), "b",
                                    RENAME_NOREPLACE | RENAME_EXCHANGE));

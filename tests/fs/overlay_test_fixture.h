@@ -4,8 +4,8 @@
 // Lookups are counted by the engine; the tests do not Forget (the engine is
 // destroyed with the fixture).
 // Thread-safety: single-threaded test code.
-#ifndef ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
-#define ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
+#ifndef ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_
+#define ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "fs/overlay.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
-namespace acqfs_test {
+namespace acqfs::test {
 
 class OverlayTest : public ::testing::Test {
  protected:
@@ -117,6 +117,6 @@ class OverlayTest : public ::testing::Test {
   mode_t old_umask_ = 022;
 };
 
-}  // namespace acqfs_test
+}  // namespace acqfs::test
 
-#endif  // ACQFS_TESTS_UNIT_OVERLAY_TEST_FIXTURE_H_
+#endif  // ACQFS_TESTS_FS_OVERLAY_TEST_FIXTURE_H_

@@ -21,12 +21,12 @@
 namespace acqfs {
 namespace {
 
-using acqfs_test::Exists;
-using acqfs_test::ListDir;
-using acqfs_test::MakeDir;
-using acqfs_test::ReadFile;
-using acqfs_test::Snapshot;
-using acqfs_test::WriteFile;
+using acqfs::test::DescribeTree;
+using acqfs::test::Exists;
+using acqfs::test::ListDir;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::ReadFile;
 using Strings = std::vector<std::string>;
 
 std::shared_ptr<const Policy> MakePolicy(const Strings& hide,
@@ -37,13 +37,13 @@ std::shared_ptr<const Policy> MakePolicy(const Strings& hide,
   return p ? std::make_shared<Policy>(std::move(*p)) : nullptr;
 }
 
-class OverlayPolicy : public acqfs_test::OverlayTest {};
+class OverlayPolicy : public acqfs::test::OverlayTest {};
 
 TEST_F(OverlayPolicy, HiddenLowerObjectsAreAbsent) {
-  WriteFile(t_.L(".env"), "secret");
+  MakeFile(t_.L(".env"), "secret");
   MakeDir(t_.L("keys"));
-  WriteFile(t_.L("keys/a"), "secret");
-  WriteFile(t_.L("ok.txt"), "ok");
+  MakeFile(t_.L("keys/a"), "secret");
+  MakeFile(t_.L("ok.txt"), "ok");
   ASSERT_NO_FATAL_FAILURE(
       Start(XattrNamespace::kUser, MakePolicy({".env", "keys/"}, {}, 0)));
   EXPECT_EQ(ov_->Lookup(root(), ".env").err(), ENOENT);
@@ -62,9 +62,9 @@ TEST_F(OverlayPolicy, HiddenLowerObjectsAreAbsent) {
 }
 
 TEST_F(OverlayPolicy, ReadOnlyPathsRefuseChangesAndCopyNothingUp) {
-  WriteFile(t_.L("Makefile"), "all:");
+  MakeFile(t_.L("Makefile"), "all:");
   MakeDir(t_.L("vendor"));
-  WriteFile(t_.L("vendor/x.c"), "x");
+  MakeFile(t_.L("vendor/x.c"), "x");
   ASSERT_NO_FATAL_FAILURE(Start(XattrNamespace::kUser,
                                 MakePolicy({}, {"/Makefile", "vendor/"}, 0)));
   ASSERT_OK_AND_ASSIGN(Node * mk, ov_->Lookup(root(), "Makefile"));
@@ -89,7 +89,7 @@ TEST_F(OverlayPolicy, ReadOnlyPathsRefuseChangesAndCopyNothingUp) {
   EXPECT_TRUE(ListDir(t_.upper()).empty());
 }
 
-class OverlayQuota : public acqfs_test::OverlayTest {
+class OverlayQuota : public acqfs::test::OverlayTest {
  protected:
   void StartWithQuota(uint64_t limit) {
     ASSERT_NO_FATAL_FAILURE(
@@ -98,7 +98,8 @@ class OverlayQuota : public acqfs_test::OverlayTest {
   }
   // What the upper layer and acqfs-tmp hold on disk.
   uint64_t OnDisk() {
-    return acqfs_test::DiskUsage(t_.upper()) + acqfs_test::DiskUsage(t_.tmp());
+    return acqfs::test::DiskUsage(t_.upper()) +
+           acqfs::test::DiskUsage(t_.tmp());
   }
   uint64_t Used() { return ov_->quota()->used(); }
   // A data call as the FUSE adapter makes it: through Quota::Charged.
@@ -127,12 +128,12 @@ class OverlayQuota : public acqfs_test::OverlayTest {
 // The count is what the upper layer holds on disk (du), after every kind
 // of change, and what a change would pass the quota by is refused.
 TEST_F(OverlayQuota, CountsTheBlocksTheUpperHolds) {
-  WriteFile(t_.L("a"), std::string(80 << 10, 'a'));
-  WriteFile(t_.L("b"), std::string(320 << 10, 'b'));
+  MakeFile(t_.L("a"), std::string(80 << 10, 'a'));
+  MakeFile(t_.L("b"), std::string(320 << 10, 'b'));
   MakeDir(t_.L("tree"));
-  WriteFile(t_.L("tree/f1"), std::string(40 << 10, '1'));
-  WriteFile(t_.L("tree/f2"), std::string(40 << 10, '2'));
-  WriteFile(t_.U("existing"), std::string(10 << 10, 'e'));  // counted at start
+  MakeFile(t_.L("tree/f1"), std::string(40 << 10, '1'));
+  MakeFile(t_.L("tree/f2"), std::string(40 << 10, '2'));
+  MakeFile(t_.U("existing"), std::string(10 << 10, 'e'));  // counted at start
   ASSERT_NO_FATAL_FAILURE(StartWithQuota(400 << 10));
   EXPECT_EQ(Used(), OnDisk());
   ASSERT_OK_AND_ASSIGN(Node * a, ov_->Lookup(root(), "a"));
@@ -180,7 +181,7 @@ TEST_F(OverlayQuota, CountsTheBlocksTheUpperHolds) {
   // Renaming a merged directory copies what the lower holds of it (here
   // f3; f1 is in the upper already, f2 whited out) and replaces its upper
   // directory.
-  WriteFile(t_.L("tree/f3"), std::string(40 << 10, '3'));
+  MakeFile(t_.L("tree/f3"), std::string(40 << 10, '3'));
   ASSERT_OK_AND_ASSIGN(Node * f1, Walk("tree/f1"));
   ASSERT_OK(ov_->CopyUp(f1));
   ASSERT_OK_AND_ASSIGN(Node * tree, Walk("tree"));
@@ -286,7 +287,7 @@ TEST_F(OverlayQuota, OverwritesAndPreallocatedSpaceNeedNoRoom) {
 // Kept data counts wherever it is kept (here in acqfs-tmp, past a budget
 // of no descriptors), and is given back when the kernel forgets the node.
 TEST_F(OverlayQuota, KeptDataCountsUntilTheKernelLetsGo) {
-  WriteFile(t_.L("l"), std::string(100 << 10, 'l'));
+  MakeFile(t_.L("l"), std::string(100 << 10, 'l'));
   ASSERT_NO_FATAL_FAILURE(StartWithQuota(1 << 20));
   ov_->SetDescriptorBudget(64, 0);
   const uint64_t empty = Used();
@@ -349,7 +350,7 @@ TEST_F(OverlayQuota, GrowthBetweenCallsIsChargedWhenTheFileIsSeen) {
 }
 
 TEST(QuotaCharged, SettlesToTheBlocksTheCallAllocated) {
-  acqfs_test::TempTree t;
+  acqfs::test::TempTree t;
   std::string path = t.upper() + "/f";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
   ASSERT_GE(fd, 0);

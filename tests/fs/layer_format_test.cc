@@ -8,17 +8,17 @@
 #include <unistd.h>
 
 #include "common/handle.h"
-#include "unit_test_util.h"
+#include "harness/layer_tree.h"
 
 namespace acqfs {
 namespace {
 
-using acqfs_test::GetXattr;
-using acqfs_test::Lstat;
-using acqfs_test::MakeDir;
-using acqfs_test::SetXattr;
-using acqfs_test::TempTree;
-using acqfs_test::WriteFile;
+using acqfs::test::GetXattr;
+using acqfs::test::Lstat;
+using acqfs::test::MakeDir;
+using acqfs::test::MakeFile;
+using acqfs::test::SetXattr;
+using acqfs::test::TempTree;
 
 UniqueFd OpenDirFd(const std::string& path) {
   return UniqueFd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -61,7 +61,7 @@ TEST(LayerFormat, PrefixAndKeysForTrustedNamespace) {
 
 TEST(LayerFormat, DefaultNamespaceIsUserWhenForcedOrUnprivileged) {
   EXPECT_EQ(LayerFormat::DefaultNamespace(true), XattrNamespace::kUser);
-  EXPECT_EQ(LayerFormat::DefaultNamespace(false), acqfs_test::IsRoot()
+  EXPECT_EQ(LayerFormat::DefaultNamespace(false), acqfs::test::IsRoot()
                                                       ? XattrNamespace::kTrusted
                                                       : XattrNamespace::kUser);
 }
@@ -99,7 +99,7 @@ TEST(LayerFormat, MakeWhiteoutCreatesZeroZeroCharDeviceThatIsWhiteout) {
 
 TEST(LayerFormat, IsWhiteoutRejectsOtherObjects) {
   TempTree t;
-  WriteFile(t.U("file"), "");
+  MakeFile(t.U("file"), "");
   MakeDir(t.U("dir"));
   EXPECT_FALSE(LayerFormat::IsWhiteout(Lstat(t.U("file"))));
   EXPECT_FALSE(LayerFormat::IsWhiteout(Lstat(t.U("dir"))));
@@ -148,7 +148,7 @@ TEST(LayerFormat, ReadOpaqueIgnoresTheOtherNamespace) {
 }
 
 TEST(LayerFormat, SetOpaqueThenReadOpaqueRoundTripsInTrustedNamespace) {
-  ASSERT_TRUE(acqfs_test::IsRoot())
+  ASSERT_TRUE(acqfs::test::IsRoot())
       << "trusted.* needs root (the tests run as root, as CI does)";
   TempTree t;
   MakeDir(t.U("d"));
@@ -173,9 +173,9 @@ TEST(LayerFormat, SetOpaqueOnTheRootByEmptyName) {
 
 TEST(LayerFormat, IsXattrWhiteoutOnZeroSizeFileWithWhiteoutXattr) {
   TempTree t;
-  WriteFile(t.U("wh"), "");
+  MakeFile(t.U("wh"), "");
   SetXattr(t.U("wh"), "user.overlay.whiteout", "");
-  WriteFile(t.U("plain"), "");
+  MakeFile(t.U("plain"), "");
   UniqueFd d = OpenDirFd(t.upper());
   LayerFormat f(XattrNamespace::kUser);
   ASSERT_OK_AND_ASSIGN(bool wh, f.IsXattrWhiteout(d.get(), "wh", t.U("wh")));
