@@ -90,8 +90,12 @@ PatchPath NamesOf(const std::string& path) {
   return {path, QuotePath("a/" + path), QuotePath("b/" + path)};
 }
 
+// Bytes of patch written so far (a rescan must not repeat any).
+size_t written = 0;
+
 void Write(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
+  written += text.size();
 }
 
 // One "diff --git" block from `old_side` to `new_side` (either may be
@@ -111,6 +115,11 @@ class DiffWriter {
   // Writes the blocks of changes[i] (and, for a directory that became a
   // file, of the deletions below it first); returns the next index.
   Result<size_t> Emit(const std::vector<PathChange>& changes, size_t i);
+  // Scans `path` and what is below it afresh (with `options`' settings) and
+  // writes their blocks: for a path that changed while it was read. Tries
+  // kAttempts times while that keeps happening before anything is written.
+  static constexpr int kAttempts = 3;
+  Status EmitAgain(const std::string& path, const ChangeScanOptions& options);
 
  private:
   Status EmitOld(const PathChange& c);   // the lower object goes
@@ -146,6 +155,29 @@ Status DiffWriter::EmitBoth(const PathChange& c) {
   auto new_side = ReadSide(layers_.upper, c.path, c.new_mode);
   if (!new_side) return new_side.error();
   return EmitBlock(renderer_, c.path, *old_side, *new_side);
+}
+
+Status DiffWriter::EmitAgain(const std::string& path,
+                             const ChangeScanOptions& options) {
+  ChangeScanOptions one;
+  one.paths = {path};
+  one.include_git_dir = options.include_git_dir;
+  Status last = Ok();
+  for (int attempt = 0; attempt < kAttempts; attempt++) {
+    auto changes = ScanChanges(layers_, one);
+    if (!changes) return changes.error();
+    const size_t before = written;
+    last = Ok();
+    for (size_t i = 0; i < changes->size() && last;) {
+      auto next = Emit(*changes, i);
+      if (next)
+        i = *next;
+      else
+        last = next.error();
+    }
+    if (last || !ChangedUnderfoot(last.err()) || written != before) return last;
+  }
+  return last;
 }
 
 Result<size_t> DiffWriter::Emit(const std::vector<PathChange>& changes,
@@ -219,13 +251,41 @@ int RunDiff(const DiffArgs& a) {
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "diff", changes.error());
   DiffWriter writer(*layers);
+  size_t left_out = 0;
   for (size_t i = 0; i < changes->size();) {
+    const size_t before = written;
     auto next = writer.Emit(*changes, i);
-    if (!next) return Fail(kExitFailed, "diff", next.error());
-    i = *next;
+    if (next) {
+      i = *next;
+      continue;
+    }
+    if (!ChangedUnderfoot(next.err()) || written != before)
+      return Fail(kExitFailed, "diff", next.error());
+    // The sandbox changed the path while diff read it (a mounted sandbox at
+    // work): diff what is there now, as git diff reads each file when it
+    // comes to it. The changes at and below the path are scanned afresh.
+    const std::string path = (*changes)[i].path;
+    i++;
+    while (i < changes->size() && (*changes)[i].path.size() > path.size() &&
+           (*changes)[i].path.starts_with(path + "/"))
+      i++;
+    if (Status s = writer.EmitAgain(path, options); !s) {
+      if (!ChangedUnderfoot(s.err()))
+        return Fail(kExitFailed, "diff", s.error());
+      std::fprintf(stderr,
+                   "acqfs: diff: %s: changed while diff read it, %d times; "
+                   "left out (%s)\n",
+                   QuotePath(path).c_str(), DiffWriter::kAttempts,
+                   s.error().Message().c_str());
+      left_out++;
+    }
   }
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     return Fail(kExitFailed, "diff", Error::Errno("write", "stdout"));
+  if (left_out > 0)
+    return Fail(kExitFailed, "diff", std::to_string(left_out) + " paths",
+                "left out: they changed while diff read them; run diff "
+                "again once the sandbox is quiet");
   return 0;
 }
 

@@ -30,6 +30,17 @@ struct Error {
   std::string Message() const;
 };
 
+// Does `err` say that the object a path named went away or was replaced
+// while it was being read (a sandbox changing under a scan of its layers)?
+// The name is gone (ENOENT), a directory on the way became something else
+// (ENOTDIR, or ELOOP: a symlink under RESOLVE_NO_SYMLINKS), the file became
+// a whiteout (ENXIO: a 0/0 device was opened) or a directory (EISDIR), or a
+// descriptor went stale (ESTALE).
+inline bool ChangedUnderfoot(int err) {
+  return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENXIO ||
+         err == EISDIR || err == ESTALE;
+}
+
 template <class T>
 class [[nodiscard]] Result {
  public:

@@ -174,14 +174,28 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
     if (!t) return t.error();
     base_tree = *t;
   }
+  // A mounted sandbox at work may change a path between the scan and the
+  // read of it (ChangedUnderfoot): the snapshot is then taken again, up to
+  // kAttempts times, so that it is one whole reading of the upper layer.
+  constexpr int kAttempts = 3;
   SnapshotStats stats;
-  auto tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
-                                *s.layers, &stats, s.progress);
+  Result<git_oid> tree = git_oid{};
+  for (int attempt = 1;; attempt++) {
+    stats = SnapshotStats{};
+    tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
+                             *s.layers, &stats, s.progress);
+    if (tree || !ChangedUnderfoot(tree.err()) || attempt == kAttempts) break;
+  }
   if (!tree) {
     // Whatever stops the working tree (a directory or file that cannot be
     // read) stops it alone: it is refused and named, the previous snapshot
     // stays, the branches still go out.
-    plan->refused.push_back("working tree: " + tree.error().Message());
+    std::string why = "working tree: " + tree.error().Message();
+    if (ChangedUnderfoot(tree.err()))
+      why += " (the sandbox changed it while export read it, " +
+             std::to_string(kAttempts) +
+             " times; export again once the sandbox is quiet)";
+    plan->refused.push_back(why);
     plan->worktree_changed = false;
     return Ok();
   }

@@ -335,13 +335,13 @@ TEST_F(ChangeScanTest, GitDirsAtAnyDepthAreSkippedUnlessAsked) {
   CopyUpDir("sub");
   CopyUpDir("sub/.git");
   CopyUpFile("sub/.git/config", "b");
-  WriteFile(t_.U("sub/work.c"), "int x;\n");
+  MakeFile(t_.U("sub/work.c"), "int x;\n");
   MakeDeviceWhiteout(t_.U("sub/.gitmodules"));  // not .git: reported
-  WriteFile(t_.L("sub/.gitmodules"), "m");
+  MakeFile(t_.L("sub/.gitmodules"), "m");
   MakeDir(t_.L("gone"));
   MakeDir(t_.L("gone/.git"));
-  WriteFile(t_.L("gone/.git/HEAD"), "ref");
-  WriteFile(t_.L("gone/f"), "f");
+  MakeFile(t_.L("gone/.git/HEAD"), "ref");
+  MakeFile(t_.L("gone/f"), "f");
   MakeDeviceWhiteout(t_.U("gone"));  // a nested repository removed
   EXPECT_EQ(Summary(), (Strings{"D gone", "D gone/f", "D sub/.gitmodules",
                                 "A sub/work.c"}));

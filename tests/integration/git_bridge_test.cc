@@ -1043,5 +1043,43 @@ TEST(GitBridgeNoRepo, ExportOfADirectoryThatIsNotACheckoutSaysSo) {
       << r.Describe();
 }
 
+// Export of a mounted sandbox at work: a path changed between the scan and
+// its read makes export take the working-tree snapshot again, so that it is
+// one whole reading of the upper layer; only a sandbox that keeps changing
+// through every attempt refuses the working tree, saying why and what to
+// do. (It used to refuse at the first such path: "open directory: ...: No
+// such file or directory".) Once the agent stops, export publishes the
+// working tree, and the host's files stay as they were.
+TEST_F(GitBridge, ExportOfASandboxChangingUnderItRetakesTheSnapshot) {
+  Mount();
+  const std::string host_a = ContentOf(lower_ + "/docs/a.txt");
+  CommandResult churn;
+  std::thread agent(
+      [&] { churn = RunShell(ChurnScript(8), 60, sandbox_->mountpoint()); });
+  int runs = 0, ok = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(7);
+  while (std::chrono::steady_clock::now() < end) {
+    CommandResult r = Acqfs({"export", sandbox_->name()});
+    runs++;
+    if (r.ok()) {
+      ok++;
+      continue;
+    }
+    EXPECT_NE(r.err.find("the sandbox changed it while export read it"),
+              std::string::npos)
+        << r.Describe();
+  }
+  agent.join();
+  EXPECT_TRUE(churn.ok()) << churn.Describe();
+  EXPECT_GT(ok, 0) << "no export of " << runs << " succeeded";
+  CommandResult quiet = Acqfs({"export", sandbox_->name()});
+  ASSERT_TRUE(quiet.ok()) << quiet.Describe();
+  Fetch();
+  std::string b = ContentOf(M("docs/b.txt"));
+  while (!b.empty() && b.back() == '\n') b.pop_back();
+  EXPECT_EQ(Git(lower_, {"show", remote() + "/acqfs-worktree:docs/b.txt"}), b);
+  EXPECT_EQ(ContentOf(lower_ + "/docs/a.txt"), host_a);
+}
+
 }  // namespace
 }  // namespace acqfs::test

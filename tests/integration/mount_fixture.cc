@@ -336,4 +336,20 @@ CommandResult MountKernelOverlay(const std::string& lower,
   return AssertionSuccess();
 }
 
+std::string ChurnScript(int seconds) {
+  return "end=$(($(date +%s) + " + std::to_string(seconds) + "))\n" + R"sh(i=0
+while [ "$(date +%s)" -lt "$end" ]; do
+  i=$((i + 1))
+  mkdir -p t$i
+  for f in 1 2 3 4 5; do echo $i > t$i/x$f; done
+  mv t$i u$i
+  rm -rf u$((i - 2))
+  echo $i >> docs/a.txt
+  rm -f docs/b.txt
+  echo b$i > docs/b.txt
+  ln -sfn docs link$((i % 3))
+done
+)sh";
+}
+
 }  // namespace acqfs::test

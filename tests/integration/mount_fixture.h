@@ -105,6 +105,13 @@ CommandResult MountKernelOverlay(const std::string& lower,
 // the first failing step and names it.
 ::testing::AssertionResult RunMixedWorkload(const std::string& root);
 
+// A shell script that, run in a mount whose lower has docs/a.txt and
+// docs/b.txt, keeps changing it for `seconds`: directories made, filled,
+// renamed and removed, docs/a.txt appended to, docs/b.txt removed and made
+// again (a whiteout in between), a symlink swapped (ln -sfn's rename). For
+// readers of the layers racing an agent at work.
+std::string ChurnScript(int seconds);
+
 }  // namespace acqfs::test
 
 #endif  // ACQFS_TESTS_INTEGRATION_MOUNT_FIXTURE_H_

@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/binaries.h"
@@ -495,6 +497,40 @@ TEST_F(StatusDiff, UnknownSandboxIsBadInput) {
     EXPECT_EQ(r.err, "acqfs: " + cmd + ": nosuch: no such sandbox\n")
         << r.Describe();
   }
+}
+
+// A path the mounted sandbox changes between diff's scan and its read of
+// the path (removed, made a whiteout, renamed away) is diffed as it is when
+// diff reads it, as git diff reads each file when it comes to it: diff
+// never fails because the agent is at work. (It used to fail on the first
+// such path: "No such file or directory (openat2)", or ENXIO on a file that
+// had just become a whiteout.)
+TEST_F(StatusDiff, DiffOfASandboxChangingUnderItDiffsWhatItFinds) {
+  MakePlainLower();
+  Mount();
+  CommandResult churn;
+  std::thread agent(
+      [&] { churn = RunShell(ChurnScript(8), 60, sandbox_->mountpoint()); });
+  int runs = 0, ok = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(7);
+  while (std::chrono::steady_clock::now() < end) {
+    CommandResult r = Acqfs({"diff", sandbox_->name()});
+    runs++;
+    if (r.ok()) {
+      ok++;
+      continue;
+    }
+    // Only a path that kept changing through every attempt may be left
+    // out, and then it is named.
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find("changed while diff read it"), std::string::npos)
+        << r.Describe();
+  }
+  agent.join();
+  EXPECT_TRUE(churn.ok()) << churn.Describe();
+  EXPECT_GT(ok, runs / 2) << ok << " of " << runs << " diffs succeeded";
+  CommandResult quiet = Acqfs({"diff", sandbox_->name()});
+  EXPECT_TRUE(quiet.ok()) << quiet.Describe();
 }
 
 }  // namespace
