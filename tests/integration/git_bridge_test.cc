@@ -1053,25 +1053,17 @@ TEST(GitBridgeNoRepo, ExportOfADirectoryThatIsNotACheckoutSaysSo) {
 TEST_F(GitBridge, ExportOfASandboxChangingUnderItRetakesTheSnapshot) {
   Mount();
   const std::string host_a = ContentOf(lower_ + "/docs/a.txt");
-  CommandResult churn;
-  std::thread agent(
-      [&] { churn = RunShell(ChurnScript(8), 60, sandbox_->mountpoint()); });
-  int runs = 0, ok = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(7);
-  while (std::chrono::steady_clock::now() < end) {
-    CommandResult r = Acqfs({"export", sandbox_->name()});
-    runs++;
-    if (r.ok()) {
-      ok++;
-      continue;
-    }
-    EXPECT_NE(r.err.find("the sandbox changed it while export read it"),
-              std::string::npos)
-        << r.Describe();
-  }
-  agent.join();
-  EXPECT_TRUE(churn.ok()) << churn.Describe();
-  EXPECT_GT(ok, 0) << "no export of " << runs << " succeeded";
+  ChurnRace race = RaceWithChurn(
+      sandbox_->mountpoint(), 7,
+      {AcqfsBinary(), "export", sandbox_->name(), "--state-dir",
+       sandbox_->state_dir()},
+      [](const CommandResult& r) {
+        EXPECT_NE(r.err.find("the sandbox changed it while export read it"),
+                  std::string::npos)
+            << r.Describe();
+      });
+  EXPECT_TRUE(race.churn.ok()) << race.churn.Describe();
+  EXPECT_GT(race.ok, 0) << "no export of " << race.runs << " succeeded";
   CommandResult quiet = Acqfs({"export", sandbox_->name()});
   ASSERT_TRUE(quiet.ok()) << quiet.Describe();
   Fetch();

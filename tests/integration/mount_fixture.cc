@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 namespace acqfs::test {
 namespace {
@@ -350,6 +352,28 @@ while [ "$(date +%s)" -lt "$end" ]; do
   ln -sfn docs link$((i % 3))
 done
 )sh";
+}
+
+ChurnRace RaceWithChurn(
+    const std::string& mountpoint, int seconds,
+    const std::vector<std::string>& command,
+    const std::function<void(const CommandResult&)>& check) {
+  ChurnRace race;
+  std::thread agent([&] {
+    race.churn = RunShell(ChurnScript(seconds + 1), 60 + seconds, mountpoint);
+  });
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    CommandResult r = RunCommand(command, 120);
+    race.runs++;
+    if (r.ok())
+      race.ok++;
+    else
+      check(r);
+  }
+  agent.join();
+  return race;
 }
 
 }  // namespace acqfs::test

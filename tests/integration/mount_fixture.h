@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -111,6 +112,16 @@ CommandResult MountKernelOverlay(const std::string& lower,
 // again (a whiteout in between), a symlink swapped (ln -sfn's rename). For
 // readers of the layers racing an agent at work.
 std::string ChurnScript(int seconds);
+
+// Runs `command` again and again for `seconds` while ChurnScript runs in
+// `mountpoint` (for a second longer). `check` sees each failed run.
+struct ChurnRace {
+  int runs = 0, ok = 0;
+  CommandResult churn;  // the churn script's own result
+};
+ChurnRace RaceWithChurn(const std::string& mountpoint, int seconds,
+                        const std::vector<std::string>& command,
+                        const std::function<void(const CommandResult&)>& check);
 
 }  // namespace acqfs::test
 

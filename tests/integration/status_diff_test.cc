@@ -9,11 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "harness/binaries.h"
@@ -508,27 +506,20 @@ TEST_F(StatusDiff, UnknownSandboxIsBadInput) {
 TEST_F(StatusDiff, DiffOfASandboxChangingUnderItDiffsWhatItFinds) {
   MakePlainLower();
   Mount();
-  CommandResult churn;
-  std::thread agent(
-      [&] { churn = RunShell(ChurnScript(8), 60, sandbox_->mountpoint()); });
-  int runs = 0, ok = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(7);
-  while (std::chrono::steady_clock::now() < end) {
-    CommandResult r = Acqfs({"diff", sandbox_->name()});
-    runs++;
-    if (r.ok()) {
-      ok++;
-      continue;
-    }
-    // Only a path that kept changing through every attempt may be left
-    // out, and then it is named.
-    EXPECT_EQ(r.exit_code, 1) << r.Describe();
-    EXPECT_NE(r.err.find("changed while diff read it"), std::string::npos)
-        << r.Describe();
-  }
-  agent.join();
-  EXPECT_TRUE(churn.ok()) << churn.Describe();
-  EXPECT_GT(ok, runs / 2) << ok << " of " << runs << " diffs succeeded";
+  ChurnRace race = RaceWithChurn(
+      sandbox_->mountpoint(), 7,
+      {AcqfsBinary(), "diff", sandbox_->name(), "--state-dir",
+       sandbox_->state_dir()},
+      [](const CommandResult& r) {
+        // Only a path that kept changing through every attempt may be
+        // left out, and then it is named.
+        EXPECT_EQ(r.exit_code, 1) << r.Describe();
+        EXPECT_NE(r.err.find("changed while diff read it"), std::string::npos)
+            << r.Describe();
+      });
+  EXPECT_TRUE(race.churn.ok()) << race.churn.Describe();
+  EXPECT_GT(race.ok, race.runs / 2)
+      << race.ok << " of " << race.runs << " diffs succeeded";
   CommandResult quiet = Acqfs({"diff", sandbox_->name()});
   EXPECT_TRUE(quiet.ok()) << quiet.Describe();
 }
