@@ -176,7 +176,9 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   }
   // A mounted sandbox at work may change a path between the scan and the
   // read of it (ChangedUnderfoot): the snapshot is then taken again, up to
-  // kAttempts times, so that it is one whole reading of the upper layer.
+  // kAttempts times, rather than refused at the first such path. (Even a
+  // reading that succeeds records each path as it was when read, not one
+  // instant: docs/changes.md.)
   constexpr int kAttempts = 3;
   SnapshotStats stats;
   Result<git_oid> tree = git_oid{};
