@@ -21,7 +21,8 @@ struct MountConfig {
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds
   bool writeback_cache = false;  // see docs/architecture.md: mtimes diverge
   // Handle-less reads and writes: the kernel sends no OPEN/RELEASE for
-  // files (see fs/fuse_ops.cc, NodeFiles); `-o handles` turns it off.
+  // files (docs/architecture.md, "Handle-less files"); `-o handles` turns
+  // it off.
   bool no_open = true;
   // fsync each copy-up before publishing it (the kernel overlayfs default);
   // `-o nosync_copyup` turns it off: copy-ups still survive the daemon's
