@@ -200,7 +200,7 @@ Status CopyAttrsTo(const Layers& layers, int src_dirfd,
 // system has no O_TMPFILE; the caller then uses a named temporary.
 Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
                               const std::string& rel, const struct stat& st,
-                              const std::string& shown) {
+                              uint64_t origin, const std::string& shown) {
   std::string name = sys::Basename(rel);
   int fd = sys::OpenRelievingPressure([&] {
     return ::openat(layers.tmp.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC,
@@ -222,7 +222,7 @@ Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
   Dest dst;
   dst.fd = out.get();
   ACQFS_TRY(CopyAttrsTo(layers, src_dirfd, name, st, dst, shown));
-  ACQFS_TRY(layers.format.SetOriginFd(out.get(), st.st_ino, shown));
+  ACQFS_TRY(layers.format.SetOriginFd(out.get(), origin, shown));
   ACQFS_TRY(RunHook(rel));
   auto dst_dir = layers.upper.OpenDir(sys::Dirname(rel));
   if (!dst_dir) return dst_dir.error();
@@ -251,12 +251,13 @@ namespace {
 // `dst_dirfd`/`dst_name`, with its attributes and origin marker. On failure
 // whatever it made is removed.
 Status CopyNamed(const Layers& layers, int src_dirfd, const std::string& name,
+                 uint64_t origin,
                  const struct stat& st, int dst_dirfd,
                  const std::string& dst_name, const std::string& shown) {
   Status s =
       CreateCopy(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
   if (s) s = CopyAttrs(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
-  if (s) s = layers.format.SetOrigin(dst_dirfd, dst_name, st.st_ino, shown);
+  if (s) s = layers.format.SetOrigin(dst_dirfd, dst_name, origin, shown);
   if (!s) (void)sys::RemoveTree(dst_dirfd, dst_name, shown);
   return s;
 }
@@ -264,15 +265,17 @@ Status CopyNamed(const Layers& layers, int src_dirfd, const std::string& name,
 }  // namespace
 
 Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
-                   const std::string& dst_name) {
-  std::string shown = layers.lower.Shown(rel);
-  auto src_dir = layers.lower.OpenDir(sys::Dirname(rel));
+                   const std::string& dst_name, LowerSource from) {
+  const Layer& src = layers.LowerLayer(from.layer);
+  std::string shown = src.Shown(rel);
+  auto src_dir = src.OpenDir(sys::Dirname(rel));
   if (!src_dir) return src_dir.error();
   std::string name = sys::Basename(rel);
   auto st = sys::StatAt(src_dir->get(), name, shown);
   if (!st) return st.error();
-  return CopyNamed(layers, src_dir->get(), name, *st, dst_dirfd, dst_name,
-                   shown);
+  return CopyNamed(layers, src_dir->get(), name,
+                   from.origin ? from.origin : st->st_ino, *st, dst_dirfd,
+                   dst_name, shown);
 }
 
 Status CopyLowerFdTo(const Layers& layers, int src_fd, int dst_dirfd,
@@ -317,22 +320,26 @@ Status CopyLowerFdTo(const Layers& layers, int src_fd, int dst_dirfd,
   return s;
 }
 
-Status CopyUp(const Layers& layers, const std::string& rel) {
+Status CopyUp(const Layers& layers, const std::string& rel, LowerSource from) {
   std::string dir = sys::Dirname(rel), name = sys::Basename(rel);
-  std::string shown = layers.lower.Shown(rel);
-  auto src_dir = layers.lower.OpenDir(dir);
+  const Layer& src = layers.LowerLayer(from.layer);
+  std::string shown = src.Shown(rel);
+  auto src_dir = src.OpenDir(dir);
   if (!src_dir) return src_dir.error();
   auto st = sys::StatAt(src_dir->get(), name, shown);
   if (!st) return st.error();
+  const uint64_t origin = from.origin ? from.origin : st->st_ino;
   if (S_ISREG(st->st_mode)) {
-    auto done = CopyUpViaTmpfile(layers, src_dir->get(), rel, *st, shown);
+    auto done =
+        CopyUpViaTmpfile(layers, src_dir->get(), rel, *st, origin, shown);
     if (!done) return done.error();
     if (*done) return Ok();
   }
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers.tmp.get();
   auto cleanup = [&] { (void)sys::RemoveTree(tfd, tmp, layers.tmp_path); };
-  Status s = CopyNamed(layers, src_dir->get(), name, *st, tfd, tmp, shown);
+  Status s =
+      CopyNamed(layers, src_dir->get(), name, origin, *st, tfd, tmp, shown);
   if (s) s = RunHook(rel);
   if (!s) {
     cleanup();
@@ -376,17 +383,22 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
     if (!dst) return dst.error();
     auto entries = ListMerged(layers, dir);
     if (!entries) return entries.error();
-    UniqueFd upper_fd, lower_fd;
+    UniqueFd upper_fd;
     if (dir.upper) {
       auto u = layers.upper.OpenDir(dir.path);
       if (!u) return u.error();
       upper_fd = std::move(*u);
     }
-    if (dir.merged) {
-      auto l = layers.lower.OpenDir(dir.path);
-      if (!l) return l.error();
-      lower_fd = std::move(*l);
-    }
+    // Each lower layer's directory, opened when an entry comes from it.
+    UniqueFd lower_fd[kMaxLowerLayers];
+    auto lower_dir = [&](unsigned i) -> Result<int> {
+      if (!lower_fd[i]) {
+        auto l = layers.LowerLayer(i).OpenDir(dir.path);
+        if (!l) return l.error();
+        lower_fd[i] = std::move(*l);
+      }
+      return lower_fd[i].get();
+    };
     for (const auto& e : *entries) {
       std::string rel = sys::Join(dir.path, e.name);
       auto c = ResolveChild(layers, dir, e.name);
@@ -395,7 +407,7 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
       if (c->is_dir()) {
         uint64_t child_origin = c->origin;
         if (!child_origin && c->lower && S_ISDIR(c->lower_st.st_mode))
-          child_origin = c->lower_st.st_ino;
+          child_origin = c->lower_ino;
         subdirs.push_back(Subdir{e.name, c->AsDir(rel), child_origin});
         continue;
       }
@@ -411,12 +423,15 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
           ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->origin,
                                             layers.upper.Shown(rel)));
       } else {
-        ACQFS_TRY(CreateCopy(layers, lower_fd.get(), e.name, c->lower_st, d,
-                             e.name, layers.lower.Shown(rel)));
-        ACQFS_TRY(CopyAttrs(layers, lower_fd.get(), e.name, c->lower_st, d,
-                            e.name, layers.lower.Shown(rel)));
-        ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->lower_st.st_ino,
-                                          layers.lower.Shown(rel)));
+        const Layer& src = layers.LowerLayer(c->lower_layer);
+        auto lfd = lower_dir(c->lower_layer);
+        if (!lfd) return lfd.error();
+        ACQFS_TRY(CreateCopy(layers, *lfd, e.name, c->lower_st, d, e.name,
+                             src.Shown(rel)));
+        ACQFS_TRY(CopyAttrs(layers, *lfd, e.name, c->lower_st, d, e.name,
+                            src.Shown(rel)));
+        ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->lower_ino,
+                                          src.Shown(rel)));
       }
     }
   }
@@ -425,7 +440,8 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
                                dst_rel + "/" + sub.name, sub.origin));
   // The directory's own attributes last (adding entries moved its times),
   // from the upper when it has one.
-  const Layer& meta_layer = dir.upper ? layers.upper : layers.lower;
+  const Layer& meta_layer =
+      dir.upper ? layers.upper : layers.LowerLayer(TopLowerLayer(dir.lower));
   std::string base = sys::Basename(dir.path);
   auto meta_dir = meta_layer.OpenDir(sys::Dirname(dir.path));
   if (!meta_dir) return meta_dir.error();

@@ -11,6 +11,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -26,16 +27,25 @@ struct DirView;
 using CopyUpHook = std::function<Status(const std::string& rel)>;
 void SetCopyUpHookForTesting(CopyUpHook hook);
 
+// Which lower layer a copy is made from (fs/layer.h: 0 is the host), and
+// the origin marker it gets: the number the object is reported with
+// (ChildInfo::lower_ino; 0: the source's st_ino, right for the host).
+struct LowerSource {
+  unsigned layer = 0;
+  uint64_t origin = 0;
+};
+
 // Copies the lower object at `rel` (any type; a directory without its
 // children) into the upper layer at the same path. The upper parent must
 // exist and `rel` must not exist in the upper.
-Status CopyUp(const Layers& layers, const std::string& rel);
+Status CopyUp(const Layers& layers, const std::string& rel,
+              LowerSource from = {});
 
 // Copies the lower object at `rel` (any type; a directory without its
 // children), with its attributes and origin marker, to `dst_dirfd`/`dst_name`
 // (which must not exist). Nothing is published: the caller owns the copy.
 Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
-                   const std::string& dst_name);
+                   const std::string& dst_name, LowerSource from = {});
 
 // The same for a lower regular file reached by a descriptor (any kind,
 // O_PATH included) rather than a path: a lower file kept open by the daemon

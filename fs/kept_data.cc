@@ -104,13 +104,14 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
   return k;
 }
 
-KeptData KeptStore::KeepLower(std::string rel) {
+KeptData KeptStore::KeepLower(std::string rel, unsigned layer) {
   KeptData k;
   k.where_ = KeptData::Where::kLower;
+  k.layer_ = static_cast<uint8_t>(layer);
   if (TakeBudget(false)) {
     // The inode itself, so the data survives the host deleting or replacing
     // the file meanwhile (as an open file's would).
-    auto fd = layers_->lower.Open(rel, O_PATH | O_NOFOLLOW);
+    auto fd = layers_->LowerLayer(layer).Open(rel, O_PATH | O_NOFOLLOW);
     if (fd)
       k.fd_ = std::move(*fd);
     else
@@ -126,9 +127,10 @@ Status KeptStore::MakeChangeable(KeptData* k) {
   Status s = Error::Of(EINVAL, "copy", k->name_);
   if (k->fd_)
     s = CopyLowerFdTo(*layers_, k->fd_.get(), layers_->tmp.get(), tmp,
-                      layers_->lower.Shown(k->name_));
+                      layers_->LowerLayer(k->layer_).Shown(k->name_));
   if (!s && s.err() == EINVAL)  // no descriptor, or not a regular file
-    s = CopyLowerTo(*layers_, k->name_, layers_->tmp.get(), tmp);
+    s = CopyLowerTo(*layers_, k->name_, layers_->tmp.get(), tmp,
+                    LowerSource{k->layer_, 0});
   ACQFS_TRY(s);
   if (k->fd_) {
     k->fd_.reset();
@@ -167,8 +169,9 @@ Result<UniqueFd> KeptStore::Open(const KeptData& k, int flags) const {
         return Error::Of(EROFS, "write to a kept lower file", k.name_);
       if (!k.fd_) {
         if (flags & O_PATH)
-          return layers_->lower.Open(k.name_, O_PATH | O_NOFOLLOW);
-        return layers_->lower.OpenForReading(k.name_);
+          return layers_->LowerLayer(k.layer_).Open(k.name_,
+                                                    O_PATH | O_NOFOLLOW);
+        return layers_->LowerLayer(k.layer_).OpenForReading(k.name_);
       }
       std::string proc = ProcPath(k.fd_.get());
       const int base = (flags & O_PATH) ? O_PATH : O_RDONLY;
@@ -194,7 +197,7 @@ Result<struct stat> KeptStore::Stat(const KeptData& k) const {
       return sys::StatAt(layers_->tmp.get(), k.name_, layers_->tmp_path);
     case KeptData::Where::kLower:
       if (k.fd_) return sys::Fstat(k.fd_.get(), k.name_);
-      return layers_->lower.Stat(k.name_);
+      return layers_->LowerLayer(k.layer_).Stat(k.name_);
     case KeptData::Where::kNowhere:
       break;
   }

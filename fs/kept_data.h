@@ -53,10 +53,12 @@ class KeptData {
   // A moved-from KeptData is empty.
   KeptData(KeptData&& o) noexcept
       : where_(std::exchange(o.where_, Where::kNowhere)),
+        layer_(o.layer_),
         fd_(std::move(o.fd_)),
         name_(std::move(o.name_)) {}
   KeptData& operator=(KeptData&& o) noexcept {
     where_ = std::exchange(o.where_, Where::kNowhere);
+    layer_ = o.layer_;
     fd_ = std::move(o.fd_);
     name_ = std::move(o.name_);
     return *this;
@@ -72,6 +74,7 @@ class KeptData {
  private:
   friend class KeptStore;
   Where where_ = Where::kNowhere;
+  uint8_t layer_ = 0;  // kLower: the lower layer (fs/layer.h; 0: the host)
   UniqueFd fd_;       // kDescriptor, and kLower within the budget
   std::string name_;  // kTmpName: name in acqfs-tmp; kLower: lower path
 };
@@ -101,9 +104,10 @@ class KeptStore {
   // budget, else a hard link in acqfs-tmp. The name is left as it is.
   Result<KeptData> Keep(int dirfd, const std::string& name,
                         const std::string& shown);
-  // Keeps a lower file (`rel` from the layer roots): by a descriptor of its
-  // inode within the budget, else by its path.
-  KeptData KeepLower(std::string rel);
+  // Keeps a lower file (`rel` from the layer roots, in lower layer `layer`):
+  // by a descriptor of its inode within the budget, else by its path (a
+  // frozen layer never changes; the host may).
+  KeptData KeepLower(std::string rel, unsigned layer = 0);
 
   // Turns lower-kept data into a copy of its own in acqfs-tmp (data,
   // owner, mode, times, xattrs, origin marker), so that it can be changed.

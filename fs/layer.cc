@@ -235,8 +235,30 @@ std::optional<pid_t> LayersHolder(const std::string& dir) {
   return FlockHolderOf(LocksKey(st));
 }
 
+Status Layers::OpenFrozen(const std::vector<std::string>& paths) {
+  if (paths.size() >= kMaxLowerLayers)
+    return Error::Of(EMLINK,
+                     "open the layers (more than " +
+                         std::to_string(kMaxLowerLayers - 1) +
+                         " frozen layers: squash them)",
+                     paths.back());
+  frozen.clear();
+  for (const auto& p : paths) {
+    auto f = Layer::Open(p);
+    if (!f) return f.error();
+    frozen.push_back(std::move(*f));
+  }
+  auto lst = sys::Fstat(lower.root(), lower.root_path());
+  if (!lst) return lst.error();
+  auto ust = sys::Fstat(upper.root(), upper.root_path());
+  if (!ust) return ust.error();
+  store_on_host_dev = lst->st_dev == ust->st_dev;
+  return Ok();
+}
+
 Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
-                            const std::string& work, XattrNamespace ns) {
+                            const std::string& work, XattrNamespace ns,
+                            const std::vector<std::string>& frozen) {
   Layers l;
   // Before anything in the work directory is touched: a daemon that serves
   // these layers keeps its kept data in acqfs-tmp/.
@@ -252,6 +274,7 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   l.lower = std::move(*lo);
   l.upper = std::move(*up);
   l.work = std::move(*wk);
+  ACQFS_TRY(l.OpenFrozen(frozen));
   l.format = LayerFormat(ns);
   l.privileged = ::geteuid() == 0;
   l.tmp_path = work + "/" + LayerFormat::kTempDirName;
@@ -289,7 +312,8 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
 
 Result<Layers> Layers::OpenForReading(const std::string& lower,
                                       const std::string& upper,
-                                      XattrNamespace ns) {
+                                      XattrNamespace ns,
+                                      const std::vector<std::string>& frozen) {
   Layers l;
   auto lo = Layer::Open(lower);
   if (!lo) return lo.error();
@@ -297,6 +321,7 @@ Result<Layers> Layers::OpenForReading(const std::string& lower,
   if (!up) return up.error();
   l.lower = std::move(*lo);
   l.upper = std::move(*up);
+  ACQFS_TRY(l.OpenFrozen(frozen));
   l.format = LayerFormat(ns);
   l.privileged = ::geteuid() == 0;
   return l;
@@ -307,8 +332,10 @@ DirView ChildInfo::AsDir(const std::string& child_path) const {
   v.path = child_path;
   v.upper = upper;
   bool lower_dir = lower && S_ISDIR(lower_st.st_mode);
-  v.merged = lower_dir && (!upper || opaque != OpaqueMark::kOpaque);
-  if (upper && !S_ISDIR(upper_st.st_mode)) v.merged = false;
+  bool shows = lower_dir && (!upper || opaque != OpaqueMark::kOpaque);
+  if (upper && !S_ISDIR(upper_st.st_mode)) shows = false;
+  v.lower = shows ? lower_dirs : 0;
+  v.lower_xw = shows ? lower_xw : 0;
   v.xwhiteouts = upper && opaque == OpaqueMark::kMayHoldXattrWhiteouts;
   return v;
 }
@@ -320,8 +347,18 @@ Result<DirView> RootView(const Layers& layers) {
   auto mark = layers.format.ReadOpaque(layers.upper.root(), "",
                                        layers.upper.root_path());
   if (!mark) return mark.error();
-  v.merged = *mark != OpaqueMark::kOpaque;
   v.xwhiteouts = *mark == OpaqueMark::kMayHoldXattrWhiteouts;
+  if (*mark == OpaqueMark::kOpaque) return v;
+  // Down the frozen layers' roots to the first opaque one, then the host.
+  for (unsigned i = layers.lower_layers(); i-- > 0;) {
+    v.lower |= LowerBit(i);
+    if (i == 0) break;
+    const Layer& f = layers.LowerLayer(i);
+    auto m = layers.format.ReadOpaque(f.root(), "", f.root_path());
+    if (!m) return m.error();
+    if (*m == OpaqueMark::kMayHoldXattrWhiteouts) v.lower_xw |= LowerBit(i);
+    if (*m == OpaqueMark::kOpaque) break;
+  }
   return v;
 }
 
@@ -379,38 +416,103 @@ Status ResolveUpperChild(const Layers& layers, const DirView& dir, int ufd,
   return Ok();
 }
 
-// The lower half: what the lower directory open as `lfd` holds under
-// `name`, unless the policy hides it.
-Status ResolveLowerChild(const Layers& layers, const DirView& dir, int lfd,
-                         const std::string& name, ChildInfo* c) {
+// One lower layer's step of the lower half of the lookup rule, from the
+// topmost layer of dir.lower down: what lower layer `i`'s directory, open
+// as `fd`, holds under `name`. Sets `*done` when the layers below cannot
+// matter (a whiteout, a non-directory, an opaque directory, the host).
+// `*pending` tracks a directory's number until a layer gives it.
+Status ResolveLowerStep(const Layers& layers, const DirView& dir, unsigned i,
+                        int fd, const std::string& name, ChildInfo* c,
+                        bool* pending, bool* done, bool apply_policy = true) {
+  const Layer& layer = layers.LowerLayer(i);
+  struct stat st;
   bool found = false;
-  Status st = sys::StatAtIfExists(lfd, name, &c->lower_st, &found, kNoName);
-  if (!st) return NamedIn(st.error(), layers.lower, dir, name);
-  if (found && layers.policy && layers.policy->hides_anything() &&
-      layers.HidesLower(ChildPath(dir, name), S_ISDIR(c->lower_st.st_mode))) {
-    found = false;
-    c->lower_st = {};
+  Status s = sys::StatAtIfExists(fd, name, &st, &found, kNoName);
+  if (!s) return NamedIn(s.error(), layer, dir, name);
+  if (!found) return Ok();
+  if (i == 0) {
+    *done = true;
+    if (apply_policy && layers.policy && layers.policy->hides_anything() &&
+        layers.HidesLower(ChildPath(dir, name), S_ISDIR(st.st_mode)))
+      return Ok();
+  } else {
+    auto w = layers.format.IsWhiteoutEntry(fd, name, st,
+                                           (dir.lower_xw & LowerBit(i)) != 0,
+                                           kNoName);
+    if (!w) return NamedIn(w.error(), layer, dir, name);
+    if (*w) {
+      *done = true;
+      return Ok();
+    }
   }
-  c->lower = found;
+  const bool is_dir = S_ISDIR(st.st_mode);
+  if (c->lower && !(is_dir && S_ISDIR(c->lower_st.st_mode))) {
+    // Not a directory under the topmost directory: hidden by it.
+    *done = true;
+    return Ok();
+  }
+  if (!c->lower) {
+    c->lower = true;
+    c->lower_layer = i;
+    c->lower_st = st;
+    *pending = true;
+  }
+  if (i == 0) {
+    if (*pending) c->lower_ino = st.st_ino;
+    *pending = false;
+    if (is_dir) c->lower_dirs |= LowerBit(i);
+    return Ok();
+  }
+  if (*pending) {
+    auto origin = layers.format.ReadOrigin(fd, name, kNoName);
+    if (!origin) return NamedIn(origin.error(), layer, dir, name);
+    if (*origin) {
+      c->lower_ino = *origin;
+      *pending = false;
+    }
+  }
+  if (!is_dir) {
+    if (*pending) c->lower_ino = layers.TagStore(st.st_ino);
+    *pending = false;
+    *done = true;
+    return Ok();
+  }
+  c->lower_dirs |= LowerBit(i);
+  auto m = layers.format.ReadOpaque(fd, name, kNoName);
+  if (!m) return NamedIn(m.error(), layer, dir, name);
+  if (*m == OpaqueMark::kMayHoldXattrWhiteouts) c->lower_xw |= LowerBit(i);
+  // Its own number until a directory below gives it one.
+  if (*pending) c->lower_ino = layers.TagStore(st.st_ino);
+  if (*m == OpaqueMark::kOpaque) {
+    *pending = false;
+    *done = true;
+  }
   return Ok();
 }
 
 }  // namespace
 
 Result<ChildInfo> ResolveChildAt(const Layers& layers, const DirView& dir,
-                                 int upper_fd, int lower_fd,
+                                 int upper_fd, const LowerFds& lower,
                                  const std::string& name) {
   ChildInfo c;
   if (dir.upper) ACQFS_TRY(ResolveUpperChild(layers, dir, upper_fd, name, &c));
-  if (dir.merged && lower_fd >= 0)
-    ACQFS_TRY(ResolveLowerChild(layers, dir, lower_fd, name, &c));
+  bool pending = false, done = false;
+  for (LowerMask m = dir.lower; m && !done;) {
+    unsigned i = TopLowerLayer(m);
+    m &= ~LowerBit(i);
+    if (lower.fd[i] < 0) continue;
+    ACQFS_TRY(ResolveLowerStep(layers, dir, i, lower.fd[i], name, &c, &pending,
+                               &done));
+  }
   c.exists = c.upper || (c.lower && !c.whiteout);
   return c;
 }
 
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
-                               const std::string& name, uint64_t gen) {
-  // Each layer's directory is used before the other's is asked for: a
+                               const std::string& name, uint64_t gen,
+                               bool apply_policy) {
+  // Each layer's directory is used before the next one's is asked for: a
   // descriptor DirFd lends from its per-thread cache may be closed by the
   // next DirFd call, which can take its slot.
   ChildInfo c;
@@ -420,11 +522,15 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
     if (!fd) return fd.error();
     ACQFS_TRY(ResolveUpperChild(layers, dir, *fd, name, &c));
   }
-  if (dir.merged) {
+  bool pending = false, done = false;
+  for (LowerMask m = dir.lower; m && !done;) {
+    unsigned i = TopLowerLayer(m);
+    m &= ~LowerBit(i);
     UniqueFd owned;
-    auto fd = layers.lower.DirFd(dir.path, gen, &owned);
+    auto fd = layers.LowerLayer(i).DirFd(dir.path, gen, &owned);
     if (fd)
-      ACQFS_TRY(ResolveLowerChild(layers, dir, *fd, name, &c));
+      ACQFS_TRY(ResolveLowerStep(layers, dir, i, *fd, name, &c, &pending,
+                                 &done, apply_policy));
     else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
       return fd.error();
   }
@@ -434,25 +540,59 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
 
 Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
                                             const DirView& dir) {
-  UniqueFd ufd, lfd;
+  UniqueFd ufd;
   if (dir.upper) {
     auto fd = layers.upper.OpenDir(dir.path);
     if (!fd) return fd.error();
     ufd = std::move(*fd);
   }
-  if (dir.merged) {
-    auto fd = layers.lower.OpenDir(dir.path);
-    if (fd)
-      lfd = std::move(*fd);
-    else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
+  UniqueFd owned[kMaxLowerLayers];
+  LowerFds lower;
+  for (LowerMask m = dir.lower; m;) {
+    unsigned i = TopLowerLayer(m);
+    m &= ~LowerBit(i);
+    auto fd = layers.LowerLayer(i).OpenDir(dir.path);
+    if (fd) {
+      owned[i] = std::move(*fd);
+      lower.fd[i] = owned[i].get();
+    } else if (fd.err() != ENOENT && fd.err() != ENOTDIR) {
       return fd.error();
+    }
   }
-  return ListMergedAt(layers, dir, ufd ? ufd.get() : -1, lfd ? lfd.get() : -1);
+  return ListMergedAt(layers, dir, ufd ? ufd.get() : -1, lower);
 }
+
+namespace {
+
+// Is the entry `e` of the directory `fd` (in `layer`, whose directory may
+// hold xattr whiteouts when `xw`) a whiteout? Reads the entry only when its
+// type may be one.
+Result<bool> ListedWhiteout(const Layers& layers, const Layer& layer,
+                            const DirView& dir, int fd, bool xw,
+                            sys::DirEntry* e, bool* gone) {
+  *gone = false;
+  if (!(e->type == DT_CHR || e->type == DT_UNKNOWN ||
+        (e->type == DT_REG && xw)))
+    return false;
+  struct stat st;
+  bool found = false;
+  std::string shown = layer.Shown(sys::Join(dir.path, e->name));
+  ACQFS_TRY(sys::StatAtIfExists(fd, e->name, &st, &found, shown));
+  if (!found) {
+    *gone = true;
+    return false;
+  }
+  auto whiteout = layers.format.IsWhiteoutEntry(fd, e->name, st, xw, shown);
+  if (!whiteout) return whiteout.error();
+  if (!*whiteout && e->type == DT_UNKNOWN) e->type = IFTODT(st.st_mode);
+  return *whiteout;
+}
+
+}  // namespace
 
 Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
                                               const DirView& dir, int upper_fd,
-                                              int lower_fd) {
+                                              const LowerFds& lower) {
   std::vector<MergedEntry> out;
   std::unordered_map<std::string, size_t> index;
   std::unordered_set<std::string> whiteouts;
@@ -461,38 +601,48 @@ Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
     auto ents = sys::ReadDir(ufd, layers.upper.Shown(dir.path));
     if (!ents) return ents.error();
     for (auto& e : *ents) {
-      if (e.type == DT_CHR || e.type == DT_UNKNOWN ||
-          (e.type == DT_REG && dir.xwhiteouts)) {
-        struct stat st;
-        bool found = false;
-        std::string shown = layers.upper.Shown(sys::Join(dir.path, e.name));
-        ACQFS_TRY(sys::StatAtIfExists(ufd, e.name, &st, &found, shown));
-        if (!found) continue;
-        auto whiteout = UpperWhiteout(layers, dir, ufd, e.name, st);
-        if (!whiteout) return whiteout.error();
-        if (*whiteout) {
-          whiteouts.insert(e.name);
-          continue;
-        }
-        if (e.type == DT_UNKNOWN) e.type = IFTODT(st.st_mode);
+      bool gone = false;
+      auto w = ListedWhiteout(layers, layers.upper, dir, ufd, dir.xwhiteouts,
+                              &e, &gone);
+      if (!w) return w.error();
+      if (gone) continue;
+      if (*w) {
+        whiteouts.insert(e.name);
+        continue;
       }
       index[e.name] = out.size();
       out.push_back(MergedEntry{e.name, e.type, true, false, e.ino, 0});
     }
   }
-  if (dir.merged && lower_fd >= 0) {
-    const int lfd = lower_fd;
-    auto ents = sys::ReadDir(lfd, layers.lower.Shown(dir.path));
+  for (LowerMask m = dir.lower; m;) {
+    const unsigned i = TopLowerLayer(m);
+    m &= ~LowerBit(i);
+    const int lfd = lower.fd[i];
+    if (lfd < 0) continue;
+    const Layer& layer = layers.LowerLayer(i);
+    auto ents = sys::ReadDir(lfd, layer.Shown(dir.path));
     if (!ents) return ents.error();
+    // This layer's whiteouts hide the names of the layers below it only.
+    std::vector<std::string> hidden_below;
     for (auto& e : *ents) {
-      if (layers.policy && layers.policy->hides_anything()) {
+      if (i > 0) {
+        bool gone = false;
+        auto w = ListedWhiteout(layers, layer, dir, lfd,
+                                (dir.lower_xw & LowerBit(i)) != 0, &e, &gone);
+        if (!w) return w.error();
+        if (gone) continue;
+        if (*w) {
+          if (!index.count(e.name)) hidden_below.push_back(e.name);
+          continue;
+        }
+      } else if (layers.policy && layers.policy->hides_anything()) {
         std::string rel = sys::Join(dir.path, e.name);
         bool is_dir = e.type == DT_DIR;
         if (e.type == DT_UNKNOWN) {
           struct stat st;
           bool found = false;
           ACQFS_TRY(sys::StatAtIfExists(lfd, e.name, &st, &found,
-                                        layers.lower.Shown(rel)));
+                                        layer.Shown(rel)));
           if (!found) continue;
           is_dir = S_ISDIR(st.st_mode);
         }
@@ -500,13 +650,19 @@ Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
       }
       auto it = index.find(e.name);
       if (it != index.end()) {
-        out[it->second].in_lower = true;
-        out[it->second].lower_ino = e.ino;
+        MergedEntry& known = out[it->second];
+        if (!known.in_lower) {
+          known.in_lower = true;
+          known.lower_ino = e.ino;
+          known.lower_layer = i;
+        }
         continue;
       }
       if (whiteouts.count(e.name)) continue;
-      out.push_back(MergedEntry{e.name, e.type, false, true, 0, e.ino});
+      index[e.name] = out.size();
+      out.push_back(MergedEntry{e.name, e.type, false, true, 0, e.ino, i});
     }
+    for (auto& n : hidden_below) whiteouts.insert(std::move(n));
   }
   return out;
 }

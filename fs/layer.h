@@ -5,7 +5,8 @@
 // RESOLVE_NO_SYMLINKS), so no walk ever follows a symlink or leaves the tree.
 // The lower layer is only ever opened O_RDONLY or O_PATH.
 //
-// Layers bundles the lower, the upper, the work area and the format. The
+// Layers bundles the lower layers (the host checkout and the frozen layers
+// above it, docs/stack.md), the upper, the work area and the format. The
 // lookup rules (ResolveChild) and the merged listing (ListMerged) are pure
 // functions of the on-disk state, so the git bridge and the tests use them
 // without a mount.
@@ -16,7 +17,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,11 +119,25 @@ class LayersClaim {
 // namespace cannot see.
 std::optional<pid_t> LayersHolder(const std::string& dir);
 
+// The lower layers are numbered from the bottom: 0 is the host checkout,
+// 1..n the frozen layers (Layers::frozen[i - 1]), each a former upper layer
+// in the kernel overlayfs upper format (its whiteouts and opaque markers
+// count; the host's are plain files). A LowerMask has bit i set for lower
+// layer i.
+using LowerMask = uint32_t;
+constexpr unsigned kMaxLowerLayers = 32;  // the host and 31 frozen layers
+inline LowerMask LowerBit(unsigned i) { return LowerMask{1} << i; }
+// The highest layer of a non-empty mask.
+inline unsigned TopLowerLayer(LowerMask m) {
+  return 31 - static_cast<unsigned>(__builtin_clz(m));
+}
+
 struct Layers {
   // Held for as long as this object lives; first, so that it is released
   // last, after every other descriptor of the layers.
   LayersClaim claim;
-  Layer lower;
+  Layer lower;                // the host checkout: lower layer 0
+  std::vector<Layer> frozen;  // frozen layers, bottom first (layer i + 1)
   Layer upper;
   Layer work;    // <workdir>
   UniqueFd tmp;  // <workdir>/acqfs-tmp
@@ -134,6 +151,27 @@ struct Layers {
   // none. The lookup rules below treat a hidden lower object as absent.
   std::shared_ptr<const Policy> policy;
 
+  // Lower layer `i` (0: the host).
+  const Layer& LowerLayer(unsigned i) const {
+    return i == 0 ? lower : frozen[i - 1];
+  }
+  unsigned lower_layers() const {
+    return 1 + static_cast<unsigned>(frozen.size());
+  }
+  // Every lower layer's bit.
+  LowerMask all_lower() const {
+    return lower_layers() >= kMaxLowerLayers ? ~LowerMask{0}
+                                             : LowerBit(lower_layers()) - 1;
+  }
+  // The number an object of a layer of the sandbox's own (the upper, a
+  // frozen layer) is reported with when no lower object gives it one: its
+  // st_ino, with the top bit set when those layers are on another device
+  // than the host (so that it cannot collide with a host number).
+  bool store_on_host_dev = false;  // set by Open and OpenForReading
+  uint64_t TagStore(uint64_t ino) const {
+    return store_on_host_dev ? ino : (ino | (uint64_t{1} << 63));
+  }
+
   // Does the policy hide the lower object at `rel`?
   bool HidesLower(const std::string& rel, bool is_dir) const {
     return policy && policy->HidesLower(rel, is_dir);
@@ -143,22 +181,45 @@ struct Layers {
   // daemon holds it), then opens the three directories and creates and
   // empties <workdir>/acqfs-tmp.
   static constexpr int kClaimWaitMs = 2000;
+  // `frozen`: the frozen layers' directories, bottom first (at most
+  // kMaxLowerLayers - 1).
   static Result<Layers> Open(const std::string& lower, const std::string& upper,
-                             const std::string& work, XattrNamespace ns);
+                             const std::string& work, XattrNamespace ns,
+                             const std::vector<std::string>& frozen = {});
   // Opens lower and upper only, for readers (the git bridge, status) that
   // may run while a daemon serves the same layers: the work area is not
   // touched, and `tmp` stays invalid.
   static Result<Layers> OpenForReading(const std::string& lower,
                                        const std::string& upper,
-                                       XattrNamespace ns);
+                                       XattrNamespace ns,
+                                       const std::vector<std::string>& frozen =
+                                           {});
+  // Opens the frozen layers (and checks the host's device against the
+  // upper's for TagStore); used by both.
+  Status OpenFrozen(const std::vector<std::string>& paths);
 };
 
 // What the layers say about one directory of the merged view.
 struct DirView {
   std::string path;         // relative to the layer roots, "" for the root
   bool upper = false;       // an upper directory exists at `path`
-  bool merged = false;      // the lower directory at `path` shows through
   bool xwhiteouts = false;  // the upper dir may hold xattr whiteouts
+  // The lower layers whose directory at `path` shows through (from the
+  // topmost one down to the first opaque one), and of those the frozen ones
+  // whose directory may hold xattr whiteouts.
+  LowerMask lower = 0;
+  LowerMask lower_xw = 0;
+  // Some lower directory at `path` shows through.
+  bool merged() const { return lower != 0; }
+};
+
+// The descriptors of a merged directory's lower directories, by layer
+// number (-1: none); only the layers of DirView::lower are read.
+struct LowerFds {
+  LowerFds() { std::fill(std::begin(fd), std::end(fd), -1); }
+  // Only the host's directory (the layers without frozen ones).
+  explicit LowerFds(int host) : LowerFds() { fd[0] = host; }
+  int fd[kMaxLowerLayers];
 };
 
 // What the layers hold under one name of a merged directory.
@@ -168,7 +229,19 @@ struct ChildInfo {
   bool upper = false;       // upper object present (not a whiteout)
   bool lower = false;       // lower object present under a merged parent
   struct stat upper_st {};  // valid when upper
-  struct stat lower_st {};  // valid when lower
+  struct stat lower_st {};  // valid when lower: the topmost lower object
+  unsigned lower_layer = 0;  // valid when lower: the layer of lower_st
+  // When lower_st is a directory: the lower layers whose directory of this
+  // name shows through it (from lower_layer down to the first opaque one),
+  // and those that may hold xattr whiteouts.
+  LowerMask lower_dirs = 0;
+  LowerMask lower_xw = 0;
+  // Valid when lower: the number the lower object is reported with. A host
+  // object's st_ino; a frozen layer's object's origin marker, else (a
+  // directory merged with one below) the number of the one below, else its
+  // own st_ino (Layers::TagStore) — what the object was reported with when
+  // its layer was the upper.
+  uint64_t lower_ino = 0;
   OpaqueMark opaque = OpaqueMark::kNone;  // upper directories only
   uint64_t origin = 0;  // upper origin marker (lower st_ino), or 0
 
@@ -183,17 +256,21 @@ struct ChildInfo {
 // non-directory hides the lower; an upper directory merges with a lower
 // directory unless opaque), the lower only when `dir` is merged and the
 // policy does not hide it.
+// A frozen layer's whiteout hides the name in the layers below it, its
+// opaque directory the directories below it; the host's are plain objects.
 // `gen`: see Layer::DirFd (0: no caching).
+// `apply_policy` false: a lower object the policy hides counts too.
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
-                               const std::string& name, uint64_t gen = 0);
+                               const std::string& name, uint64_t gen = 0,
+                               bool apply_policy = true);
 // The same rule with `dir` already open: `upper_fd` is its upper directory
-// (used when dir.upper), `lower_fd` its lower directory (used when
-// dir.merged; -1 when the lower has none there). No path is opened from a
+// (used when dir.upper), `lower` its lower directories (those of
+// dir.lower; -1 when a layer has none there). No path is opened from a
 // layer root and `dir.path` is read only to name an error or to ask the
 // policy, so walks of deep trees (fs/layer_walk.h) resolve each child in
 // O(1) system calls.
 Result<ChildInfo> ResolveChildAt(const Layers& layers, const DirView& dir,
-                                 int upper_fd, int lower_fd,
+                                 int upper_fd, const LowerFds& lower,
                                  const std::string& name);
 
 // The view of the root directory.
@@ -205,11 +282,16 @@ struct MergedEntry {
   bool in_upper;
   bool in_lower;       // a lower entry of this name exists (maybe shadowed)
   uint64_t upper_ino;  // d_ino in the upper (when in_upper)
-  uint64_t lower_ino;  // d_ino in the lower (when in_lower)
+  // When in_lower: d_ino of the topmost lower entry of this name, and its
+  // layer (a frozen layer's d_ino is not yet the number the object is
+  // reported with: see ChildInfo::lower_ino).
+  uint64_t lower_ino;
+  unsigned lower_layer = 0;
 };
 
-// The merged listing: upper entries (whiteouts dropped), then lower entries
-// neither shadowed, whited out nor hidden by the policy (none when the
+// The merged listing: upper entries (whiteouts dropped), then the lower
+// layers' entries, topmost layer first, neither shadowed, whited out (in the
+// upper or a frozen layer above) nor hidden by the policy (none when the
 // directory is not merged).
 Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
                                             const DirView& dir);
@@ -217,7 +299,7 @@ Result<std::vector<MergedEntry>> ListMerged(const Layers& layers,
 // ResolveChildAt).
 Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
                                               const DirView& dir, int upper_fd,
-                                              int lower_fd);
+                                              const LowerFds& lower);
 
 }  // namespace acqfs
 

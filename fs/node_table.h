@@ -60,8 +60,15 @@ struct Node {
   uint32_t opens = 0;  // table_mu_: handles the kernel will RELEASE (the
                        // handles mode); here to fill the padding
   bool is_dir() const { return S_ISDIR(type); }
-  // The lower directory at this path shows through.
-  bool merged() const { return lower_dir && !(upper.load() && opaque); }
+  // A lower directory at this path shows through.
+  bool merged() const {
+    return is_dir() && lower != 0 && !(upper.load() && opaque);
+  }
+  // The lower layer of a non-directory that has no upper object (0: the
+  // host).
+  unsigned lower_layer() const {
+    return lower ? 31 - static_cast<unsigned>(__builtin_clz(lower)) : 0;
+  }
 
   // Position. Written with tree_mu_ exclusive and table_mu_ held.
   Node* parent = nullptr;  // null for the root and for unlinked nodes
@@ -71,13 +78,19 @@ struct Node {
 
   // Layers. Written with tree_mu_ exclusive.
   std::atomic<bool> upper{false};
-  bool lower_dir = false;
+  // The lower layers at this path (a LowerMask, fs/layer.h): for a
+  // directory, those whose directory shows through when the upper one (if
+  // any) is not opaque, and in lower_xw those of them that may hold xattr
+  // whiteouts; for anything else, the bit of the layer holding the lower
+  // object it reads while it has no upper one (0: no lower object).
   bool opaque = false;
   bool xwhiteouts = false;
   // The upper regular file lost its last name (no data kept): the quota
   // gives back its record when the node goes (the file cache may hold the
   // data until then). Written with tree_mu_ exclusive.
   bool quota_owed = false;
+  uint32_t lower = 0;
+  uint32_t lower_xw = 0;
   uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
 
   // Guarded by table_mu_ (and `opens` above).

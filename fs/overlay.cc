@@ -28,7 +28,7 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   if (!lst) return lst.error();
   auto ust = sys::Fstat(l.upper.root(), l.upper.root_path());
   if (!ust) return ust.error();
-  ov->same_dev_ = lst->st_dev == ust->st_dev;
+  ov->layers_.store_on_host_dev = lst->st_dev == ust->st_dev;
   // The daemon's umask, which its own creation calls apply (FixNewMode
   // undoes it): read once, before any request is served.
   ov->daemon_umask_ = ::umask(022);
@@ -37,8 +37,9 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   if (!view) return view.error();
   auto node = std::make_unique<Node>(lst->st_ino, S_IFDIR);
   node->upper = true;
-  node->lower_dir = true;
-  node->opaque = !view->merged;
+  node->lower = view->lower ? view->lower : LowerBit(0);
+  node->lower_xw = view->lower_xw;
+  node->opaque = !view->merged();
   node->xwhiteouts = view->xwhiteouts;
   node->nlookup = 1;
   ov->table_.AddRoot(std::move(node));
@@ -87,29 +88,40 @@ DirView Overlay::ViewOf(const Node* dir) const {
   DirView v;
   v.path = PathLocked(dir);
   v.upper = dir->upper;
-  v.merged = dir->merged();
+  if (dir->merged()) {
+    v.lower = dir->lower;
+    v.lower_xw = dir->lower_xw;
+  }
   v.xwhiteouts = dir->xwhiteouts;
   return v;
 }
 
 uint64_t Overlay::TagUpper(uint64_t ino) const {
-  return same_dev_ ? ino : (ino | (uint64_t{1} << 63));
+  return layers_.TagStore(ino);
 }
 
 Result<UniqueFd> Overlay::UpperDir(const Node* dir) {
   return layers_.upper.OpenDir(PathLocked(dir));
 }
 
+Result<ChildInfo> Overlay::LowerAt(const Node* parent,
+                                   const std::string& name) {
+  if (!parent->merged()) return ChildInfo{};
+  DirView v = ViewOf(parent);
+  v.upper = false;
+  // What the lower layers hold, hidden by the policy or not: a whiteout
+  // must hide a hidden lower object too, for the kernel overlayfs mounting
+  // these layers.
+  return ResolveChild(layers_, v, name, Gen(), /*apply_policy=*/false);
+}
+
 Result<bool> Overlay::LowerHas(const Node* parent, const std::string& name,
                                bool* is_dir) {
   *is_dir = false;
-  if (!parent->merged()) return false;
-  struct stat st;
-  bool found = false;
-  ACQFS_TRY(layers_.lower.StatIfExists(sys::Join(PathLocked(parent), name), &st,
-                                       &found));
-  *is_dir = found && S_ISDIR(st.st_mode);
-  return found;
+  auto c = LowerAt(parent, name);
+  if (!c) return c.error();
+  *is_dir = c->lower && S_ISDIR(c->lower_st.st_mode);
+  return c->lower;
 }
 
 Status Overlay::CheckWritable(const std::string& rel, bool is_dir,

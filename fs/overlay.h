@@ -4,10 +4,11 @@
 // A Node stands for one object of the merged view as the kernel knows it. It
 // sits at a position (parent + name; extra names for hard links) and knows
 // which layers hold it at that position: `upper` (an upper object exists),
-// `lower_dir` (a lower directory exists there), `opaque`. A non-directory
-// without `upper` is read from the lower at the same path: a lower object
-// never moves without being copied up first (files) or materialised
-// (directories), so the merged path is also its lower path.
+// `lower` (the lower layers holding a directory there, or the one holding
+// a non-directory), `opaque`. A non-directory without `upper` is read from
+// its lower layer at the same path: a lower object never moves without
+// being copied up first (files) or materialised (directories), so the
+// merged path is also its lower path.
 //
 // Identity: Node::ino is the st_ino reported; it is the lower object's st_ino
 // when a lower object exists at the node's path (a copied-up file keeps its
@@ -193,11 +194,22 @@ class Overlay {
   uint64_t UpperEntryIno(const DirView& view, int upper_dir,
                          const MergedEntry& e);
   uint64_t TagUpper(uint64_t ino) const;
+  // The number of a listed entry that has no upper object.
+  uint64_t LowerEntryIno(const DirView& view, const MergedEntry& e);
+  // The layer holding the object of a node that has a name (the upper, or
+  // its topmost lower layer).
+  const Layer& LayerOf(const Node* node) const {
+    return node->upper ? layers_.upper
+                       : layers_.LowerLayer(node->lower_layer());
+  }
   Result<struct stat> StatLocked(Node* node);
   void FixStat(const Node* node, struct stat* st) const;
   Result<UniqueFd> UpperDir(const Node* dir);
   Result<bool> LowerHas(const Node* parent, const std::string& name,
                         bool* is_dir);
+  // What the lower layers hold under `name` of `parent` (the lower half
+  // of ResolveChild, the policy not applied).
+  Result<ChildInfo> LowerAt(const Node* parent, const std::string& name);
 
   // EROFS naming `rel` when the policy makes it read-only (itself, or a
   // directory above it).
@@ -284,7 +296,6 @@ class Overlay {
 
   Layers layers_;
   std::unique_ptr<Quota> quota_;
-  bool same_dev_ = false;
   mode_t daemon_umask_ = 022;     // set once in Create
   FileCache files_{64};           // its own lock
   KeptStore kept_{&layers_, 64};  // its own lock

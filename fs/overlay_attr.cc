@@ -132,14 +132,14 @@ Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "getxattr", name);
   SharedLock l(tree_mu_);
-  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  auto t = XattrTargetOf(node, LayerOf(node));
   if (!t) return t.error();
   return sys::GetXattr(t->path, name, t->shown, t->follow);
 }
 
 Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   SharedLock l(tree_mu_);
-  auto t = XattrTargetOf(node, node->upper ? layers_.upper : layers_.lower);
+  auto t = XattrTargetOf(node, LayerOf(node));
   if (!t) return t.error();
   auto names = sys::ListXattrs(t->path, t->shown, t->follow);
   if (!names) return names.error();

@@ -47,15 +47,16 @@ Status Overlay::EnsureUpper(Node* node) {
   std::string rel = PathLocked(node);
   ACQFS_TRY(CheckWritable(rel, node->is_dir(), "copy up"));
   ACQFS_TRY(EnsureUpper(node->parent));
+  const LowerSource from{node->lower_layer(), node->ino};
   if (!quota_) {
-    ACQFS_TRY(acqfs::CopyUp(layers_, rel));
+    ACQFS_TRY(acqfs::CopyUp(layers_, rel, from));
     node->upper = true;
     return Ok();
   }
   // Reserved before: what the copy is sure to take; settled after: the
   // copy's blocks and what its parent directory (and acqfs-tmp, where it is
   // built) grew.
-  auto st = layers_.lower.Stat(rel);
+  auto st = LayerOf(node).Stat(rel);
   if (!st) return st.error();
   auto pfd = UpperDir(node->parent);
   if (!pfd) return pfd.error();
@@ -64,7 +65,7 @@ Status Overlay::EnsureUpper(Node* node) {
   ACQFS_TRY(ch.Reserve(CopyEstimate(*st, false), "/" + rel));
   ACQFS_TRY(ch.Watch(pfd->get(), shown));
   ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
-  ACQFS_TRY(acqfs::CopyUp(layers_, rel));
+  ACQFS_TRY(acqfs::CopyUp(layers_, rel, from));
   node->upper = true;
   uint64_t made = ch.AddNew(pfd->get(), node->name, shown);
   if (S_ISREG(st->st_mode)) quota_->Seen(&node->charged, made);
@@ -106,7 +107,8 @@ void Overlay::MarkMaterialised(Node* dir) {
   for (auto& [name, child] : *dir->children) {
     if (child->parent != dir || child->name != name) continue;  // alias
     child->upper = true;
-    child->lower_dir = false;
+    child->lower = 0;
+    child->lower_xw = 0;
     child->opaque = false;
     child->xwhiteouts = false;
     if (child->is_dir()) MarkMaterialised(child);
@@ -160,7 +162,7 @@ Status Overlay::PrepareToMove(Node* node) {
       if (!bytes) return bytes.error();
       estimate = *bytes;
       if (!node->upper) {
-        auto st = layers_.lower.Stat(PathLocked(node));
+        auto st = LayerOf(node).Stat(PathLocked(node));
         if (!st) return st.error();
         estimate += CopyEstimate(*st, true);
       }

@@ -30,7 +30,7 @@ Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
       TableLock t(table_mu_);
       if (Node* known = dir->Child(e.name)) ino = known->ino;
     }
-    if (!ino && !e.in_upper) ino = e.lower_ino;
+    if (!ino && !e.in_upper) ino = LowerEntryIno(view, e);
     if (!ino) ino = UpperEntryIno(view, upper_dir.get(), e);
     out.push_back(ListedEntry{std::move(e.name), e.type, ino});
   }
@@ -44,7 +44,7 @@ Result<std::string> Overlay::ReadLink(Node* node) {
     if (!fd) return fd.error();
     return sys::ReadLinkAt(fd->get(), "", "(unlinked)");
   }
-  const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+  const Layer& layer = LayerOf(node);
   std::string path = PathLocked(node);
   auto dir = layer.OpenDir(sys::Dirname(path));
   if (!dir) return dir.error();
@@ -80,8 +80,9 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   } else {
     std::string path = PathLocked(node);
     f.from_lower = !node->upper;
-    fd = node->upper ? layers_.upper.Open(path, O_RDONLY | O_NOFOLLOW)
-                     : layers_.lower.OpenForReading(path);
+    fd = node->upper
+             ? layers_.upper.Open(path, O_RDONLY | O_NOFOLLOW)
+             : layers_.LowerLayer(node->lower_layer()).OpenForReading(path);
   }
   if (!fd) return fd.error();
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;

@@ -9,12 +9,12 @@
 namespace acqfs {
 
 uint64_t Overlay::InoFor(const ChildInfo& c) const {
-  if (!c.upper) return c.lower_st.st_ino;
+  if (!c.upper) return c.lower_ino;
   if (c.origin) return c.origin;  // made from a lower object: keep its number
   // A merged directory is the lower directory's continuation.
   if (S_ISDIR(c.upper_st.st_mode) && c.lower && S_ISDIR(c.lower_st.st_mode) &&
       c.opaque != OpaqueMark::kOpaque)
-    return c.lower_st.st_ino;
+    return c.lower_ino;
   return TagUpper(c.upper_st.st_ino);
 }
 
@@ -62,7 +62,12 @@ Result<Node*> Overlay::NodeForChild(Node* parent, const std::string& name,
   }
   auto node = std::make_unique<Node>(InoFor(c), st.st_mode & S_IFMT);
   node->upper = c.upper;
-  node->lower_dir = c.lower && S_ISDIR(c.lower_st.st_mode);
+  if (c.lower && S_ISDIR(c.lower_st.st_mode) && S_ISDIR(st.st_mode)) {
+    node->lower = c.lower_dirs;
+    node->lower_xw = c.lower_xw;
+  } else if (c.lower && !S_ISDIR(c.lower_st.st_mode) && !S_ISDIR(st.st_mode)) {
+    node->lower = LowerBit(c.lower_layer);
+  }
   node->opaque = c.opaque == OpaqueMark::kOpaque;
   node->xwhiteouts = c.opaque == OpaqueMark::kMayHoldXattrWhiteouts;
   node->nlookup = count ? 1 : 0;
@@ -153,7 +158,7 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
     if (!s) return s.error();
     st = *s;
   } else {
-    const Layer& layer = node->upper ? layers_.upper : layers_.lower;
+    const Layer& layer = LayerOf(node);
     auto s = layer.StatVia(PathLocked(node), Gen());
     if (!s) return s.error();
     st = *s;
@@ -167,6 +172,14 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
 Result<struct stat> Overlay::GetAttr(Node* node) {
   SharedLock l(tree_mu_);
   return StatLocked(node);
+}
+
+uint64_t Overlay::LowerEntryIno(const DirView& view, const MergedEntry& e) {
+  if (e.lower_layer == 0) return e.lower_ino;
+  // A frozen layer's object: its origin marker, or the one below it.
+  auto c = ResolveChild(layers_, view, e.name);
+  if (c && c->exists) return InoFor(*c);
+  return TagUpper(e.lower_ino);
 }
 
 // The number lookup would give an upper entry nobody looked up yet, at the

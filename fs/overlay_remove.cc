@@ -23,7 +23,7 @@ Status Overlay::KeepBeforeReplacing(Node* node, int pfd,
                                     const std::string& name,
                                     const std::string& shown) {
   if (!node->upper) {
-    node->set_kept(kept_.KeepLower(PathLocked(node)));
+    node->set_kept(kept_.KeepLower(PathLocked(node), node->lower_layer()));
     return Ok();
   }
   auto k = kept_.Keep(pfd, name, shown);
@@ -83,7 +83,7 @@ Status Overlay::Remove(Node* parent, const std::string& name,
     if (!node->upper) {
       // Only the lower has it: a whiteout hides it.
       ACQFS_TRY(LayerFormat::MakeWhiteout(pfd->get(), name, shown));
-      if (keep) node->set_kept(kept_.KeepLower(PathLocked(node)));
+      if (keep) node->set_kept(kept_.KeepLower(PathLocked(node), node->lower_layer()));
       return Ok();
     }
     int tfd = layers_.tmp.get();

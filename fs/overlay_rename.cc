@@ -45,6 +45,8 @@ struct Overlay::RenameOp {
   std::string shown;
   bool src_lower = false, src_lower_dir = false;
   bool dst_lower = false, dst_lower_dir = false;
+  // The lower directories under each name (ChildInfo::lower_dirs).
+  LowerMask src_dirs = 0, src_xw = 0, dst_dirs = 0, dst_xw = 0;
 };
 
 Status Overlay::CheckRename(const RenameOp& op) {
@@ -142,10 +144,16 @@ void Overlay::RecordRenameLocked(const RenameOp& op) {
   if (op.b && !op.exchange)
     table_.DetachNameLocked(op.b, op.new_parent, op.new_name);
   table_.MoveNameLocked(op.a, op.parent, op.name, op.new_parent, op.new_name);
-  op.a->lower_dir = op.dst_lower_dir;
+  // What the lower layers hold at a node's new name (a moved node was made
+  // upper first: only a directory's lower directories matter).
+  auto land = [](Node* n, bool lower_dir, LowerMask dirs, LowerMask xw) {
+    n->lower = n->is_dir() && lower_dir ? dirs : 0;
+    n->lower_xw = n->is_dir() && lower_dir ? xw : 0;
+  };
+  land(op.a, op.dst_lower_dir, op.dst_dirs, op.dst_xw);
   if (op.b && op.exchange) {
     table_.MoveNameLocked(op.b, op.new_parent, op.new_name, op.parent, op.name);
-    op.b->lower_dir = op.src_lower_dir;
+    land(op.b, op.src_lower_dir, op.src_dirs, op.src_xw);
   }
 }
 
@@ -189,12 +197,18 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
     if (op.a->is_dir()) ACQFS_TRY(CheckMovable(op.a, "rename from"));
     if (op.b && op.b->is_dir() && op.exchange)
       ACQFS_TRY(CheckMovable(op.b, "rename from"));
-    auto src_lower = LowerHas(parent, name, &op.src_lower_dir);
+    auto src_lower = LowerAt(parent, name);
     if (!src_lower) return src_lower.error();
-    auto dst_lower = LowerHas(new_parent, new_name, &op.dst_lower_dir);
+    auto dst_lower = LowerAt(new_parent, new_name);
     if (!dst_lower) return dst_lower.error();
-    op.src_lower = *src_lower;
-    op.dst_lower = *dst_lower;
+    op.src_lower = src_lower->lower;
+    op.src_lower_dir = op.src_lower && S_ISDIR(src_lower->lower_st.st_mode);
+    op.src_dirs = src_lower->lower_dirs;
+    op.src_xw = src_lower->lower_xw;
+    op.dst_lower = dst_lower->lower;
+    op.dst_lower_dir = op.dst_lower && S_ISDIR(dst_lower->lower_st.st_mode);
+    op.dst_dirs = dst_lower->lower_dirs;
+    op.dst_xw = dst_lower->lower_xw;
     ACQFS_TRY(EnsureUpper(parent));
     ACQFS_TRY(EnsureUpper(new_parent));
     ACQFS_TRY(PrepareToMove(op.a));

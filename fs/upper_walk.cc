@@ -87,7 +87,7 @@ class Walker {
 Result<uint64_t> Walker::Run() {
   auto root = RootView(layers_);
   if (!root) return root.error();
-  ACQFS_TRY(PushFrame(true, root->merged, root->xwhiteouts, false));
+  ACQFS_TRY(PushFrame(true, root->merged(), root->xwhiteouts, false));
   while (!frames_.empty()) {
     Frame& f = frames_.back();
     if (f.next == f.entries.size()) {

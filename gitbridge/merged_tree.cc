@@ -59,24 +59,26 @@ Status MergedTree::EnsureRoot() {
 Status MergedTree::Enter(const std::string& name, bool* entered) {
   *entered = false;
   ACQFS_TRY(EnsureRoot());
-  auto c = ResolveChildAt(layers_, view_, stack_.upper(), lower_fd(), name);
+  auto c = ResolveChildAt(layers_, view_, stack_.upper(), lower_fds(), name);
   if (!c) return c.error();
   if (!c->exists || !c->is_dir()) return Ok();
   DirView child = c->AsDir("");
   // An upper directory needs an upper parent, a merged one a merged parent:
   // the stack has both descriptors on this path.
-  ACQFS_TRY(stack_.Push(name, child.upper, child.merged));
+  ACQFS_TRY(stack_.Push(name, child.upper, child.lower));
   Level level;
   level.name = name;
   level.parent_len = view_.path.size();
   level.parent_upper = view_.upper;
-  level.parent_merged = view_.merged;
+  level.parent_lower = view_.lower;
+  level.parent_lower_xw = view_.lower_xw;
   level.parent_xwhiteouts = view_.xwhiteouts;
   levels_.push_back(std::move(level));
   if (!view_.path.empty()) view_.path.push_back('/');
   view_.path += name;
   view_.upper = child.upper;
-  view_.merged = child.merged;
+  view_.lower = child.lower;
+  view_.lower_xw = child.lower_xw;
   view_.xwhiteouts = child.xwhiteouts;
   *entered = true;
   return Ok();
@@ -88,7 +90,8 @@ Status MergedTree::Leave() {
   const Level& level = levels_.back();
   view_.path.resize(level.parent_len);
   view_.upper = level.parent_upper;
-  view_.merged = level.parent_merged;
+  view_.lower = level.parent_lower;
+  view_.lower_xw = level.parent_lower_xw;
   view_.xwhiteouts = level.parent_xwhiteouts;
   levels_.pop_back();
   return Ok();
@@ -113,12 +116,13 @@ Status MergedTree::MoveTo(const std::vector<std::string>& parts, size_t n,
 
 Result<MergedNode> MergedTree::Child(const std::string& name) {
   ACQFS_TRY(EnsureRoot());
-  auto c = ResolveChildAt(layers_, view_, stack_.upper(), lower_fd(), name);
+  auto c = ResolveChildAt(layers_, view_, stack_.upper(), lower_fds(), name);
   if (!c) return c.error();
   if (!c->exists) return MergedNode{};
   MergedNode node;
   node.exists = true;
   node.in_upper = c->upper;
+  node.lower_layer = c->lower_layer;
   node.st = c->upper ? c->upper_st : c->lower_st;
   if (S_ISDIR(node.st.st_mode))
     node.dir = c->AsDir(sys::Join(view_.path, name));
@@ -137,8 +141,8 @@ Result<MergedNode> MergedTree::Resolve(const std::string& rel) {
 
 Result<UniqueFd> MergedTree::OpenChild(const std::string& name,
                                        const MergedNode& node) {
-  const Layer& layer = node.in_upper ? layers_.upper : layers_.lower;
-  const int dirfd = node.in_upper ? stack_.upper() : lower_fd();
+  const Layer& layer = LayerOf(node);
+  const int dirfd = DirFdOf(node);
   // O_NONBLOCK: a file swapped for a fifo meanwhile must not block us.
   const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
   auto fd = sys::OpenBeneath(dirfd, name, flags | O_NOATIME, 0, kNoName);
@@ -212,8 +216,8 @@ Result<std::string> MergedTree::ReadLink(const std::string& rel) {
   if (!node->exists) return Error::Of(ENOENT, "read merged link", rel);
   if (!S_ISLNK(node->st.st_mode))
     return Error::Of(EINVAL, "read merged link (not a symlink)", rel);
-  const Layer& layer = node->in_upper ? layers_.upper : layers_.lower;
-  const int dirfd = node->in_upper ? stack_.upper() : lower_fd();
+  const Layer& layer = LayerOf(*node);
+  const int dirfd = DirFdOf(*node);
   return sys::ReadLinkAt(dirfd, sys::Basename(rel), layer.Shown(rel));
 }
 
@@ -229,7 +233,7 @@ Result<std::vector<MergedEntry>> MergedTree::List(const std::string& rel) {
   ACQFS_TRY(MoveTo(*parts, parts->size(), &found));
   if (!found)  // replaced since it was resolved
     return Error::Of(ENOENT, "list merged directory", rel);
-  return ListMergedAt(layers_, view_, stack_.upper(), lower_fd());
+  return ListMergedAt(layers_, view_, stack_.upper(), lower_fds());
 }
 
 }  // namespace acqfs::gitbridge

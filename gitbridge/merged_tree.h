@@ -5,8 +5,8 @@
 // no symlink is ever followed (a symlink is reported as one).
 //
 // A MergedTree is a cursor: it keeps the merged directory its last call
-// reached open in both layers (a LayerStack, fs/layer_walk.h: at most
-// 2 x LayerStack::kOpenPerLayer descriptors, however deep) and resolves the
+// reached open in every layer (a LayerStack, fs/layer_walk.h: at most
+// LayerStack::kOpenPerLayer descriptors per layer, however deep) and resolves the
 // next path from there: up to the deepest directory the two paths share,
 // then down, each step one ResolveChildAt relative to the directory above
 // it. Paths visited in sorted order (as the bridge visits changes) cost
@@ -35,6 +35,7 @@ namespace acqfs::gitbridge {
 struct MergedNode {
   bool exists = false;
   bool in_upper = false;  // the visible object is the upper one
+  unsigned lower_layer = 0;  // else the lower layer holding it
   struct stat st {};      // of the visible object
   DirView dir;            // when S_ISDIR(st.st_mode): its view
 };
@@ -85,15 +86,25 @@ class MergedTree {
     std::string name;
     size_t parent_len = 0;
     bool parent_upper = false;
-    bool parent_merged = false;
+    LowerMask parent_lower = 0, parent_lower_xw = 0;
     bool parent_xwhiteouts = false;
   };
   Status EnsureRoot();
   // Moves the cursor to the directory made of the first `n` of `parts`;
   // *found is false when one of them is not a directory of the merged view.
   Status MoveTo(const std::vector<std::string>& parts, size_t n, bool* found);
-  // The cursor directory's lower descriptor when its lower shows through.
-  int lower_fd() const { return view_.merged ? stack_.lower() : -1; }
+  // The cursor directory's lower descriptors (those of view_.lower).
+  LowerFds lower_fds() const {
+    return view_.merged() ? stack_.lower_fds() : LowerFds();
+  }
+  // The layer and the cursor directory's descriptor in it holding `node`.
+  const Layer& LayerOf(const MergedNode& node) const {
+    return node.in_upper ? layers_.upper
+                         : layers_.LowerLayer(node.lower_layer);
+  }
+  int DirFdOf(const MergedNode& node) const {
+    return node.in_upper ? stack_.upper() : stack_.lower(node.lower_layer);
+  }
   // Opens `name` of the cursor's directory, visible as `node`, for reading.
   Result<UniqueFd> OpenChild(const std::string& name, const MergedNode& node);
 

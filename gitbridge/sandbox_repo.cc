@@ -137,8 +137,8 @@ Status CollectLooseRefs(const Layers& layers, const DirView& dir,
 }
 
 // An object database over the objects directory of the merged view: the
-// lower one (with the host's alternates: the lower is trusted) when it shows
-// through, the upper one when present.
+// host's (with its alternates: the host is trusted) when it shows through,
+// the upper's and the frozen layers' when present.
 Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
   git_odb* raw = nullptr;
   int rc = git_odb_new(&raw);
@@ -148,11 +148,16 @@ Result<GitOdb> OpenObjects(const Layers& layers, const std::string& gitdir) {
   auto node = MergedTree(layers).Resolve(rel);
   if (!node) return node.error();
   if (!node->exists || !S_ISDIR(node->st.st_mode)) return odb;
-  if (node->dir.merged) {
+  if (node->dir.lower & LowerBit(0)) {
     std::string path = layers.lower.Shown(rel);
     rc = git_odb_add_disk_alternate(odb.get(), path.c_str());
     if (rc < 0) return GitError(rc, "add object store", path);
   }
+  // A frozen layer was the sandbox's upper once: read as the upper is.
+  for (unsigned i = 1; i < layers.lower_layers(); ++i)
+    if (node->dir.lower & LowerBit(i))
+      ACQFS_TRY(AddLayerObjects(odb.get(), layers.LowerLayer(i), rel,
+                                kUpperPackedPriority, kUpperLoosePriority));
   // The upper's loose objects and packs, read only through the layer
   // (never by a path the sandbox could redirect); its info/alternates is
   // never read.

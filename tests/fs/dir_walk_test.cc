@@ -105,7 +105,7 @@ TEST(DirWalk, MaterialisingADeepTreeNeedsFewDescriptors) {
   ASSERT_TRUE(layers.ok());
   DirView top;
   top.path = "top";
-  top.merged = true;
+  top.lower = LowerBit(0);
   {
     FdLimit limit(32);
     ASSERT_TRUE(limit.ok());

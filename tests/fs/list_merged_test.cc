@@ -157,7 +157,7 @@ TEST_F(ListMergedTest, TenThousandEntriesSplitOverBothLayers) {
   ASSERT_OK_AND_ASSIGN(DirView root, RootView(layers_));
   ASSERT_OK_AND_ASSIGN(ChildInfo c, ResolveChild(layers_, root, "big"));
   DirView big = c.AsDir("big");
-  ASSERT_TRUE(big.merged);
+  ASSERT_TRUE(big.merged());
   {
     ASSERT_OK_AND_ASSIGN(auto entries, ListMerged(layers_, big));
     EXPECT_EQ(entries.size(), 10000u);

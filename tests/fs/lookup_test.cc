@@ -27,7 +27,7 @@ TEST_F(Lookup, RootViewOfPlainUpperIsMerged) {
   ASSERT_OK_AND_ASSIGN(DirView v, RootView(layers_));
   EXPECT_EQ(v.path, "");
   EXPECT_TRUE(v.upper);
-  EXPECT_TRUE(v.merged);
+  EXPECT_TRUE(v.merged());
   EXPECT_FALSE(v.xwhiteouts);
 }
 
@@ -35,7 +35,7 @@ TEST_F(Lookup, RootViewOfOpaqueUpperIsNotMerged) {
   SetXattr(t_.upper(), "user.overlay.opaque", "y");
   ASSERT_OK_AND_ASSIGN(DirView v, RootView(layers_));
   EXPECT_TRUE(v.upper);
-  EXPECT_FALSE(v.merged);
+  EXPECT_FALSE(v.merged());
 }
 
 TEST_F(Lookup, LowerFileUnderMergedRootExists) {
@@ -82,7 +82,7 @@ TEST_F(Lookup, UpperFileHidesLowerDir) {
   EXPECT_TRUE(S_ISREG(c.upper_st.st_mode));
   // Even if someone treats it as a directory, the lower must not show.
   DirView v = c.AsDir("x");
-  EXPECT_FALSE(v.merged);
+  EXPECT_FALSE(v.merged());
 }
 
 TEST_F(Lookup, UpperDirMergesWithLowerDir) {
@@ -100,7 +100,7 @@ TEST_F(Lookup, UpperDirMergesWithLowerDir) {
   DirView d = c.AsDir("d");
   EXPECT_EQ(d.path, "d");
   EXPECT_TRUE(d.upper);
-  EXPECT_TRUE(d.merged);
+  EXPECT_TRUE(d.merged());
   ASSERT_OK_AND_ASSIGN(ChildInfo low, ResolveChild(layers_, d, "low"));
   EXPECT_TRUE(low.exists);
   EXPECT_TRUE(low.lower);
@@ -122,7 +122,7 @@ TEST_F(Lookup, OpaqueDirStopsLower) {
   EXPECT_EQ(c.opaque, OpaqueMark::kOpaque);
   DirView d = c.AsDir("d");
   EXPECT_TRUE(d.upper);
-  EXPECT_FALSE(d.merged);
+  EXPECT_FALSE(d.merged());
   ASSERT_OK_AND_ASSIGN(ChildInfo low, ResolveChild(layers_, d, "low"));
   EXPECT_FALSE(low.exists);
   EXPECT_FALSE(low.lower);
@@ -149,7 +149,7 @@ TEST_F(Lookup, LowerOnlyWhenParentMerged) {
   DirView not_merged;
   not_merged.path = "d";
   not_merged.upper = true;
-  not_merged.merged = false;
+  not_merged.lower = 0;
   ASSERT_OK_AND_ASSIGN(ChildInfo f, ResolveChild(layers_, not_merged, "f"));
   EXPECT_FALSE(f.exists);
   EXPECT_FALSE(f.lower);
@@ -157,7 +157,7 @@ TEST_F(Lookup, LowerOnlyWhenParentMerged) {
   EXPECT_TRUE(g.exists);
 
   DirView merged = not_merged;
-  merged.merged = true;
+  merged.lower = LowerBit(0);
   ASSERT_OK_AND_ASSIGN(ChildInfo f2, ResolveChild(layers_, merged, "f"));
   EXPECT_TRUE(f2.exists);
   EXPECT_TRUE(f2.lower);
@@ -171,7 +171,7 @@ TEST_F(Lookup, LowerOnlyDirectoryIsMergedWithoutUpper) {
   ASSERT_OK_AND_ASSIGN(ChildInfo d, ResolveChild(layers_, root, "d"));
   DirView dv = d.AsDir("d");
   EXPECT_FALSE(dv.upper);
-  EXPECT_TRUE(dv.merged);
+  EXPECT_TRUE(dv.merged());
   ASSERT_OK_AND_ASSIGN(ChildInfo e, ResolveChild(layers_, dv, "e"));
   ASSERT_OK_AND_ASSIGN(ChildInfo f, ResolveChild(layers_, e.AsDir("d/e"), "f"));
   EXPECT_TRUE(f.exists);
@@ -190,7 +190,7 @@ TEST_F(Lookup, XattrWhiteoutInDirMarkedX) {
   EXPECT_EQ(d.opaque, OpaqueMark::kMayHoldXattrWhiteouts);
   DirView dv = d.AsDir("d");
   EXPECT_TRUE(dv.xwhiteouts);
-  EXPECT_TRUE(dv.merged);  // "x" is not opaque
+  EXPECT_TRUE(dv.merged());  // "x" is not opaque
   ASSERT_OK_AND_ASSIGN(ChildInfo f, ResolveChild(layers_, dv, "f"));
   EXPECT_FALSE(f.exists);
   EXPECT_TRUE(f.whiteout);

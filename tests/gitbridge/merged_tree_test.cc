@@ -78,7 +78,7 @@ TEST_F(MergedTreeTest, RootIsTheUpperDirectory) {
   struct stat st;
   ASSERT_EQ(::lstat(U("").c_str(), &st), 0);
   EXPECT_EQ(node.st.st_ino, st.st_ino);
-  EXPECT_TRUE(node.dir.merged);
+  EXPECT_TRUE(node.dir.merged());
   EXPECT_EQ(node.dir.path, "");
 }
 
@@ -96,7 +96,7 @@ TEST_F(MergedTreeTest, LowerFileShowsThroughMergedDirectories) {
   EXPECT_TRUE(S_ISDIR(dir.st.st_mode));
   EXPECT_EQ(dir.dir.path, "a/b");
   EXPECT_FALSE(dir.dir.upper);
-  EXPECT_TRUE(dir.dir.merged);
+  EXPECT_TRUE(dir.dir.merged());
 }
 
 TEST_F(MergedTreeTest, UpperFileHidesLowerFile) {
@@ -145,7 +145,7 @@ TEST_F(MergedTreeTest, OpaqueDirectoryHidesLowerContent) {
   EXPECT_FALSE(deep.exists);
   ASSERT_OK_AND_ASSIGN(auto d, tree.Resolve("d"));
   EXPECT_TRUE(d.exists);
-  EXPECT_FALSE(d.dir.merged);
+  EXPECT_FALSE(d.dir.merged());
   EXPECT_EQ(Names("d"), std::vector<std::string>{"new"});
 }
 
@@ -333,7 +333,7 @@ TEST_F(MergedTreeTest, PathsDeeperThanPathMaxResolveWithBoundedFds) {
     ASSERT_OK_AND_ASSIGN(auto mid, tree.Resolve(ChainPath("d", kDepth / 2)));
     EXPECT_TRUE(mid.exists);
     EXPECT_TRUE(mid.dir.upper);
-    EXPECT_TRUE(mid.dir.merged);
+    EXPECT_TRUE(mid.dir.merged());
     ASSERT_OK_AND_ASSIGN(auto deeper,
                          tree.Resolve(ChainPath("d", kDepth + 10)));
     EXPECT_FALSE(deeper.exists);
