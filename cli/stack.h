@@ -38,8 +38,10 @@
 namespace acqfs::cli {
 
 inline constexpr int kStackVersion = 1;
-// At most this many frozen layers in a stack (and in a checkpoint).
-inline constexpr size_t kMaxFrozen = 62;
+// At most this many frozen layers in a stack (and in a checkpoint): the
+// engine numbers the lower layers in a 32-bit mask, the host being one
+// (fs/layer.h, kMaxLowerLayers).
+inline constexpr size_t kMaxFrozen = 31;
 inline constexpr char kLayerStoreDir[] = ".layers";
 inline constexpr char kStackFile[] = "stack.json";
 

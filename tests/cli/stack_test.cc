@@ -205,7 +205,7 @@ TEST_F(StackTest, MalformedManifestsNameTheField) {
       {"frozen too deep", "frozen",
        [](json& j) {
          json f = json::array();
-         for (int i = 0; i < 63; ++i) {
+         for (int i = 0; i < static_cast<int>(kMaxFrozen) + 1; ++i) {
            char id[17];
            std::snprintf(id, sizeof id, "%016x", i + 1);
            f.push_back(std::string(".layers/") + id);
