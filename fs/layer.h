@@ -158,6 +158,12 @@ struct Layers {
   unsigned lower_layers() const {
     return 1 + static_cast<unsigned>(frozen.size());
   }
+  // Every layer by number: 0 the host, 1..n the frozen layers, n + 1
+  // (upper_number()) the upper. The sandbox's own layers are 1..n + 1.
+  unsigned upper_number() const { return lower_layers(); }
+  const Layer& At(unsigned i) const {
+    return i == upper_number() ? upper : LowerLayer(i);
+  }
   // Every lower layer's bit.
   LowerMask all_lower() const {
     return lower_layers() >= kMaxLowerLayers ? ~LowerMask{0}
