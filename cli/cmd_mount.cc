@@ -33,21 +33,6 @@
 namespace acqfs::cli {
 namespace {
 
-// A new sandbox's merged root looks like the lower root: the kernel shows
-// the upper root's attributes, so the upper root takes the lower's.
-Status MatchRootAttrs(const std::string& lower, const std::string& upper) {
-  struct stat st;
-  if (::stat(lower.c_str(), &st) != 0) return Error::Errno("stat", lower);
-  if (::geteuid() == 0 && ::chown(upper.c_str(), st.st_uid, st.st_gid) != 0)
-    return Error::Errno("chown", upper);
-  if (::chmod(upper.c_str(), st.st_mode & 07777) != 0)
-    return Error::Errno("chmod", upper);
-  struct timespec ts[2] = {st.st_atim, st.st_mtim};
-  if (::utimensat(AT_FDCWD, upper.c_str(), ts, 0) != 0)
-    return Error::Errno("utimensat", upper);
-  return Ok();
-}
-
 // Applies -o options acqfs understands to the mount config; allow_other
 // and noallow_other go to `allow_other`.
 int ApplyOptions(const std::vector<std::string>& opts, MountConfig* c,
@@ -257,18 +242,17 @@ int CreateAndLock(const MountTarget& t, const Sandbox& sandbox, bool* created,
   return Fail(kExitFailed, "mount: lock", paths.lock, std::strerror(e));
 }
 
-// Creates the layer directories; a new upper root takes the lower root's
-// attributes.
-int PrepareLayers(const MountTarget& t, const SandboxPaths& paths) {
-  const bool new_upper = !Exists(paths.upper);
-  for (const auto& d : {paths.upper, paths.work}) {
-    if (Status s = MakeDirs(d); !s)
-      return Fail(kExitFailed, "mount: state directory", s.error());
-  }
-  if (new_upper) {
-    if (Status s = MatchRootAttrs(t.lower, paths.upper); !s)
-      return Fail(kExitFailed, "mount: upper layer", s.error());
-  }
+// Creates the layer directories: the work directory, and the stack
+// (docs/stack.md), whose new upper root takes the lower root's attributes
+// (a legacy sandbox's upper moves into the store).
+int PrepareLayers(const MountTarget& t, Sandbox& sandbox) {
+  if (Status s = MakeDirs(sandbox.paths().work); !s)
+    return Fail(kExitFailed, "mount: state directory", s.error());
+  struct stat like;
+  if (::stat(t.lower.c_str(), &like) != 0)
+    return Fail(kExitFailed, "mount: lower", Error::Errno("stat", t.lower));
+  if (Status s = sandbox.PrepareStack(like); !s)
+    return Fail(kExitFailed, "mount: layer stack", s.error());
   return 0;
 }
 
@@ -365,7 +349,7 @@ int RunMount(const MountArgs& a) {
   if (facts.stale) {
     if (int rc = sandbox.CleanUpStale("mount")) return fail(rc);
   }
-  if (int rc = PrepareLayers(t, paths)) return fail(rc);
+  if (int rc = PrepareLayers(t, sandbox)) return fail(rc);
   meta.name = t.name;
   meta.lower = t.lower;
   meta.mountpoint = t.mountpoint;
@@ -378,6 +362,7 @@ int RunMount(const MountArgs& a) {
   }
   config.lower = t.lower;
   config.upper = paths.upper;
+  config.frozen = paths.frozen;
   config.work = paths.work;
   config.mountpoint = t.mountpoint;
   DaemonOptions d;
@@ -386,6 +371,8 @@ int RunMount(const MountArgs& a) {
   d.pid_path = paths.pid;
   d.log_level = a.log_level;
   d.foreground = a.foreground;
+  d.state_dir = sandbox.state_dir();
+  d.sandbox = sandbox.name();
   if (Status s = StartDaemon(d); !s) {
     // EBUSY: a daemon acqfs mount did not start took the layers meanwhile.
     const int code = s.err() == EBUSY ? kExitBadInput : kExitFailed;

@@ -122,6 +122,12 @@ int RunRm(const RmArgs& a) {
       [&](const std::string& phase, uint64_t n) { progress.Update(phase, n); });
   progress.Finish();
   if (!removed) return Fail(kExitFailed, "rm", removed.error());
+  // Its layers go with it, but for those another sandbox's stack (a fork)
+  // still uses (docs/stack.md, garbage collection).
+  auto gc = CollectGarbage(sandbox.state_dir());
+  if (!gc)
+    return Fail(kExitFailed, "rm: remove its layers (run `acqfs gc` later)",
+                gc.error());
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #ifndef ACQFS_CLI_COMMANDS_H_
 #define ACQFS_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,36 @@ int RunDiff(const DiffArgs& a);
 
 // acqfs bench: times COMMAND in fresh acqfs sandboxes over a checkout and
 // in fresh git clones of it (cmd_bench.cc).
+// The layer stack (docs/stack.md, cli/cmd_stack.cc).
+struct CheckpointArgs {
+  std::string name, state_dir, message;
+  bool json = false;
+};
+int RunCheckpoint(const CheckpointArgs& a);
+
+struct CheckpointsArgs {
+  std::string name, state_dir;
+  bool json = false;
+};
+int RunCheckpoints(const CheckpointsArgs& a);
+
+struct RewindArgs {
+  std::string name, state_dir;
+  uint32_t checkpoint = 0;
+};
+int RunRewind(const RewindArgs& a);
+
+struct ForkArgs {
+  std::string name, new_name, mountpoint, state_dir;
+  uint32_t at = 0;  // 0: the live state (checkpointed first)
+};
+int RunFork(const ForkArgs& a);
+
+struct GcArgs {
+  std::string state_dir;
+};
+int RunGc(const GcArgs& a);
+
 struct BenchArgs {
   std::string repo;       // "" = the current directory's git top level
   std::string state_dir;  // "" = a temporary one

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/control.h"
 #include "cli/liveness.h"
 #include "cli/process.h"
+#include "cli/stack_ops.h"
 #include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -79,6 +81,30 @@ void ResetTerminationSignals(bool hangup) {
     spdlog::warn("reset signals: {}", s.error().Message());
 }
 
+// Serves the sandbox's control socket while the filesystem runs.
+ControlStarter ControlOf(const DaemonOptions& o) {
+  if (o.state_dir.empty() || o.sandbox.empty()) return nullptr;
+  return [o](MountControl* mc) -> std::function<void()> {
+    const std::string dir = o.state_dir + "/" + o.sandbox;
+    auto srv = ControlServer::Start(
+        dir, SandboxPaths::kControlSocket, [o, mc](const nlohmann::json& req) {
+          return ServeControl(o.state_dir, o.sandbox, mc, req);
+        });
+    if (!srv) {
+      spdlog::warn(
+          "control socket: {} (checkpoints of this mount are "
+          "refused)",
+          srv.error().Message());
+      return nullptr;
+    }
+    std::shared_ptr<ControlServer> server = std::move(*srv);
+    return [server] {
+      if (Status s = server->Stop(); !s)
+        spdlog::warn("control socket: {}", s.error().Message());
+    };
+  };
+}
+
 // The detached daemon (StartDetached's child): reports "OK\n" or
 // "ERR <errno> <message>" on `report_fd` once it has mounted or failed.
 int RunChild(const DaemonOptions& o, const Status& detached, int report_fd) {
@@ -99,10 +125,13 @@ int RunChild(const DaemonOptions& o, const Status& detached, int report_fd) {
   SetUpLogging(o);
   ResetTerminationSignals(/*hangup=*/true);
   WritePidFile(o.pid_path, "");
-  Status s = RunFilesystem(o.config, [&](const Status& r) {
-    if (r) WritePidFile(o.pid_path, o.config.mountpoint);
-    send(r);
-  });
+  Status s = RunFilesystem(
+      o.config,
+      [&](const Status& r) {
+        if (r) WritePidFile(o.pid_path, o.config.mountpoint);
+        send(r);
+      },
+      ControlOf(o));
   if (!s) spdlog::error("{}", s.error().Message());
   spdlog::shutdown();
   if (!o.pid_path.empty()) ::unlink(o.pid_path.c_str());
@@ -116,9 +145,12 @@ Status StartDaemon(const DaemonOptions& o) {
     SetUpLogging(o);
     ResetTerminationSignals(/*hangup=*/false);
     WritePidFile(o.pid_path, "");
-    Status s = RunFilesystem(o.config, [&](const Status& r) {
-      if (r) WritePidFile(o.pid_path, o.config.mountpoint);
-    });
+    Status s = RunFilesystem(
+        o.config,
+        [&](const Status& r) {
+          if (r) WritePidFile(o.pid_path, o.config.mountpoint);
+        },
+        ControlOf(o));
     if (!o.pid_path.empty()) ::unlink(o.pid_path.c_str());
     // The same shape as a detached daemon's report: its whole message.
     if (!s) return Error::Of(s.err(), s.error().Message(), "");

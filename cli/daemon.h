@@ -26,6 +26,10 @@ struct DaemonOptions {
   std::string pid_path;  // pid file ("" = none)
   std::string log_level = "info";
   bool foreground = false;
+  // The sandbox (its state directory and name) whose control socket the
+  // daemon serves in its folder (docs/control.md); "" for none (a mount of
+  // layers that are no sandbox's).
+  std::string state_dir, sandbox;
 };
 
 // On failure, the error's op holds the daemon's whole message ("<op>: <path>:

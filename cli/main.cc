@@ -127,6 +127,43 @@ void AddDiff(CLI::App& app, DiffArgs& d) {
               "Also diff changes inside .git directories (at any depth)");
 }
 
+void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
+              RewindArgs& rw, ForkArgs& fk, GcArgs& gc) {
+  auto* c = app.add_subcommand(
+      "checkpoint",
+      "Freeze a sandbox's state as its next checkpoint (mounted or not)");
+  c->add_option("name", cp.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("-m,--message", cp.message, "What the checkpoint is");
+  c->add_option("--state-dir", cp.state_dir, "State directory");
+  c->add_flag("--json", cp.json, "Print the result as JSON");
+  c = app.add_subcommand("checkpoints", "List a sandbox's checkpoints");
+  c->add_option("name", cps.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("--state-dir", cps.state_dir, "State directory");
+  c->add_flag("--json", cps.json, "Print a JSON object");
+  c = app.add_subcommand(
+      "rewind", "Make a sandbox's tree what it was at a checkpoint (undoable)");
+  c->add_option("name", rw.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("checkpoint", rw.checkpoint, "The checkpoint's number")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--state-dir", rw.state_dir, "State directory");
+  c = app.add_subcommand(
+      "fork", "Make a new sandbox sharing a sandbox's checkpoints (O(1))");
+  c->add_option("name", fk.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("new", fk.new_name, "The new sandbox's name")->required();
+  c->add_option("mountpoint", fk.mountpoint, "Mount the new sandbox there");
+  c->add_option("--at", fk.at, "Fork at this checkpoint (default: now)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--state-dir", fk.state_dir, "State directory");
+  c = app.add_subcommand("gc",
+                         "Remove the layers no sandbox's stack uses any more");
+  c->add_option("--state-dir", gc.state_dir, "State directory");
+}
+
 void AddBench(CLI::App& app, BenchArgs& b) {
   auto* c = app.add_subcommand(
       "bench",
@@ -231,7 +268,13 @@ int main(int argc, char** argv) {
   DiffArgs d;
   BenchArgs b;
   RunArgs run;
+  CheckpointArgs cp;
+  CheckpointsArgs cps;
+  RewindArgs rw;
+  ForkArgs fk;
+  GcArgs gc;
   AddMount(app, m);
+  AddStack(app, cp, cps, rw, fk, gc);
   AddUmount(app, u);
   AddExport(app, e);
   AddRm(app, r);
@@ -260,5 +303,10 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("diff")) return RunDiff(d);
   if (app.got_subcommand("bench")) return RunBench(b);
   if (app.got_subcommand("run")) return RunRun(run);
+  if (app.got_subcommand("checkpoint")) return RunCheckpoint(cp);
+  if (app.got_subcommand("checkpoints")) return RunCheckpoints(cps);
+  if (app.got_subcommand("rewind")) return RunRewind(rw);
+  if (app.got_subcommand("fork")) return RunFork(fk);
+  if (app.got_subcommand("gc")) return RunGc(gc);
   return 1;
 }

@@ -5,6 +5,7 @@
 // Who may use the mount is decided as for `acqfs mount` (cli/allow_other.h):
 // every user as root unless -o noallow_other, else only the caller unless
 // -o allow_other (which needs user_allow_other in /etc/fuse.conf).
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "cli/allow_other.h"
 #include "cli/daemon.h"
+#include "cli/stack.h"
 #include "cli/state.h"
 
 namespace {
@@ -103,19 +105,51 @@ int main(int argc, char** argv) {
                 std::string(std::strerror(allow.err())) + " (" +
                     allow.error().op + ")");
   c.allow_other = *allow;
-  if (c.lower.find(':') != std::string::npos)
-    return Fail("mount", "lowerdir=" + c.lower,
-                "acqfs takes exactly one lower directory");
+  // lowerdir=TOP:...:HOST, as the kernel overlayfs takes a stack: the last
+  // is the host, the others the frozen layers (docs/stack.md).
+  if (c.lower.find(':') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ls(c.lower);
+    for (std::string part; std::getline(ls, part, ':');) {
+      if (part.empty())
+        return Fail("mount", "lowerdir=" + c.lower, "an empty layer");
+      parts.push_back(part);
+    }
+    c.lower = parts.back();
+    for (size_t i = parts.size() - 1; i-- > 0;) c.frozen.push_back(parts[i]);
+  }
   for (auto* p : {&c.lower, &c.upper, &c.work}) {
     if (p->empty()) return Usage();
     auto r = cli::RealPath(*p);
     if (!r) return Fail("mount", *p, r.error().Message());
     *p = *r;
   }
-  // The upper layer of an acqfs sandbox (<state>/<name>/upper) comes with
-  // the sandbox's policy in <state>/<name>/meta.json: it applies here too,
-  // and layers whose policy cannot be read are not mounted without it.
-  const std::string sandbox_dir = c.upper.substr(0, c.upper.rfind('/'));
+  for (auto& f : c.frozen) {
+    auto r = cli::RealPath(f);
+    if (!r) return Fail("mount", f, r.error().Message());
+    f = *r;
+  }
+  // The upper layer of an acqfs sandbox (<state>/<name>/upper, or a layer
+  // of <state>/.layers its stack.json names) comes with the sandbox's
+  // policy in <state>/<name>/meta.json: it applies here too, and layers
+  // whose policy cannot be read are not mounted without it.
+  std::string sandbox_dir = c.upper.substr(0, c.upper.rfind('/'));
+  if (sandbox_dir.size() > 8 &&
+      sandbox_dir.compare(sandbox_dir.size() - 8, 8, "/.layers") == 0) {
+    const std::string state = sandbox_dir.substr(0, sandbox_dir.size() - 8);
+    const std::string ref = c.upper.substr(state.size() + 1);
+    std::string owner;
+    if (DIR* dir = ::opendir(state.c_str())) {
+      while (struct dirent* e = ::readdir(dir)) {
+        std::string n = e->d_name;
+        if (!cli::ValidSandboxName(n)) continue;
+        auto m = cli::ReadStack(cli::StackPath(state, n));
+        if (m && m->upper == ref) owner = state + "/" + n;
+      }
+      ::closedir(dir);
+    }
+    if (!owner.empty()) sandbox_dir = owner;
+  }
   const std::string meta = sandbox_dir + "/meta.json";
   if (::access(meta.c_str(), F_OK) == 0) {
     // As `acqfs mount` keeps it: only the sandbox's owner reaches its

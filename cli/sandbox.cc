@@ -139,6 +139,57 @@ Status Sandbox::Load() {
   auto m = ReadMeta(paths_.meta);
   if (!m) return m.error();
   meta_ = std::move(*m);
+  auto st = LoadStack(state_, paths_.name, /*may_repair=*/false);
+  if (!st) {
+    if (st.err() != ENOENT) return st.error();
+    has_stack_ = false;
+    return Ok();
+  }
+  stack_ = std::move(*st);
+  has_stack_ = true;
+  UseStack();
+  return Ok();
+}
+
+void Sandbox::UseStack() {
+  LayerStore store(state_);
+  paths_.upper = store.Path(stack_.UpperRef());
+  paths_.frozen.clear();
+  for (const auto& ref : stack_.manifest.frozen)
+    paths_.frozen.push_back(store.Path(ref));
+}
+
+Status Sandbox::PrepareStack(const struct stat& like) {
+  auto st = LoadStack(state_, paths_.name, /*may_repair=*/true);
+  if (!st && st.err() != ENOENT) return st.error();
+  LayerStore store(state_);
+  auto lock = StoreLock::Take(state_);
+  if (!lock) return lock.error();
+  StackManifest m;
+  if (!st) {
+    // A new sandbox: its upper in the store.
+    auto ref = store.Create(&like);
+    if (!ref) return ref.error();
+    m.upper = *ref;
+    ACQFS_TRY(WriteStack(paths_.stack, m));
+  } else if (st->legacy) {
+    ACQFS_TRY(MigrateLegacy(state_, paths_.name, &m));
+  } else {
+    m = st->manifest;
+  }
+  stack_ = LoadedStack{};
+  stack_.manifest = std::move(m);
+  has_stack_ = true;
+  UseStack();
+  return Ok();
+}
+
+Status Sandbox::SaveStack(const StackManifest& m) {
+  ACQFS_TRY(WriteStack(paths_.stack, m));
+  stack_ = LoadedStack{};
+  stack_.manifest = m;
+  has_stack_ = true;
+  UseStack();
   return Ok();
 }
 
@@ -148,7 +199,8 @@ Result<Layers> Sandbox::OpenLayers() const {
   XattrNamespace ns = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
-  auto layers = Layers::OpenForReading(meta_.lower, paths_.upper, ns);
+  auto layers =
+      Layers::OpenForReading(meta_.lower, paths_.upper, ns, paths_.frozen);
   if (!layers) return layers.error();
   auto policy = meta_.policy.Build();
   if (!policy) return policy.error();
@@ -161,6 +213,7 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   c.sandbox = paths_.name;
   c.lower = meta_.lower;
   c.upper = paths_.upper;
+  c.frozen = paths_.frozen;
   c.bridge = paths_.bridge;
   c.xattr_namespace = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/liveness.h"
+#include "cli/stack.h"
 #include "cli/state.h"
 #include "common/error.h"
 #include "common/handle.h"
@@ -59,8 +60,24 @@ class Sandbox {
   // Its folder exists; its metadata file exists.
   bool HasFolder() const;
   bool HasMeta() const;
-  // Reads meta.json into meta().
+  // Reads meta.json into meta(), and its stack (LoadStack, no repair) into
+  // stack() and paths().upper/frozen. A sandbox with neither stack.json nor
+  // a legacy upper has an empty stack (has_stack() false).
   Status Load();
+  // Its layer stack (cli/stack.h), as Load read it.
+  bool has_stack() const { return has_stack_; }
+  const StackManifest& stack() const { return stack_.manifest; }
+  bool legacy() const { return stack_.legacy; }
+  // With its lock held and no daemon serving it: makes its stack whole — a
+  // new sandbox gets a new upper in the store whose root takes `like`'s
+  // mode, owner and times, a legacy one its upper moved into the store, an
+  // interrupted migration is finished — and reloads it.
+  Status PrepareStack(const struct stat& like);
+  // With its lock (and the store lock) held: writes `m` as its stack,
+  // atomically, and reloads paths().upper/frozen from it.
+  Status SaveStack(const StackManifest& m);
+  // The store of the layers (<state>/.layers).
+  LayerStore store() const { return LayerStore(state_); }
   // Writes meta() to meta.json, atomically and durably.
   Status Save() const;
 
@@ -92,6 +109,10 @@ class Sandbox {
   std::string state_;
   SandboxPaths paths_;
   SandboxMeta meta_;
+  LoadedStack stack_;
+  bool has_stack_ = false;
+  // Sets paths_.upper/frozen from stack_.
+  void UseStack();
   bool by_name_ = false;
   bool mounted_at_ = false;
 };

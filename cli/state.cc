@@ -29,7 +29,9 @@ std::string ResolveStateDir(const std::string& flag) {
 }
 
 bool ValidSandboxName(const std::string& name) {
-  if (name.empty() || name.size() > 64 || name == "." || name == "..")
+  // ".layers" is the layer store's folder (docs/stack.md).
+  if (name.empty() || name.size() > 64 || name == "." || name == ".." ||
+      name == ".layers")
     return false;
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -48,7 +50,8 @@ SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)
       pid(dir + "/daemon.pid"),
       log(dir + "/daemon.log"),
       lock(dir + "/lock"),
-      bridge(dir + "/bridge.git") {}
+      bridge(dir + "/bridge.git"),
+      stack(dir + "/stack.json") {}
 
 Result<SandboxMeta> ReadMeta(const std::string& path) {
   std::ifstream in(path);

@@ -1,7 +1,11 @@
 // Sandbox state on disk: where the state directory is, the layout of one
 // sandbox's folder, and its metadata file (meta.json).
-//   <state>/<name>/upper      the upper layer
+//   <state>/<name>/stack.json its layer stack: the upper and frozen layers,
+//                             in <state>/.layers/ (cli/stack.h)
+//   <state>/<name>/upper      the upper layer of a legacy sandbox (before
+//                             stacks; moved into the store by a mount)
 //   <state>/<name>/work       the overlay work directory
+//   <state>/<name>/control.sock  its daemon's control socket
 //   <state>/<name>/meta.json  lower, mountpoint, xattr namespace
 //   <state>/<name>/daemon.pid, daemon.log, lock
 //   <state>/<name>/bridge.git the git bridge (for a lower that is a checkout)
@@ -24,12 +28,20 @@ namespace acqfs::cli {
 // ~/.local/state/acqfs.
 std::string ResolveStateDir(const std::string& flag);
 
-// Letters, digits, '.', '_', '-'; 1..64 characters; not "." or "..".
+// Letters, digits, '.', '_', '-'; 1..64 characters; not ".", ".." or
+// ".layers" (the layer store).
 bool ValidSandboxName(const std::string& name);
 
 struct SandboxPaths {
   explicit SandboxPaths(const std::string& state_dir, const std::string& name);
   std::string name, dir, upper, work, meta, pid, log, lock, bridge;
+  // The frozen layers' directories, bottom first, and the control socket's
+  // folder and name. `upper` and `frozen` are the stack's (Sandbox::Load
+  // reads <dir>/stack.json, docs/stack.md); a sandbox without one has its
+  // upper at <dir>/upper (made before stacks: the legacy layout).
+  std::vector<std::string> frozen;
+  std::string stack;
+  static constexpr const char* kControlSocket = "control.sock";
 };
 
 // A sandbox's policy as recorded in meta.json (docs/sandboxes.md): fixed when

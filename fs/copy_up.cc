@@ -251,8 +251,7 @@ namespace {
 // `dst_dirfd`/`dst_name`, with its attributes and origin marker. On failure
 // whatever it made is removed.
 Status CopyNamed(const Layers& layers, int src_dirfd, const std::string& name,
-                 uint64_t origin,
-                 const struct stat& st, int dst_dirfd,
+                 uint64_t origin, const struct stat& st, int dst_dirfd,
                  const std::string& dst_name, const std::string& shown) {
   Status s =
       CreateCopy(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
@@ -430,8 +429,8 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
                              src.Shown(rel)));
         ACQFS_TRY(CopyAttrs(layers, *lfd, e.name, c->lower_st, d, e.name,
                             src.Shown(rel)));
-        ACQFS_TRY(layers.format.SetOrigin(d, e.name, c->lower_ino,
-                                          src.Shown(rel)));
+        ACQFS_TRY(
+            layers.format.SetOrigin(d, e.name, c->lower_ino, src.Shown(rel)));
       }
     }
   }

@@ -75,8 +75,8 @@ class KeptData {
   friend class KeptStore;
   Where where_ = Where::kNowhere;
   uint8_t layer_ = 0;  // kLower: the lower layer (fs/layer.h; 0: the host)
-  UniqueFd fd_;       // kDescriptor, and kLower within the budget
-  std::string name_;  // kTmpName: name in acqfs-tmp; kLower: lower path
+  UniqueFd fd_;        // kDescriptor, and kLower within the budget
+  std::string name_;   // kTmpName: name in acqfs-tmp; kLower: lower path
 };
 
 class KeptStore {

@@ -229,6 +229,14 @@ Result<LayersClaim> LayersClaim::Take(const std::string& upper,
   return c;
 }
 
+Status LayersClaim::TakeUpper(const std::string& upper) {
+  auto u = ClaimDir(upper, "upper layer", std::chrono::steady_clock::now());
+  if (!u) return u.error();
+  frozen_.push_back(std::move(upper_));
+  upper_ = std::move(*u);
+  return Ok();
+}
+
 std::optional<pid_t> LayersHolder(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
@@ -436,9 +444,8 @@ Status ResolveLowerStep(const Layers& layers, const DirView& dir, unsigned i,
         layers.HidesLower(ChildPath(dir, name), S_ISDIR(st.st_mode)))
       return Ok();
   } else {
-    auto w = layers.format.IsWhiteoutEntry(fd, name, st,
-                                           (dir.lower_xw & LowerBit(i)) != 0,
-                                           kNoName);
+    auto w = layers.format.IsWhiteoutEntry(
+        fd, name, st, (dir.lower_xw & LowerBit(i)) != 0, kNoName);
     if (!w) return NamedIn(w.error(), layer, dir, name);
     if (*w) {
       *done = true;
@@ -529,8 +536,8 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
     UniqueFd owned;
     auto fd = layers.LowerLayer(i).DirFd(dir.path, gen, &owned);
     if (fd)
-      ACQFS_TRY(ResolveLowerStep(layers, dir, i, *fd, name, &c, &pending,
-                                 &done, apply_policy));
+      ACQFS_TRY(ResolveLowerStep(layers, dir, i, *fd, name, &c, &pending, &done,
+                                 apply_policy));
     else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
       return fd.error();
   }
@@ -641,8 +648,8 @@ Result<std::vector<MergedEntry>> ListMergedAt(const Layers& layers,
         if (e.type == DT_UNKNOWN) {
           struct stat st;
           bool found = false;
-          ACQFS_TRY(sys::StatAtIfExists(lfd, e.name, &st, &found,
-                                        layer.Shown(rel)));
+          ACQFS_TRY(
+              sys::StatAtIfExists(lfd, e.name, &st, &found, layer.Shown(rel)));
           if (!found) continue;
           is_dir = S_ISDIR(st.st_mode);
         }

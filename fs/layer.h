@@ -107,9 +107,13 @@ class LayersClaim {
   // it (see LayersHolder) when it stays taken.
   static Result<LayersClaim> Take(const std::string& upper,
                                   const std::string& work, int wait_ms);
+  // Claims a new upper directory (a checkpoint froze the old one, whose
+  // claim is kept while the daemon lives), without waiting.
+  Status TakeUpper(const std::string& upper);
 
  private:
   UniqueFd upper_, work_;
+  std::vector<UniqueFd> frozen_;
 };
 
 // The process holding the claim on `dir` (an upper or work directory), as
@@ -195,11 +199,9 @@ struct Layers {
   // Opens lower and upper only, for readers (the git bridge, status) that
   // may run while a daemon serves the same layers: the work area is not
   // touched, and `tmp` stays invalid.
-  static Result<Layers> OpenForReading(const std::string& lower,
-                                       const std::string& upper,
-                                       XattrNamespace ns,
-                                       const std::vector<std::string>& frozen =
-                                           {});
+  static Result<Layers> OpenForReading(
+      const std::string& lower, const std::string& upper, XattrNamespace ns,
+      const std::vector<std::string>& frozen = {});
   // Opens the frozen layers (and checks the host's device against the
   // upper's for TagStore); used by both.
   Status OpenFrozen(const std::vector<std::string>& paths);
@@ -230,12 +232,12 @@ struct LowerFds {
 
 // What the layers hold under one name of a merged directory.
 struct ChildInfo {
-  bool exists = false;      // visible in the merged view
-  bool whiteout = false;    // upper holds a whiteout (name deleted)
-  bool upper = false;       // upper object present (not a whiteout)
-  bool lower = false;       // lower object present under a merged parent
-  struct stat upper_st {};  // valid when upper
-  struct stat lower_st {};  // valid when lower: the topmost lower object
+  bool exists = false;       // visible in the merged view
+  bool whiteout = false;     // upper holds a whiteout (name deleted)
+  bool upper = false;        // upper object present (not a whiteout)
+  bool lower = false;        // lower object present under a merged parent
+  struct stat upper_st {};   // valid when upper
+  struct stat lower_st {};   // valid when lower: the topmost lower object
   unsigned lower_layer = 0;  // valid when lower: the layer of lower_st
   // When lower_st is a directory: the lower layers whose directory of this
   // name shows through it (from lower_layer down to the first opaque one),

@@ -24,8 +24,8 @@
 
 #include <cstddef>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "common/dir_walk.h"
 #include "common/error.h"

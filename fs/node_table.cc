@@ -122,6 +122,11 @@ void NodeTable::SetUpperLinkLocked(Node* node, uint64_t upper_ino) {
   upper_links_[upper_ino] = node;
 }
 
+void NodeTable::ClearUpperLinksLocked() {
+  for (auto& [ino, node] : upper_links_) node->upper_ino = 0;
+  upper_links_.clear();
+}
+
 void NodeTable::EraseUpperLinkLocked(Node* node) {
   if (!node->upper_ino) return;
   auto it = upper_links_.find(node->upper_ino);

@@ -186,6 +186,16 @@ class NodeTable {
   // any node is freed (null: none).
   void set_quota(Quota* quota) { quota_ = quota; }
 
+  // Calls `fn` for every node the table holds (tree_mu_ exclusive and
+  // table_mu_ held; `fn` must not add or free nodes).
+  template <class Fn>
+  void ForEachNodeLocked(Fn fn) {
+    for (Node* n = nodes_; n; n = n->next_node) fn(n);
+  }
+  // Forgets every upper hard link (the upper became a frozen layer; its
+  // hard-linked files are lower files now). table_mu_ held.
+  void ClearUpperLinksLocked();
+
   // Puts the root in the table, which owns it and never frees it. Once,
   // before any other call.
   Node* AddRoot(std::unique_ptr<Node> root);

@@ -49,6 +49,13 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
     auto used = Quota::Measure(l.upper.root(), l.upper.root_path());
     if (!used) return used.error();
     uint64_t total = *used;
+    // The frozen layers are the sandbox's disk too (a checkpoint must not
+    // make room).
+    for (const Layer& f : l.frozen) {
+      auto bytes = Quota::Measure(f.root(), f.root_path());
+      if (!bytes) return bytes.error();
+      total += *bytes;
+    }
     if (l.tmp) {
       auto tmp = Quota::Measure(l.tmp.get(), l.tmp_path);
       if (!tmp) return tmp.error();
@@ -96,9 +103,7 @@ DirView Overlay::ViewOf(const Node* dir) const {
   return v;
 }
 
-uint64_t Overlay::TagUpper(uint64_t ino) const {
-  return layers_.TagStore(ino);
-}
+uint64_t Overlay::TagUpper(uint64_t ino) const { return layers_.TagStore(ino); }
 
 Result<UniqueFd> Overlay::UpperDir(const Node* dir) {
   return layers_.upper.OpenDir(PathLocked(dir));

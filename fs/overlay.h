@@ -14,7 +14,9 @@
 // when a lower object exists at the node's path (a copied-up file keeps its
 // number), else the upper st_ino. The kernel's node id is the Node's address.
 //
-// Locking (order: tree_mu_ before table_mu_):
+// Locking (order: freeze_mu_, then tree_mu_, then table_mu_):
+//   freeze_mu_ shared for a data write through a cached descriptor (all of
+//             it); exclusive for Freeze.
 //   tree_mu_  shared for lookups, getattr, readdir, reads; exclusive for any
 //             change of the namespace or of a node's layers (copy-up), and
 //             for taking a name from a node whose object is gone from the
@@ -145,6 +147,33 @@ class Overlay {
                   int flags);
   Status RemoveXattr(Node* node, const std::string& name);
 
+  // A checkpoint while mounted (docs/stack.md): waits for the writes in
+  // flight and holds off new ones and every other request; then runs
+  // `commit` (which records on disk the stack with the upper frozen), and,
+  // if that succeeds, makes the upper the topmost frozen layer and the
+  // empty directory `new_upper` the upper. Every node's layers are
+  // described anew (nothing in the merged view changes), the descriptors
+  // into the old upper are retired (the file cache is emptied: the next
+  // write copies up into the new upper), and hard links in the old upper
+  // become separate lower files: the other names of such a file are
+  // returned, for the kernel to forget.
+  struct StaleName {
+    Node* parent;
+    std::string name;
+  };
+  Result<std::vector<StaleName>> Freeze(const std::string& new_upper,
+                                        const std::function<Status()>& commit);
+  // Held (shared) by every request that writes a file's data through a
+  // descriptor of the file cache, from getting the descriptor to the last
+  // byte written, so that Freeze finds no write in flight. Taken before any
+  // other lock of the Overlay.
+  std::shared_lock<std::shared_mutex> HoldOffFreeze();
+  // The upper layer's directory (it changes with Freeze).
+  std::string UpperRootPath() {
+    std::shared_lock<std::shared_mutex> l(tree_mu_);
+    return layers_.upper.root_path();
+  }
+
   // Makes sure the node exists in the upper layer (copying it and its
   // parents up). Public for tests and the adapter's fallocate path.
   Status CopyUp(Node* node);
@@ -194,6 +223,7 @@ class Overlay {
   uint64_t UpperEntryIno(const DirView& view, int upper_dir,
                          const MergedEntry& e);
   uint64_t TagUpper(uint64_t ino) const;
+  Node* FindAlias(const StaleName& s) const;
   // The number of a listed entry that has no upper object.
   uint64_t LowerEntryIno(const DirView& view, const MergedEntry& e);
   // The layer holding the object of a node that has a name (the upper, or
@@ -304,6 +334,8 @@ class Overlay {
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 
+  // The write gate (HoldOffFreeze, Freeze): acquired before tree_mu_.
+  std::shared_mutex freeze_mu_;
   mutable std::shared_mutex tree_mu_;
   std::mutex table_mu_;  // acquired after tree_mu_
   // The nodes (fs/node_table.h), guarded by tree_mu_ and table_mu_ as each

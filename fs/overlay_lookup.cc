@@ -24,8 +24,12 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   // layers; 1 means "not counted" (find(1) and the kernel overlayfs agree).
   // With hidden paths every directory says 1: its lower count could reveal
   // a hidden subdirectory.
+  // A directory of one layer alone (an upper one, or one frozen layer's)
+  // keeps its own count, as on the kernel overlayfs.
+  const bool spans = node->merged() &&
+                     (node->upper || __builtin_popcount(node->lower) > 1);
   if (node->is_dir() &&
-      (node->merged() || (layers_.policy && layers_.policy->hides_anything())))
+      (spans || (layers_.policy && layers_.policy->hides_anything())))
     st->st_nlink = 1;
   // An unlinked file has no links, wherever its data is kept (a name
   // in acqfs-tmp, the lower file it was): as fstat says on ext4.

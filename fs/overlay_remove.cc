@@ -83,7 +83,8 @@ Status Overlay::Remove(Node* parent, const std::string& name,
     if (!node->upper) {
       // Only the lower has it: a whiteout hides it.
       ACQFS_TRY(LayerFormat::MakeWhiteout(pfd->get(), name, shown));
-      if (keep) node->set_kept(kept_.KeepLower(PathLocked(node), node->lower_layer()));
+      if (keep)
+        node->set_kept(kept_.KeepLower(PathLocked(node), node->lower_layer()));
       return Ok();
     }
     int tfd = layers_.tmp.get();

@@ -369,6 +369,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
   };
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
+    auto no_freeze = ov->HoldOffFreeze();  // until the last byte is written
     auto f = FileOf(req, ino, true);
     if (!f) return refuse(f.error());
     int fd = f->get();
@@ -626,6 +627,7 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                  off_t length, struct fuse_file_info* fi) {
   Guard(req, [&] {
+    auto no_freeze = Ctx(req)->overlay->HoldOffFreeze();
     auto f = FileOf(req, ino, true);
     if (!f) return ReplyError(req, f.error());
     Overlay* ov = Ctx(req)->overlay;

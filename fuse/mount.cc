@@ -145,13 +145,48 @@ Status CheckPolicyEnforceable(const MountConfig& c) {
   return Ok();
 }
 
-Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
+namespace {
+
+class SessionControl : public MountControl {
+ public:
+  SessionControl(Overlay* ov, fuse_session* se) : ov_(ov), se_(se) {}
+
+  Status Checkpoint(const std::string& new_upper,
+                    const std::function<Status()>& commit) override {
+    auto stale = ov_->Freeze(new_upper, commit);
+    if (!stale) return stale.error();
+    // Outside the Overlay's locks: the kernel may send requests meanwhile.
+    for (const auto& n : *stale) {
+      fuse_ino_t parent = n.parent == ov_->root()
+                              ? FUSE_ROOT_ID
+                              : reinterpret_cast<fuse_ino_t>(n.parent);
+      int rc = fuse_lowlevel_notify_inval_entry(se_, parent, n.name.c_str(),
+                                                n.name.size());
+      if (rc != 0 && rc != -ENOENT)
+        spdlog::warn("checkpoint: forget the name {}: {}", n.name,
+                     std::strerror(-rc));
+    }
+    spdlog::info("checkpoint: the upper is {} now", new_upper);
+    return Ok();
+  }
+  std::string UpperPath() override { return ov_->UpperRootPath(); }
+
+ private:
+  Overlay* ov_;
+  fuse_session* se_;
+};
+
+}  // namespace
+
+Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
+                     const ControlStarter& control) {
   auto fail = [&](const Error& e) -> Status {
     ready(e);
     return e;
   };
   XattrNamespace ns = LayerFormat::DefaultNamespace(config.force_userxattr);
-  auto layers = Layers::Open(config.lower, config.upper, config.work, ns);
+  auto layers =
+      Layers::Open(config.lower, config.upper, config.work, ns, config.frozen);
   if (!layers) return fail(layers.error());
   if (Status s = ProbeFormat(*layers); !s) return fail(s.error());
   layers->sync_copy_up = config.sync_copy_up;
@@ -203,12 +238,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready) {
     return fail(dropper.error());
   }
   ctx.page_dropper = dropper->get();
+  SessionControl session_control(overlay->get(), se.get());
+  std::function<void()> stop_control;
+  if (control) stop_control = control(&session_control);
   ready(Ok());
 
   UniqueLoopConfig loop(fuse_loop_cfg_create());
   fuse_loop_cfg_set_max_threads(loop.get(), config.max_threads);
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  if (stop_control) stop_control();
   fuse_session_unmount(se.get());
   fuse_remove_signal_handlers(se.get());
   spdlog::info("unmounted {} (loop returned {})", config.mountpoint, rc);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "fs/policy.h"
@@ -16,6 +17,9 @@ namespace acqfs {
 
 struct MountConfig {
   std::string lower, upper, work, mountpoint;
+  // The frozen layers between the lower and the upper, bottom first
+  // (docs/stack.md).
+  std::vector<std::string> frozen;
   bool allow_other = false;
   bool force_userxattr = false;  // use user.overlay.* even when privileged
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds
@@ -50,8 +54,27 @@ Status ApplyMountOption(const std::string& option, MountConfig* config);
 // could not be made.
 using ReadyCallback = std::function<void(const Status&)>;
 
+// What the daemon's control channel (cli/control.h) may ask of the running
+// filesystem. Its methods may be called from any thread but a request's.
+class MountControl {
+ public:
+  virtual ~MountControl() = default;
+  // A checkpoint (Overlay::Freeze): the upper becomes the topmost frozen
+  // layer and `new_upper` (an empty directory) the upper, once `commit`
+  // has recorded that on disk; then the kernel forgets the names Freeze
+  // returns.
+  virtual Status Checkpoint(const std::string& new_upper,
+                            const std::function<Status()>& commit) = 0;
+  // The upper layer's directory now.
+  virtual std::string UpperPath() = 0;
+};
+// Called once the mount is usable; what it returns is called before the
+// session ends (to stop what it started). Null: no control channel.
+using ControlStarter = std::function<std::function<void()>(MountControl*)>;
+
 // Mounts and serves requests until unmounted. Returns Ok on a clean end.
-Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready);
+Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
+                     const ControlStarter& control = nullptr);
 
 }  // namespace acqfs
 

@@ -42,7 +42,8 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
     return host.error();
   }
   s->host.emplace(std::move(*host));
-  auto layers = Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace);
+  auto layers =
+      Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace, c.frozen);
   if (!layers) return layers.error();
   layers->policy = c.policy;
   s->layers = std::make_unique<Layers>(std::move(*layers));

@@ -28,6 +28,7 @@ struct ExportConfig {
   std::string sandbox;  // the sandbox's name
   std::string lower;    // the host checkout (absolute)
   std::string upper;    // the sandbox's upper layer
+  std::vector<std::string> frozen;  // its frozen layers, bottom first
   std::string bridge;   // <state>/<name>/bridge.git
   XattrNamespace xattr_namespace = XattrNamespace::kUser;
   ProgressFn progress;  // hears each step of Export (may be empty)

@@ -6,8 +6,8 @@
 //
 // A MergedTree is a cursor: it keeps the merged directory its last call
 // reached open in every layer (a LayerStack, fs/layer_walk.h: at most
-// LayerStack::kOpenPerLayer descriptors per layer, however deep) and resolves the
-// next path from there: up to the deepest directory the two paths share,
+// LayerStack::kOpenPerLayer descriptors per layer, however deep) and resolves
+// the next path from there: up to the deepest directory the two paths share,
 // then down, each step one ResolveChildAt relative to the directory above
 // it. Paths visited in sorted order (as the bridge visits changes) cost
 // about one step per directory in all, and no path is ever opened whole
@@ -34,10 +34,10 @@ namespace acqfs::gitbridge {
 
 struct MergedNode {
   bool exists = false;
-  bool in_upper = false;  // the visible object is the upper one
+  bool in_upper = false;     // the visible object is the upper one
   unsigned lower_layer = 0;  // else the lower layer holding it
-  struct stat st {};      // of the visible object
-  DirView dir;            // when S_ISDIR(st.st_mode): its view
+  struct stat st {};         // of the visible object
+  DirView dir;               // when S_ISDIR(st.st_mode): its view
 };
 
 class MergedTree {
@@ -99,8 +99,7 @@ class MergedTree {
   }
   // The layer and the cursor directory's descriptor in it holding `node`.
   const Layer& LayerOf(const MergedNode& node) const {
-    return node.in_upper ? layers_.upper
-                         : layers_.LowerLayer(node.lower_layer);
+    return node.in_upper ? layers_.upper : layers_.LowerLayer(node.lower_layer);
   }
   int DirFdOf(const MergedNode& node) const {
     return node.in_upper ? stack_.upper() : stack_.lower(node.lower_layer);

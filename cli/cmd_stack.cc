@@ -1,0 +1,351 @@
+// acqfs checkpoint, checkpoints, rewind, fork and gc: a sandbox's history
+// as a stack of frozen layers (docs/stack.md). A mounted sandbox is
+// checkpointed by its daemon, through its control socket
+// (docs/control.md); one not mounted, by the command itself, holding the
+// sandbox's lock.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/control.h"
+#include "cli/sandbox.h"
+#include "cli/stack.h"
+#include "cli/stack_ops.h"
+#include "cli/state.h"
+#include "common/sys.h"
+#include "gitbridge/export.h"
+
+namespace acqfs::cli {
+namespace {
+
+constexpr int kControlTimeoutMs = 60000;
+
+std::string Iso(int64_t ns) {
+  std::time_t t = static_cast<std::time_t>(ns / 1000000000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The sandbox `arg` names, found and loaded; exit code in *rc on failure.
+std::optional<Sandbox> FindSandbox(const std::string& what,
+                                   const std::string& state_dir,
+                                   const std::string& arg, int* rc) {
+  auto s = Sandbox::Find(ResolveStateDir(state_dir), arg);
+  if (!s) {
+    *rc = FailFind(what, arg, s.error());
+    return std::nullopt;
+  }
+  return std::move(*s);
+}
+
+// Is the sandbox's daemon alive (then it owns the stack)?
+Result<bool> DaemonAlive(const Sandbox& s) {
+  auto live = s.Probe();
+  if (!live) return live.error();
+  return live->daemon_alive;
+}
+
+// Asks the sandbox's daemon for `request`.
+Result<nlohmann::json> AskDaemon(const Sandbox& s,
+                                 const nlohmann::json& request) {
+  auto r = CallControl(s.paths().dir, SandboxPaths::kControlSocket, request,
+                       kControlTimeoutMs);
+  if (!r && (r.err() == ENOENT || r.err() == ECONNREFUSED))
+    return Error::Of(r.err(),
+                     "its daemon does not serve a control socket (mounted "
+                     "by an older acqfs? unmount and mount it again)",
+                     r.error().path);
+  return r;
+}
+
+// With the sandbox's lock held and no daemon: a checkpoint by this command.
+Result<CheckpointPlan> CheckpointQuiet(Sandbox& s, const std::string& message,
+                                       CheckpointKind kind) {
+  struct stat like;
+  if (::stat(s.meta().lower.c_str(), &like) != 0)
+    return Error::Errno("stat", s.meta().lower);
+  ACQFS_TRY(s.PrepareStack(like));
+  auto lock = StoreLock::Take(s.state_dir());
+  if (!lock) return lock.error();
+  auto plan =
+      PlanCheckpoint(s.state_dir(), s.stack(), s.paths().upper, message, kind);
+  if (!plan) return plan.error();
+  ACQFS_TRY(s.SaveStack(plan->next));
+  return plan;
+}
+
+// A checkpoint of the sandbox, by its daemon or by this command: the new
+// checkpoint's number.
+Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
+                            CheckpointKind kind, double* ms) {
+  auto alive = DaemonAlive(s);
+  if (!alive) return alive.error();
+  if (*alive) {
+    auto r = AskDaemon(s, {{"op", "checkpoint"},
+                           {"message", message},
+                           {"kind", std::string(KindName(kind))}});
+    if (!r) return r.error();
+    if (ms && r->contains("ms")) *ms = (*r)["ms"].get<double>();
+    return (*r)["number"].get<uint32_t>();
+  }
+  auto lock = s.Lock(/*create=*/true);
+  if (!lock) {
+    if (lock.err() == EWOULDBLOCK)
+      return Error::Of(EBUSY, "is being mounted right now; try again",
+                       s.paths().lock);
+    return lock.error();
+  }
+  auto plan = CheckpointQuiet(s, message, kind);
+  if (!plan) return plan.error();
+  return plan->number;
+}
+
+bool UpperEmpty(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool empty = true;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
+}
+
+}  // namespace
+
+int RunCheckpoint(const CheckpointArgs& a) {
+  int rc = 0;
+  auto s = FindSandbox("checkpoint", a.state_dir, a.name, &rc);
+  if (!s) return rc;
+  double ms = 0;
+  auto n = MakeCheckpoint(*s, a.message, CheckpointKind::kCheckpoint, &ms);
+  if (!n) return Fail(kExitFailed, "checkpoint " + s->name(), n.error());
+  if (a.json) {
+    nlohmann::json j{{"sandbox", s->name()}, {"checkpoint", *n}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("acqfs: checkpoint %s: checkpoint %u\n", s->name().c_str(), *n);
+  }
+  return 0;
+}
+
+int RunCheckpoints(const CheckpointsArgs& a) {
+  int rc = 0;
+  auto s = FindSandbox("checkpoints", a.state_dir, a.name, &rc);
+  if (!s) return rc;
+  const StackManifest& m = s->stack();
+  LayerStore store(s->state_dir());
+  nlohmann::json list = nlohmann::json::array();
+  if (!a.json)
+    std::printf("%4s  %-20s  %-12s  %8s  %10s  %s\n", "#", "TIME", "KIND",
+                "PATHS", "BYTES", "MESSAGE");
+  for (const auto& c : m.checkpoints) {
+    auto stats = store.StatsOf(c.layers.back());
+    if (!stats)
+      return Fail(kExitFailed, "checkpoints " + s->name(), stats.error());
+    const bool current = c.number == m.base;
+    if (a.json) {
+      list.push_back({{"number", c.number},
+                      {"time", Iso(c.time_ns)},
+                      {"time_ns", c.time_ns},
+                      {"kind", std::string(KindName(c.kind))},
+                      {"message", c.message},
+                      {"paths", stats->paths},
+                      {"bytes", stats->bytes},
+                      {"layers", c.layers.size()},
+                      {"current", current}});
+    } else {
+      std::printf("%3u%c  %-20s  %-12s  %8llu  %10s  %s\n", c.number,
+                  current ? '*' : ' ', Iso(c.time_ns).c_str(),
+                  std::string(KindName(c.kind)).c_str(),
+                  static_cast<unsigned long long>(stats->paths),
+                  FormatBytes(stats->bytes).c_str(), c.message.c_str());
+    }
+  }
+  if (a.json) {
+    nlohmann::json j{
+        {"sandbox", s->name()}, {"base", m.base}, {"checkpoints", list}};
+    std::printf("%s\n",
+                j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
+  }
+  return 0;
+}
+
+int RunRewind(const RewindArgs& a) {
+  int rc = 0;
+  auto s = FindSandbox("rewind", a.state_dir, a.name, &rc);
+  if (!s) return rc;
+  const std::string what = "rewind " + s->name();
+  auto alive = DaemonAlive(*s);
+  if (!alive) return Fail(kExitFailed, what, alive.error());
+  if (*alive)
+    return Fail(kExitRefused, what, s->meta().mountpoint,
+                "is mounted: unmount it first (`acqfs umount " + s->name() +
+                    "`), then rewind");
+  auto lock = s->Lock(/*create=*/true);
+  if (!lock)
+    return Fail(
+        kExitFailed, what,
+        lock.err() == EWOULDBLOCK
+            ? Error::Of(EBUSY, "is being mounted right now", s->paths().lock)
+            : lock.error());
+  struct stat host;
+  if (::stat(s->meta().lower.c_str(), &host) != 0)
+    return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
+  if (Status p = s->PrepareStack(host); !p)
+    return Fail(kExitFailed, what, p.error());
+  const Checkpoint* target = s->stack().Find(a.checkpoint);
+  if (!target)
+    return Fail(
+        kExitBadInput, what, "checkpoint " + std::to_string(a.checkpoint),
+        "no such checkpoint (see `acqfs checkpoints " + s->name() + "`)");
+  LayerStore store(s->state_dir());
+  auto slock = StoreLock::Take(s->state_dir());
+  if (!slock) return Fail(kExitFailed, what, slock.error());
+  // The new upper's root looks like the checkpoint's.
+  struct stat like;
+  const std::string top = store.Path(target->layers.back());
+  if (::stat(top.c_str(), &like) != 0)
+    return Fail(kExitFailed, what, Error::Errno("stat", top));
+  auto ref = store.Create(&like);
+  if (!ref) return Fail(kExitFailed, what, ref.error());
+  uint32_t undo = 0;
+  auto next =
+      RewindWithUndo(s->stack(), a.checkpoint, !UpperEmpty(s->paths().upper),
+                     *ref, NowNs(), &undo);
+  if (!next) {
+    (void)store.Remove(*ref);
+    return Fail(kExitBadInput, what, next.error());
+  }
+  if (Status w = s->SaveStack(*next); !w) {
+    (void)store.Remove(*ref);
+    return Fail(kExitFailed, what, w.error());
+  }
+  if (undo)
+    std::printf(
+        "acqfs: rewind %s: at checkpoint %u (what it held before is "
+        "checkpoint %u: `acqfs rewind %s %u` undoes this)\n",
+        s->name().c_str(), a.checkpoint, undo, s->name().c_str(), undo);
+  else
+    std::printf("acqfs: rewind %s: at checkpoint %u\n", s->name().c_str(),
+                a.checkpoint);
+  return 0;
+}
+
+int RunFork(const ForkArgs& a) {
+  int rc = 0;
+  auto s = FindSandbox("fork", a.state_dir, a.name, &rc);
+  if (!s) return rc;
+  const std::string what = "fork " + s->name();
+  const std::string state = s->state_dir();
+  if (!ValidSandboxName(a.new_name))
+    return Fail(kExitBadInput, what, a.new_name,
+                "not a valid sandbox name (letters, digits, '.', '_', '-')");
+  Sandbox child(state, a.new_name);
+  if (child.HasFolder())
+    return Fail(kExitBadInput, what, a.new_name,
+                "a sandbox of that name exists already");
+  uint32_t at = a.at;
+  if (at == 0) {
+    // The live state, upper included: frozen first.
+    auto n =
+        MakeCheckpoint(*s, "fork " + a.new_name, CheckpointKind::kFork, nullptr);
+    if (!n) return Fail(kExitFailed, what, n.error());
+    at = *n;
+    if (Status l = s->Load(); !l) return Fail(kExitFailed, what, l.error());
+  }
+  if (!s->stack().Find(at))
+    return Fail(
+        kExitBadInput, what, "checkpoint " + std::to_string(at),
+        "no such checkpoint (see `acqfs checkpoints " + s->name() + "`)");
+  if (Status d = MakeDirs(child.paths().dir); !d)
+    return Fail(kExitFailed, what, d.error());
+  auto fail = [&](int code, const Error& e) {
+    (void)sys::RemoveTree(AT_FDCWD, child.paths().dir, child.paths().dir);
+    return Fail(code, what, e);
+  };
+  auto lock = child.Lock(/*create=*/true);
+  if (!lock) return fail(kExitFailed, lock.error());
+  if (Status sec = SecureSandboxDir(child.paths().dir); !sec)
+    return fail(kExitFailed, sec.error());
+  if (Status w = MakeDirs(child.paths().work); !w)
+    return fail(kExitFailed, w.error());
+  {
+    auto slock = StoreLock::Take(state);
+    if (!slock) return fail(kExitFailed, slock.error());
+    // Read again under the store lock: its layers cannot go meanwhile.
+    auto m = ReadStack(s->paths().stack);
+    if (!m) return fail(kExitFailed, m.error());
+    const Checkpoint* c = m->Find(at);
+    if (!c)
+      return fail(kExitBadInput, Error::Of(ENOENT, "no such checkpoint",
+                                           "checkpoint " + std::to_string(at)));
+    LayerStore store(state);
+    struct stat like;
+    const std::string top = store.Path(c->layers.back());
+    if (::stat(top.c_str(), &like) != 0)
+      return fail(kExitFailed, Error::Errno("stat", top));
+    auto ref = store.Create(&like);
+    if (!ref) return fail(kExitFailed, ref.error());
+    auto forked = Fork(*m, at, *ref);
+    if (!forked) {
+      (void)store.Remove(*ref);
+      return fail(kExitBadInput, forked.error());
+    }
+    if (Status w = child.SaveStack(*forked); !w) {
+      (void)store.Remove(*ref);
+      return fail(kExitFailed, w.error());
+    }
+  }
+  child.meta() = s->meta();
+  child.meta().name = a.new_name;
+  child.meta().mountpoint = a.mountpoint;
+  child.meta().last_export = 0;
+  if (Status w = child.Save(); !w) return fail(kExitFailed, w.error());
+  if (child.IsGit()) {
+    if (Status b = gitbridge::PrepareBridge(child.ExportConfig()); !b)
+      return fail(kExitFailed, b.error());
+  }
+  lock->reset();
+  std::printf("acqfs: fork %s: %s starts at checkpoint %u\n", s->name().c_str(),
+              a.new_name.c_str(), at);
+  if (!a.mountpoint.empty()) {
+    MountArgs m;
+    m.lower = child.meta().lower;
+    m.mountpoint = a.mountpoint;
+    m.name = a.new_name;
+    m.name_given = true;
+    m.state_dir = state;
+    return RunMount(m);
+  }
+  return 0;
+}
+
+int RunGc(const GcArgs& a) {
+  const std::string state = ResolveStateDir(a.state_dir);
+  auto r = CollectGarbage(state);
+  if (!r) return Fail(kExitFailed, "gc", r.error());
+  std::printf("acqfs: gc: removed %zu layers (%s), kept %zu\n",
+              r->layers_removed, FormatBytes(r->bytes_freed).c_str(),
+              r->layers_kept);
+  return 0;
+}
+
+}  // namespace acqfs::cli

@@ -1,0 +1,80 @@
+// The Overlay's part in a checkpoint while mounted (fs/overlay.h, Freeze):
+// the upper layer becomes the topmost frozen layer and an empty one takes
+// its place, at a point where nothing moves.
+#include <sys/stat.h>
+
+#include <mutex>
+#include <shared_mutex>
+
+#include "fs/overlay.h"
+#include "fs/overlay_internal.h"
+
+namespace acqfs {
+
+std::shared_lock<std::shared_mutex> Overlay::HoldOffFreeze() {
+  return std::shared_lock<std::shared_mutex>(freeze_mu_);
+}
+
+Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
+    const std::string& new_upper, const std::function<Status()>& commit) {
+  if (layers_.lower_layers() >= kMaxLowerLayers)
+    return Error::Of(EMLINK,
+                     "checkpoint (the stack holds " +
+                         std::to_string(kMaxLowerLayers - 1) +
+                         " frozen layers: squash it first)",
+                     layers_.upper.root_path());
+  auto next = Layer::Open(new_upper);
+  if (!next) return next.error();
+  // The quiescent point: the writes in flight end (each holds
+  // HoldOffFreeze from its descriptor's lease to its last byte), new ones
+  // wait, and so does every other request (the tree lock).
+  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
+  Reaper reap(&table_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  TableLock t(table_mu_);
+  // Recorded on disk first: if the daemon dies from here on, the new stack
+  // holds every write acknowledged (all are in the old upper).
+  ACQFS_TRY(commit());
+  ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
+  const unsigned frozen_bit_number = layers_.lower_layers();
+  const LowerMask bit = LowerBit(frozen_bit_number);
+  std::vector<StaleName> stale;
+  Node* root = table_.root();
+  table_.ForEachNodeLocked([&](Node* n) {
+    if (n->unlinked || !n->upper) return;  // kept data: in no layer
+    if (n->is_dir()) {
+      n->lower = n->opaque ? bit : (n->lower | bit);
+      n->lower_xw = n->xwhiteouts ? (n->opaque ? bit : (n->lower_xw | bit))
+                                  : (n->opaque ? 0 : n->lower_xw);
+    } else {
+      n->lower = bit;
+      n->lower_xw = 0;
+      // Its other names are separate lower files from now on (as the
+      // kernel overlayfs, without index=on, breaks a lower hard link on
+      // copy-up): the kernel must look them up again.
+      if (n->HasAliases())
+        for (const auto& [parent, name] : *n->aliases)
+          stale.push_back(StaleName{parent, name});
+    }
+    n->opaque = false;
+    n->xwhiteouts = false;
+    n->charged = Quota::kUnseen;
+    n->upper = n == root;  // the new upper's root exists
+  });
+  for (const auto& s : stale)
+    table_.DetachNameLocked(FindAlias(s), s.parent, s.name);
+  table_.ClearUpperLinksLocked();
+  layers_.frozen.push_back(std::move(layers_.upper));
+  layers_.upper = std::move(*next);
+  // Every descriptor into the old upper goes: a cached one would write a
+  // frozen layer, or read a file's old copy once it is copied up anew.
+  files_.Shrink(0);
+  return stale;
+}
+
+Node* Overlay::FindAlias(const StaleName& s) const {
+  // table_mu_ held: the node whose alias (s.parent, s.name) is.
+  return s.parent->Child(s.name);
+}
+
+}  // namespace acqfs
