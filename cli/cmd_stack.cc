@@ -89,7 +89,7 @@ Result<CheckpointPlan> CheckpointQuiet(Sandbox& s, const std::string& message,
 // A checkpoint of the sandbox, by its daemon or by this command: the new
 // checkpoint's number.
 Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
-                            CheckpointKind kind, double* ms) {
+                                CheckpointKind kind, double* ms) {
   auto alive = DaemonAlive(s);
   if (!alive) return alive.error();
   if (*alive) {
@@ -125,6 +125,16 @@ bool UpperEmpty(const std::string& dir) {
   }
   ::closedir(d);
   return empty;
+}
+
+void PrintRewound(const std::string& name, uint32_t at, uint32_t undo) {
+  if (undo)
+    std::printf(
+        "acqfs: rewind %s: at checkpoint %u (what it held before is "
+        "checkpoint %u: `acqfs rewind %s %u` undoes this)\n",
+        name.c_str(), at, undo, name.c_str(), undo);
+  else
+    std::printf("acqfs: rewind %s: at checkpoint %u\n", name.c_str(), at);
 }
 
 }  // namespace
@@ -195,10 +205,18 @@ int RunRewind(const RewindArgs& a) {
   const std::string what = "rewind " + s->name();
   auto alive = DaemonAlive(*s);
   if (!alive) return Fail(kExitFailed, what, alive.error());
-  if (*alive)
-    return Fail(kExitRefused, what, s->meta().mountpoint,
-                "is mounted: unmount it first (`acqfs umount " + s->name() +
-                    "`), then rewind");
+  if (*alive) {
+    auto r = AskDaemon(*s, {{"op", "rewind"}, {"number", a.checkpoint}});
+    if (!r) {
+      const int code =
+          r.err() == ENOENT && r.error().path.rfind("checkpoint ", 0) == 0
+              ? kExitBadInput
+              : kExitFailed;
+      return Fail(code, what, r.error());
+    }
+    PrintRewound(s->name(), a.checkpoint, (*r)["undo"].get<uint32_t>());
+    return 0;
+  }
   auto lock = s->Lock(/*create=*/true);
   if (!lock)
     return Fail(
@@ -238,14 +256,7 @@ int RunRewind(const RewindArgs& a) {
     (void)store.Remove(*ref);
     return Fail(kExitFailed, what, w.error());
   }
-  if (undo)
-    std::printf(
-        "acqfs: rewind %s: at checkpoint %u (what it held before is "
-        "checkpoint %u: `acqfs rewind %s %u` undoes this)\n",
-        s->name().c_str(), a.checkpoint, undo, s->name().c_str(), undo);
-  else
-    std::printf("acqfs: rewind %s: at checkpoint %u\n", s->name().c_str(),
-                a.checkpoint);
+  PrintRewound(s->name(), a.checkpoint, undo);
   return 0;
 }
 
@@ -265,8 +276,8 @@ int RunFork(const ForkArgs& a) {
   uint32_t at = a.at;
   if (at == 0) {
     // The live state, upper included: frozen first.
-    auto n =
-        MakeCheckpoint(*s, "fork " + a.new_name, CheckpointKind::kFork, nullptr);
+    auto n = MakeCheckpoint(*s, "fork " + a.new_name, CheckpointKind::kFork,
+                            nullptr);
     if (!n) return Fail(kExitFailed, what, n.error());
     at = *n;
     if (Status l = s->Load(); !l) return Fail(kExitFailed, what, l.error());

@@ -78,6 +78,47 @@ Result<nlohmann::json> ServeCheckpoint(const std::string& state,
                         {"ms", ms}};
 }
 
+Result<nlohmann::json> ServeRewind(const std::string& state,
+                                   const std::string& name, MountControl* mc,
+                                   const nlohmann::json& req) {
+  if (!req.contains("number") || !req["number"].is_number_unsigned())
+    return Error::Of(EINVAL, "rewind (no checkpoint number)", "number");
+  const uint32_t number = req["number"].get<uint32_t>();
+  auto lock = StoreLock::Take(state);
+  if (!lock) return lock.error();
+  const std::string path = StackPath(state, name);
+  auto m = ReadStack(path);
+  if (!m) return m.error();
+  const Checkpoint* c = m->Find(number);
+  if (!c)
+    return Error::Of(ENOENT, "rewind (no such checkpoint)",
+                     "checkpoint " + std::to_string(number));
+  LayerStore store(state);
+  const std::string top = store.Path(c->layers.back());
+  struct stat like;
+  if (::stat(top.c_str(), &like) != 0) return Error::Errno("stat", top);
+  auto ref = store.Create(&like);
+  if (!ref) return ref.error();
+  // Mounted, the upper is frozen as the undo point whatever it holds: a
+  // write may land in it until the daemon's quiescent point.
+  uint32_t undo = 0;
+  auto next =
+      RewindWithUndo(*m, number, /*upper_nonempty=*/true, *ref, NowNs(), &undo);
+  if (!next) {
+    (void)store.Remove(*ref);
+    return next.error();
+  }
+  std::vector<std::string> frozen;
+  for (const auto& f : next->frozen) frozen.push_back(store.Path(f));
+  Status s = mc->Rewind(frozen, store.Path(*ref),
+                        [&] { return WriteStack(path, *next); });
+  if (!s) {
+    (void)store.Remove(*ref);
+    return s.error();
+  }
+  return nlohmann::json{{"number", number}, {"undo", undo}};
+}
+
 }  // namespace
 
 nlohmann::json ServeControl(const std::string& state, const std::string& name,
@@ -88,6 +129,11 @@ nlohmann::json ServeControl(const std::string& state, const std::string& name,
   if (op == "ping") return nlohmann::json{{"ok", true}};
   if (op == "checkpoint") {
     auto r = ServeCheckpoint(state, name, mc, request);
+    if (!r) return ErrorReply(r.error());
+    return *r;
+  }
+  if (op == "rewind") {
+    auto r = ServeRewind(state, name, mc, request);
     if (!r) return ErrorReply(r.error());
     return *r;
   }

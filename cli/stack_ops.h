@@ -38,8 +38,9 @@ Result<CheckpointPlan> PlanCheckpoint(const std::string& state,
 int64_t NowNs();
 
 // What the daemon of the sandbox `name` in `state` answers on its control
-// socket, `mc` being its filesystem: {"op": "checkpoint", "message": M,
-// "kind": K} and {"op": "ping"}. An unknown request gets EINVAL.
+// socket, `mc` being its filesystem (docs/control.md): {"op": "checkpoint",
+// "message": M, "kind": K}, {"op": "rewind", "number": N} and {"op":
+// "ping"}. An unknown request gets EINVAL.
 nlohmann::json ServeControl(const std::string& state, const std::string& name,
                             MountControl* mc, const nlohmann::json& request);
 

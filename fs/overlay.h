@@ -163,6 +163,20 @@ class Overlay {
   };
   Result<std::vector<StaleName>> Freeze(const std::string& new_upper,
                                         const std::function<Status()>& commit);
+  // A rewind while mounted (docs/stack.md): at the same quiescent point as
+  // Freeze, runs `commit`, then serves the stack `frozen` (bottom first)
+  // under the empty upper `new_upper`. Every name the table knows is
+  // forgotten (the nodes become unlinked, with no data kept: a file open
+  // across the rewind reads and writes nothing any more, ENOENT): the names
+  // and the nodes the kernel holds are returned, for the kernel to forget
+  // and to drop their caches.
+  struct Restacked {
+    std::vector<StaleName> names;
+    std::vector<Node*> nodes;
+  };
+  Result<Restacked> Restack(const std::vector<std::string>& frozen,
+                            const std::string& new_upper,
+                            const std::function<Status()>& commit);
   // Held (shared) by every request that writes a file's data through a
   // descriptor of the file cache, from getting the descriptor to the last
   // byte written, so that Freeze finds no write in flight. Taken before any

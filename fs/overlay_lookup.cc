@@ -26,8 +26,8 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   // a hidden subdirectory.
   // A directory of one layer alone (an upper one, or one frozen layer's)
   // keeps its own count, as on the kernel overlayfs.
-  const bool spans = node->merged() &&
-                     (node->upper || __builtin_popcount(node->lower) > 1);
+  const bool spans =
+      node->merged() && (node->upper || __builtin_popcount(node->lower) > 1);
   if (node->is_dir() &&
       (spans || (layers_.policy && layers_.policy->hides_anything())))
     st->st_nlink = 1;

@@ -3,6 +3,7 @@
 // its place, at a point where nothing moves.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 
@@ -75,6 +76,70 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
 Node* Overlay::FindAlias(const StaleName& s) const {
   // table_mu_ held: the node whose alias (s.parent, s.name) is.
   return s.parent->Child(s.name);
+}
+
+Result<Overlay::Restacked> Overlay::Restack(
+    const std::vector<std::string>& frozen, const std::string& new_upper,
+    const std::function<Status()>& commit) {
+  if (frozen.size() >= kMaxLowerLayers)
+    return Error::Of(EMLINK, "rewind (too many frozen layers)", new_upper);
+  std::vector<Layer> layers;
+  for (const auto& f : frozen) {
+    auto l = Layer::Open(f);
+    if (!l) return l.error();
+    layers.push_back(std::move(*l));
+  }
+  auto next = Layer::Open(new_upper);
+  if (!next) return next.error();
+  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
+  Reaper reap(&table_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  TableLock t(table_mu_);
+  ACQFS_TRY(commit());
+  ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
+  Restacked out;
+  // Every name the table knows goes (deepest first, so that a parent is
+  // still there when its child loses its name); the nodes the kernel holds
+  // are told to drop their caches.
+  struct Named {
+    size_t depth;
+    Node* parent;
+    std::string name;
+  };
+  std::vector<Named> names;
+  Node* root = table_.root();
+  table_.ForEachNodeLocked([&](Node* n) {
+    if (n != root && n->nlookup > 0) out.nodes.push_back(n);
+    auto depth = [](const Node* p) {
+      size_t d = 0;
+      for (; p; p = p->parent) ++d;
+      return d;
+    };
+    if (n->parent) names.push_back(Named{depth(n->parent), n->parent, n->name});
+    if (n->HasAliases())
+      for (const auto& [parent, name] : *n->aliases)
+        names.push_back(Named{depth(parent), parent, name});
+  });
+  std::sort(names.begin(), names.end(),
+            [](const Named& a, const Named& b) { return a.depth > b.depth; });
+  for (const auto& n : names) {
+    Node* child = n.parent->Child(n.name);
+    if (!child) continue;
+    out.names.push_back(StaleName{n.parent, n.name});
+    table_.DetachNameLocked(child, n.parent, n.name);
+  }
+  table_.ClearUpperLinksLocked();
+  layers_.frozen = std::move(layers);
+  layers_.upper = std::move(*next);
+  auto view = RootView(layers_);
+  if (!view) return view.error();  // the stack is recorded: a remount reads it
+  root->lower = view->lower ? view->lower : LowerBit(0);
+  root->lower_xw = view->lower_xw;
+  root->opaque = !view->merged();
+  root->xwhiteouts = view->xwhiteouts;
+  root->charged = Quota::kUnseen;
+  files_.Shrink(0);
+  return out;
 }
 
 }  // namespace acqfs

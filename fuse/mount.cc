@@ -157,11 +157,8 @@ class SessionControl : public MountControl {
     if (!stale) return stale.error();
     // Outside the Overlay's locks: the kernel may send requests meanwhile.
     for (const auto& n : *stale) {
-      fuse_ino_t parent = n.parent == ov_->root()
-                              ? FUSE_ROOT_ID
-                              : reinterpret_cast<fuse_ino_t>(n.parent);
-      int rc = fuse_lowlevel_notify_inval_entry(se_, parent, n.name.c_str(),
-                                                n.name.size());
+      int rc = fuse_lowlevel_notify_inval_entry(se_, IdOf(n.parent),
+                                                n.name.c_str(), n.name.size());
       if (rc != 0 && rc != -ENOENT)
         spdlog::warn("checkpoint: forget the name {}: {}", n.name,
                      std::strerror(-rc));
@@ -169,9 +166,32 @@ class SessionControl : public MountControl {
     spdlog::info("checkpoint: the upper is {} now", new_upper);
     return Ok();
   }
+  Status Rewind(const std::vector<std::string>& frozen,
+                const std::string& new_upper,
+                const std::function<Status()>& commit) override {
+    auto r = ov_->Restack(frozen, new_upper, commit);
+    if (!r) return r.error();
+    for (const auto& n : r->names) {
+      int rc = fuse_lowlevel_notify_inval_entry(se_, IdOf(n.parent),
+                                                n.name.c_str(), n.name.size());
+      if (rc != 0 && rc != -ENOENT)
+        spdlog::warn("rewind: forget the name {}: {}", n.name,
+                     std::strerror(-rc));
+    }
+    for (Node* node : r->nodes)
+      (void)fuse_lowlevel_notify_inval_inode(se_, IdOf(node), 0, 0);
+    (void)fuse_lowlevel_notify_inval_inode(se_, FUSE_ROOT_ID, 0, 0);
+    spdlog::info("rewind: the upper is {} now, over {} frozen layers",
+                 new_upper, frozen.size());
+    return Ok();
+  }
   std::string UpperPath() override { return ov_->UpperRootPath(); }
 
  private:
+  fuse_ino_t IdOf(Node* n) const {
+    return n == ov_->root() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(n);
+  }
+
   Overlay* ov_;
   fuse_session* se_;
 };

@@ -65,6 +65,12 @@ class MountControl {
   // returns.
   virtual Status Checkpoint(const std::string& new_upper,
                             const std::function<Status()>& commit) = 0;
+  // A rewind (Overlay::Restack): the stack `frozen` (bottom first) under
+  // the empty upper `new_upper`, once `commit` has recorded it; then the
+  // kernel forgets every name and drops the caches of every node.
+  virtual Status Rewind(const std::vector<std::string>& frozen,
+                        const std::string& new_upper,
+                        const std::function<Status()>& commit) = 0;
   // The upper layer's directory now.
   virtual std::string UpperPath() = 0;
 };

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "harness/binaries.h"
@@ -155,6 +156,30 @@ std::string Sandbox::DaemonLog() const {
                   std::istreambuf_iterator<char>());
   if (log.size() <= kLogTail) return log;
   return "[...]" + log.substr(log.size() - kLogTail);
+}
+
+namespace {
+nlohmann::json ReadStackJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json();
+  return nlohmann::json::parse(in, nullptr, false);
+}
+}  // namespace
+
+std::string Sandbox::upper() const {
+  nlohmann::json j = ReadStackJson(layer_dir() + "/stack.json");
+  if (j.is_object() && j.contains("upper") && j["upper"].is_string())
+    return state_dir_ + "/" + j["upper"].get<std::string>();
+  return layer_dir() + "/upper";
+}
+
+std::vector<std::string> Sandbox::frozen() const {
+  std::vector<std::string> out;
+  nlohmann::json j = ReadStackJson(layer_dir() + "/stack.json");
+  if (j.is_object() && j.contains("frozen") && j["frozen"].is_array())
+    for (const auto& f : j["frozen"])
+      if (f.is_string()) out.push_back(state_dir_ + "/" + f.get<std::string>());
+  return out;
 }
 
 }  // namespace acqfs::test

@@ -66,7 +66,11 @@ class Sandbox {
   const std::string& state_dir() const { return state_dir_; }
   const std::string& name() const { return options_.name; }
   std::string layer_dir() const { return state_dir_ + "/" + options_.name; }
-  std::string upper() const { return layer_dir() + "/upper"; }
+  // The upper layer as the sandbox's stack.json names it now (it moves
+  // with each checkpoint; docs/stack.md), else <layer_dir>/upper.
+  std::string upper() const;
+  // Its frozen layers' directories, bottom first.
+  std::vector<std::string> frozen() const;
   std::string work() const { return layer_dir() + "/work"; }
   std::string pid_file() const { return layer_dir() + "/daemon.pid"; }
   std::string log_file() const { return layer_dir() + "/daemon.log"; }

@@ -1108,7 +1108,7 @@ TEST_F(LifecycleTwoDaemons, AcqfsMountRefusesLayersTheMountHelperServes) {
   const std::string meta = ContentOf(s.layer_dir() + "/meta.json");
   {
     // acqfs mount of the sandbox: refused before anything is written.
-    Unchanged unchanged({s.layer_dir() + "/upper", lower_});
+    Unchanged unchanged({s.upper(), lower_});
     CommandResult r = MountAgain(s);
     EXPECT_EQ(r.exit_code, 1) << r.Describe();
     EXPECT_NE(r.err.find("is served by acqfs daemon pid " + pid),

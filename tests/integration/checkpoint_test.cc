@@ -1,0 +1,253 @@
+// A sandbox's history as a stack of frozen layers (docs/stack.md): a
+// checkpoint while mounted, with writes in flight; rewind; fork; kill -9 in
+// the middle of a checkpoint. The oracle is the kernel overlayfs mounting
+// the same stack (lowerdir=TOP:...:L1:HOST), which must show what the FUSE
+// mount showed.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/binaries.h"
+#include "harness/command.h"
+#include "harness/fs_util.h"
+#include "harness/mounts.h"
+#include "harness/snapshot.h"
+#include "integration/mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+CommandResult Acqfs(const Sandbox& s, std::vector<std::string> args) {
+  std::vector<std::string> argv = {AcqfsBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--state-dir");
+  argv.push_back(s.state_dir());
+  return RunCommand(argv, 120);
+}
+
+// lowerdir=TOP:...:L1:HOST for the sandbox's stack.
+std::string LowerDirs(const Sandbox& s) {
+  std::string out;
+  std::vector<std::string> frozen = s.frozen();
+  for (auto it = frozen.rbegin(); it != frozen.rend(); ++it) out += *it + ":";
+  return out + s.lower();
+}
+
+// Unmounts the sandbox and checks that the kernel overlayfs over its stack
+// shows `fuse_view`.
+void ExpectKernelAgrees(Sandbox& s, TempDir& tmp, const TreeSnapshot& fuse_view,
+                        const SnapshotOptions& options) {
+  ASSERT_TRUE(fuse_view.errors.empty()) << DiffSnapshots(fuse_view, fuse_view);
+  ASSERT_TRUE(s.Unmount());
+  const std::string target = tmp.MakeDir("kernel-view");
+  MountGuard guard(target);
+  CommandResult r =
+      MountKernelOverlay(LowerDirs(s), s.upper(), s.work(), target);
+  ASSERT_TRUE(r.ok()) << "kernel overlayfs refused the stack: " << r.Describe();
+  TreeSnapshot kernel_view = Snapshot(target, options);
+  kernel_view.root = "kernel overlayfs " + target;
+  EXPECT_TRUE(SnapshotsEqual(fuse_view, kernel_view, 40));
+}
+
+SnapshotOptions View() {
+  SnapshotOptions o = SnapshotOptions::MergedView();
+  o.skip = {".git"};
+  return o;
+}
+
+class Stack : public BothFileModes {};
+ACQFS_IN_BOTH_FILE_MODES(Stack);
+
+TEST_P(Stack, CheckpointsWhileMountedMatchTheKernelOnTheSameStack) {
+  const std::string m = sandbox().mountpoint();
+  ASSERT_TRUE(RunMixedWorkload(m));
+  CommandResult c1 = Acqfs(
+      sandbox(), {"checkpoint", sandbox().name(), "-m", "after the workload"});
+  ASSERT_TRUE(c1.ok()) << c1.Describe();
+  EXPECT_EQ(sandbox().frozen().size(), 1u);
+  // Changes on top of the frozen layer: copy-ups from it, deletions of
+  // what it holds, a directory of it renamed.
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(m) +
+                           " && for f in $(find . -path ./.git -prune -o "
+                           "-type f -print | head -20); do echo more >> $f; "
+                           "done && rm -rf docs && mkdir docs && echo new > "
+                           "docs/a.txt && echo x > second",
+                       60)
+                  .ok());
+  CommandResult c2 = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+  ASSERT_TRUE(c2.ok()) << c2.Describe();
+  ASSERT_TRUE(
+      RunShell("cd " + ShellQuote(m) + " && echo third > third && rm second",
+               60)
+          .ok());
+  EXPECT_EQ(sandbox().frozen().size(), 2u);
+  TreeSnapshot fuse_view = Snapshot(m, View());
+  ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
+TEST_P(Stack, NoWriteInFlightIsLostOrLandsInAFrozenLayer) {
+  const std::string m = sandbox().mountpoint();
+  // A writer appending numbered lines while checkpoints are taken.
+  std::thread writer([&] {
+    RunShell("cd " + ShellQuote(m) +
+                 " && i=0; while [ $i -lt 3000 ]; do echo line$i >> log; "
+                 "i=$((i+1)); done",
+             120);
+  });
+  std::vector<std::pair<std::string, TreeSnapshot>> frozen_then;
+  for (int i = 0; i < 5; ++i) {
+    CommandResult c = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+    ASSERT_TRUE(c.ok()) << c.Describe();
+    std::string top = sandbox().frozen().back();
+    frozen_then.emplace_back(top, Snapshot(top, SnapshotOptions::Everything()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  writer.join();
+  std::string expected;
+  for (int i = 0; i < 3000; ++i) expected += "line" + std::to_string(i) + "\n";
+  EXPECT_EQ(ReadFile(m + "/log"), expected);
+  // A frozen layer is never written once frozen.
+  for (const auto& [dir, then] : frozen_then)
+    EXPECT_TRUE(
+        SnapshotsEqual(then, Snapshot(dir, SnapshotOptions::Everything())))
+        << dir;
+}
+
+TEST_P(Stack, RewindRestoresTheTreeByteForByte) {
+  const std::string m = sandbox().mountpoint();
+  ASSERT_TRUE(
+      RunShell("cd " + ShellQuote(m) +
+                   " && echo ignored > build.o && printf '*.o\\n' > "
+                   ".gitignore && chmod 0640 docs/a.txt && setfattr -n "
+                   "user.k -v v docs/b.txt && ln -s docs/a.txt link && ln "
+                   "docs/b.txt hard && mkdir -p deep/er && echo z > "
+                   "deep/er/z && rm -f docs/gone 2>/dev/null; true",
+               60)
+          .ok());
+  SnapshotOptions o = View();
+  o.link_groups = true;
+  o.nlink = true;
+  const TreeSnapshot at_checkpoint = Snapshot(m, o);
+  CommandResult c =
+      Acqfs(sandbox(), {"checkpoint", sandbox().name(), "-m", "good"});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  // The agent's bad turn: everything but .git removed, something else built.
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(m) +
+                           " && find . -mindepth 1 -maxdepth 1 ! -name .git "
+                           "-exec rm -rf {} + && echo junk > junk && mkdir "
+                           "docs && echo other > docs/a.txt",
+                       60)
+                  .ok());
+  ASSERT_TRUE(sandbox().Unmount());
+  CommandResult r = Acqfs(sandbox(), {"rewind", sandbox().name(), "1"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("undoes this"), std::string::npos) << r.Describe();
+  ASSERT_TRUE(sandbox().Remount());
+  EXPECT_TRUE(SnapshotsEqual(at_checkpoint, Snapshot(m, o), 40));
+  // And the rewind is undone by rewinding to the checkpoint it made.
+  ASSERT_TRUE(sandbox().Unmount());
+  CommandResult u = Acqfs(sandbox(), {"rewind", sandbox().name(), "2"});
+  ASSERT_TRUE(u.ok()) << u.Describe();
+  ASSERT_TRUE(sandbox().Remount());
+  EXPECT_EQ(ReadFile(m + "/junk"), "junk\n");
+  EXPECT_EQ(ReadFile(m + "/docs/a.txt"), "other\n");
+  EXPECT_FALSE(Exists(m + "/link"));
+}
+
+TEST_P(Stack, RewindWhileMountedShowsTheOldTreeAtOnce) {
+  const std::string m = sandbox().mountpoint();
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(m) +
+                           " && echo kept > kept && mkdir -p keepdir/sub && "
+                           "echo s > keepdir/sub/s && chmod 0600 kept",
+                       60)
+                  .ok());
+  const TreeSnapshot at_checkpoint = Snapshot(m, View());
+  CommandResult c = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  // Looked up, listed and cached by the kernel before the rewind.
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(m) +
+                           " && rm -rf keepdir docs && echo gone > kept && "
+                           "echo new > newfile && ls -laR . > /dev/null",
+                       60)
+                  .ok());
+  CommandResult r = Acqfs(sandbox(), {"rewind", sandbox().name(), "1"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("undoes this"), std::string::npos) << r.Describe();
+  EXPECT_EQ(ReadFile(m + "/kept"), "kept\n");
+  EXPECT_FALSE(Exists(m + "/newfile"));
+  EXPECT_EQ(ReadFile(m + "/keepdir/sub/s"), "s\n");
+  TreeSnapshot fuse_view = Snapshot(m, View());
+  EXPECT_TRUE(SnapshotsEqual(at_checkpoint, fuse_view, 40));
+  // Writes after the rewind go on from there.
+  ASSERT_TRUE(RunShell("echo after >> " + ShellQuote(m + "/kept"), 30).ok());
+  EXPECT_EQ(ReadFile(m + "/kept"), "kept\nafter\n");
+  fuse_view = Snapshot(m, View());
+  ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
+TEST_P(Stack, ForksShareTheFrozenLayersAndGoOnIndependently) {
+  const std::string m = sandbox().mountpoint();
+  ASSERT_TRUE(
+      RunShell("cd " + ShellQuote(m) + " && echo base > shared", 60).ok());
+  const std::string mnt2 = tmp().MakeDir("fork-mnt");
+  MountGuard guard(mnt2);
+  CommandResult f =
+      Acqfs(sandbox(), {"fork", sandbox().name(), "forked", mnt2});
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  EXPECT_EQ(ReadFile(mnt2 + "/shared"), "base\n");
+  ASSERT_TRUE(RunShell("echo a > " + ShellQuote(m + "/only-a"), 30).ok());
+  ASSERT_TRUE(RunShell("echo b > " + ShellQuote(mnt2 + "/only-b") +
+                           " && echo changed > " + ShellQuote(mnt2 + "/shared"),
+                       30)
+                  .ok());
+  EXPECT_FALSE(Exists(mnt2 + "/only-a"));
+  EXPECT_FALSE(Exists(m + "/only-b"));
+  EXPECT_EQ(ReadFile(m + "/shared"), "base\n");
+  EXPECT_EQ(ReadFile(mnt2 + "/shared"), "changed\n");
+  // The fork's stack names the parent's frozen layer itself (no copy).
+  nlohmann::json child = nlohmann::json::parse(
+      ReadFile(sandbox().state_dir() + "/forked/stack.json"));
+  std::vector<std::string> parent = sandbox().frozen();
+  ASSERT_EQ(parent.size(), 1u);
+  ASSERT_EQ(child["frozen"].size(), 1u);
+  EXPECT_EQ(sandbox().state_dir() + "/" + child["frozen"][0].get<std::string>(),
+            parent[0]);
+  CommandResult u = Acqfs(sandbox(), {"umount", "forked", "--no-export"});
+  EXPECT_TRUE(u.ok()) << u.Describe();
+  CommandResult rm = Acqfs(sandbox(), {"rm", "--force", "forked"});
+  EXPECT_TRUE(rm.ok()) << rm.Describe();
+  // The parent's layer stays: its own stack uses it.
+  EXPECT_TRUE(Exists(parent[0]));
+  EXPECT_EQ(ReadFile(m + "/shared"), "base\n");
+}
+
+TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {
+  const std::string m = sandbox().mountpoint();
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(m) + " && echo 1 > one", 30).ok());
+  // Checkpoints racing a kill -9 of the daemon.
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    ::kill(sandbox().daemon_pid(), SIGKILL);
+  });
+  for (int i = 0; i < 40; ++i) {
+    (void)RunShell(
+        "echo " + std::to_string(i) + " >> " + ShellQuote(m + "/one"), 10);
+    if (!Acqfs(sandbox(), {"checkpoint", sandbox().name()}).ok()) break;
+  }
+  killer.join();
+  // Whatever instant it died at, the stack on disk is whole: it mounts, and
+  // the kernel shows what acqfs shows.
+  (void)sandbox().Unmount();  // a dead daemon's mount: torn down
+  ASSERT_TRUE(sandbox().Remount());
+  TreeSnapshot fuse_view = Snapshot(m, View());
+  EXPECT_TRUE(Exists(m + "/one"));
+  ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
+}  // namespace
+}  // namespace acqfs::test
