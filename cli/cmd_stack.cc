@@ -22,6 +22,7 @@
 #include "cli/stack_ops.h"
 #include "cli/state.h"
 #include "common/sys.h"
+#include "fs/layer_squash.h"
 #include "gitbridge/export.h"
 
 namespace acqfs::cli {
@@ -346,6 +347,87 @@ int RunFork(const ForkArgs& a) {
     m.state_dir = state;
     return RunMount(m);
   }
+  return 0;
+}
+
+int RunSquash(const SquashArgs& a) {
+  int rc = 0;
+  auto s = FindSandbox("squash", a.state_dir, a.name, &rc);
+  if (!s) return rc;
+  const std::string what = "squash " + s->name();
+  auto alive = DaemonAlive(*s);
+  if (!alive) return Fail(kExitFailed, what, alive.error());
+  if (*alive)
+    return Fail(kExitRefused, what, s->meta().mountpoint,
+                "is mounted: unmount it first (`acqfs umount " + s->name() +
+                    "`), then squash");
+  auto lock = s->Lock(/*create=*/true);
+  if (!lock)
+    return Fail(
+        kExitFailed, what,
+        lock.err() == EWOULDBLOCK
+            ? Error::Of(EBUSY, "is being mounted right now", s->paths().lock)
+            : lock.error());
+  struct stat host;
+  if (::stat(s->meta().lower.c_str(), &host) != 0)
+    return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
+  if (Status p = s->PrepareStack(host); !p)
+    return Fail(kExitFailed, what, p.error());
+  SquashPlan plan = PlanSquash(s->stack(), a.keep);
+  if (!plan.nothing_to_do.empty()) {
+    std::printf("acqfs: squash %s: nothing to do (%s)\n", s->name().c_str(),
+                plan.nothing_to_do.c_str());
+    return 0;
+  }
+  auto layers = s->OpenLayers();
+  if (!layers) return Fail(kExitFailed, what, layers.error());
+  LayerStore store(s->state_dir());
+  // The merged layer is built outside the store lock (it is no stack's
+  // until the manifest names it, and the layers it reads are frozen; the
+  // sandbox's lock keeps its own stack as it is).
+  std::string ref;
+  {
+    auto slock = StoreLock::Take(s->state_dir());
+    if (!slock) return Fail(kExitFailed, what, slock.error());
+    struct stat like;
+    const std::string top = store.Path(plan.merge.back());
+    if (::stat(top.c_str(), &like) != 0)
+      return Fail(kExitFailed, what, Error::Errno("stat", top));
+    auto made = store.Create(&like);
+    if (!made) return Fail(kExitFailed, what, made.error());
+    ref = *made;
+  }
+  const unsigned bottom = 1;
+  const unsigned top = static_cast<unsigned>(plan.merge.size());
+  auto stats = SquashLayers(*layers, bottom, top, store.Path(ref));
+  if (!stats) {
+    (void)store.Remove(ref);
+    return Fail(kExitFailed, what, stats.error());
+  }
+  {
+    auto slock = StoreLock::Take(s->state_dir());
+    if (!slock) return Fail(kExitFailed, what, slock.error());
+    auto next = ApplySquash(s->stack(), plan, ref);
+    if (!next) {
+      (void)store.Remove(ref);
+      return Fail(kExitFailed, what, next.error());
+    }
+    if (Status w = s->SaveStack(*next); !w) {
+      (void)store.Remove(ref);
+      return Fail(kExitFailed, what, w.error());
+    }
+  }
+  auto gc = CollectGarbage(s->state_dir());
+  if (!gc)
+    return Fail(kExitFailed, what + ": remove the old layers", gc.error());
+  std::printf(
+      "acqfs: squash %s: %zu layers merged into one (%llu files linked, "
+      "%llu directories, %llu whiteouts); %zu frozen layers now\n",
+      s->name().c_str(), plan.merge.size(),
+      static_cast<unsigned long long>(stats->linked),
+      static_cast<unsigned long long>(stats->dirs),
+      static_cast<unsigned long long>(stats->whiteouts),
+      s->stack().frozen.size());
   return 0;
 }
 

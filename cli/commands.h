@@ -3,6 +3,7 @@
 #ifndef ACQFS_CLI_COMMANDS_H_
 #define ACQFS_CLI_COMMANDS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -104,6 +105,12 @@ struct ForkArgs {
   uint32_t at = 0;  // 0: the live state (checkpointed first)
 };
 int RunFork(const ForkArgs& a);
+
+struct SquashArgs {
+  std::string name, state_dir;
+  size_t keep = 4;  // the newest frozen layers left as they are
+};
+int RunSquash(const SquashArgs& a);
 
 struct GcArgs {
   std::string state_dir;

@@ -128,7 +128,7 @@ void AddDiff(CLI::App& app, DiffArgs& d) {
 }
 
 void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
-              RewindArgs& rw, ForkArgs& fk, GcArgs& gc) {
+              RewindArgs& rw, ForkArgs& fk, SquashArgs& sq, GcArgs& gc) {
   auto* c = app.add_subcommand(
       "checkpoint",
       "Freeze a sandbox's state as its next checkpoint (mounted or not)");
@@ -159,6 +159,13 @@ void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
   c->add_option("--at", fk.at, "Fork at this checkpoint (default: now)")
       ->check(CLI::PositiveNumber);
   c->add_option("--state-dir", fk.state_dir, "State directory");
+  c = app.add_subcommand(
+      "squash", "Merge a sandbox's oldest frozen layers into one (unmounted)");
+  c->add_option("name", sq.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("--keep", sq.keep,
+                "Leave the newest N frozen layers as they are (default 4)");
+  c->add_option("--state-dir", sq.state_dir, "State directory");
   c = app.add_subcommand("gc",
                          "Remove the layers no sandbox's stack uses any more");
   c->add_option("--state-dir", gc.state_dir, "State directory");
@@ -272,9 +279,10 @@ int main(int argc, char** argv) {
   CheckpointsArgs cps;
   RewindArgs rw;
   ForkArgs fk;
+  SquashArgs sq;
   GcArgs gc;
   AddMount(app, m);
-  AddStack(app, cp, cps, rw, fk, gc);
+  AddStack(app, cp, cps, rw, fk, sq, gc);
   AddUmount(app, u);
   AddExport(app, e);
   AddRm(app, r);
@@ -307,6 +315,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("checkpoints")) return RunCheckpoints(cps);
   if (app.got_subcommand("rewind")) return RunRewind(rw);
   if (app.got_subcommand("fork")) return RunFork(fk);
+  if (app.got_subcommand("squash")) return RunSquash(sq);
   if (app.got_subcommand("gc")) return RunGc(gc);
   return 1;
 }

@@ -226,6 +226,43 @@ TEST_P(Stack, ForksShareTheFrozenLayersAndGoOnIndependently) {
   EXPECT_EQ(ReadFile(m + "/shared"), "base\n");
 }
 
+TEST_P(Stack, SquashKeepsTheTreeAndTheFilesNumbers) {
+  const std::string m = sandbox().mountpoint();
+  const std::vector<std::string> turns = {
+      "echo 1 > one && mkdir -p made/sub && echo s > made/sub/s && ln -s one "
+      "sym && ln one h-link",
+      "rm -rf docs && mkdir docs && echo again > docs/a.txt && echo 2 >> one",
+      "mv made moved && rm sym && setfattr -n user.k -v v one",
+      "rm -f h-link && echo 4 > four && chmod 0700 moved", "echo 5 > five"};
+  for (const auto& t : turns) {
+    CommandResult turn = RunShell("cd " + ShellQuote(m) + " && " + t, 60);
+    ASSERT_TRUE(turn.ok()) << turn.Describe();
+    CommandResult c = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+    ASSERT_TRUE(c.ok()) << c.Describe();
+  }
+  SnapshotOptions o = View();
+  o.ino = true;
+  o.skip.push_back("moved");  // a directory made by the sandbox: renumbered
+  const TreeSnapshot before = Snapshot(m, o);
+  const TreeSnapshot before_all = Snapshot(m, View());
+  ASSERT_TRUE(sandbox().Unmount());
+  CommandResult sq =
+      Acqfs(sandbox(), {"squash", sandbox().name(), "--keep", "1"});
+  ASSERT_TRUE(sq.ok()) << sq.Describe();
+  EXPECT_EQ(sandbox().frozen().size(), 2u);
+  ASSERT_TRUE(sandbox().Remount());
+  EXPECT_TRUE(SnapshotsEqual(before, Snapshot(m, o), 40));
+  // The checkpoints merged away are gone; the two left still rewind.
+  CommandResult list =
+      Acqfs(sandbox(), {"checkpoints", sandbox().name(), "--json"});
+  ASSERT_TRUE(list.ok()) << list.Describe();
+  EXPECT_EQ(nlohmann::json::parse(list.out)["checkpoints"].size(), 2u)
+      << list.out;
+  TreeSnapshot fuse_view = Snapshot(m, View());
+  EXPECT_TRUE(SnapshotsEqual(before_all, fuse_view, 40));
+  ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
 TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {
   const std::string m = sandbox().mountpoint();
   ASSERT_TRUE(RunShell("cd " + ShellQuote(m) + " && echo 1 > one", 30).ok());

@@ -1,0 +1,48 @@
+// Squashing frozen layers (docs/stack.md, "Squash"): the layers numbered
+// `bottom`..`top` of a stack (fs/layer.h: 1..n are the frozen ones) merged
+// into one new layer, in the same kernel overlayfs upper format, that shows
+// over what lies below `bottom` exactly what they showed together.
+//
+// The rule, per directory, for each name the squashed layers hold: the
+// topmost entry decides. A whiteout stays a whiteout (a 0/0 device); a
+// non-directory is hard-linked from its layer (the same inode: its data,
+// its attributes, its origin marker and so its st_ino, at no copy); a
+// directory is made anew with the topmost one's attributes and merges the
+// directories of that name down the squashed layers until an opaque one, a
+// whiteout or a non-directory stops the chain, in which case the new one is
+// opaque (it hides what lies below, as the chain did). A directory's origin
+// marker is the first one down its chain; an opaque one without any gets
+// the number it was reported with (Layers::TagStore of its st_ino), so its
+// st_ino survives too. A directory that merges with what lies below and has
+// no marker gets a new number (the one of the new directory), as after a
+// copy.
+// Thread-safety: one thread; the layers must be frozen (nothing writes
+// them).
+#ifndef ACQFS_FS_LAYER_SQUASH_H_
+#define ACQFS_FS_LAYER_SQUASH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+#include "fs/layer.h"
+
+namespace acqfs {
+
+struct SquashStats {
+  uint64_t linked = 0;     // non-directories hard-linked (or copied)
+  uint64_t dirs = 0;       // directories made
+  uint64_t whiteouts = 0;  // whiteouts made
+};
+
+// Writes into the empty directory `out` (the new layer's root, made by the
+// caller with the top layer root's attributes) the merge of lower layers
+// bottom..top of `layers` (1 <= bottom <= top < layers.lower_layers()),
+// then syncs the file system holding it (syncfs), so that the new layer is
+// durable before a manifest names it.
+Result<SquashStats> SquashLayers(const Layers& layers, unsigned bottom,
+                                 unsigned top, const std::string& out);
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FS_LAYER_SQUASH_H_
