@@ -129,8 +129,9 @@ Result<uint64_t> Walker::Run() {
       ACQFS_TRY(NextPhaseOrPop());
       continue;
     }
-    const unsigned layer =
-        f.entry_layer.empty() ? TopOf(f.own) : f.entry_layer[f.next];
+    const unsigned layer = !f.upper                ? 0
+                           : f.entry_layer.empty() ? TopOf(f.own)
+                                                   : f.entry_layer[f.next];
     const std::string name = std::move(f.entries[f.next++].name);
     if (name == ".git" && options_.git_dirs == GitDirs::kSkip) continue;
     const size_t len = f.path_len;

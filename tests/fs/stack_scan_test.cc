@@ -24,6 +24,7 @@
 
 #include "fs/change_scan.h"
 #include "fs/layer.h"
+#include "harness/deep_tree.h"
 #include "harness/fs_util.h"
 #include "harness/result_assert.h"
 #include "harness/temp_dir.h"
@@ -524,6 +525,63 @@ INSTANTIATE_TEST_SUITE_P(Cases, StackScanTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name;
                          });
+
+// A chain of directories deeper than PATH_MAX in the host, three frozen
+// layers and the upper is walked in a bounded number of descriptors
+// (LayerStack::kOpenPerLayer per layer), with the changes at the bottom
+// read from the layer that holds each.
+TEST(StackScanDeep, AChainDeeperThanPathMaxInEveryLayerIsScannedInBoundedFds) {
+  constexpr size_t kDepth = 3000;  // "d/" x 3000: 6,000 bytes
+  test::TempDir tmp;
+  Stack stack(tmp.path(), 3);
+  auto at_bottom = [](std::function<std::string(int)> make) {
+    return [make](int fd, size_t level) -> std::string {
+      return level == kDepth ? make(fd) : "";
+    };
+  };
+  auto whiteout = [](const char* name) {
+    return [name](int fd) -> std::string {
+      return ::mknodat(fd, name, S_IFCHR | 0, 0) == 0 ? "" : "mknodat";
+    };
+  };
+  ASSERT_EQ(test::MakeChain(stack.Dir(0), "d", kDepth, at_bottom([](int fd) {
+                              std::string e = test::WriteAt(fd, "f", "old\n");
+                              return e.empty() ? test::WriteAt(fd, "h", "h\n")
+                                               : e;
+                            })),
+            "");
+  ASSERT_EQ(test::MakeChain(stack.Dir(1), "d", kDepth, at_bottom([](int fd) {
+                              return test::WriteAt(fd, "f", "new\n");
+                            })),
+            "");
+  ASSERT_EQ(test::MakeChain(stack.Dir(2), "d", kDepth, at_bottom([](int fd) {
+                              return test::WriteAt(fd, "g", "g\n");
+                            })),
+            "");
+  ASSERT_EQ(test::MakeChain(stack.Dir(3), "d", kDepth / 2), "");
+  ASSERT_EQ(
+      test::MakeChain(stack.Dir(4), "d", kDepth, at_bottom(whiteout("h"))), "");
+  ASSERT_OK_AND_ASSIGN(
+      Layers layers,
+      Layers::OpenForReading(stack.Dir(0), stack.Dir(4), XattrNamespace::kUser,
+                             {stack.Dir(1), stack.Dir(2), stack.Dir(3)}));
+  std::vector<PathChange> changes;
+  {
+    test::FdLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    auto r = ScanChanges(layers);
+    ASSERT_TRUE(r.ok()) << r.error().Message();
+    changes = std::move(*r);
+  }
+  ASSERT_EQ(changes.size(), 3u);
+  EXPECT_EQ(Describe(changes[0]), "M " + test::ChainPath("d", kDepth, "f"));
+  EXPECT_EQ(changes[0].layer, 1u);
+  EXPECT_EQ(Describe(changes[1]), "A " + test::ChainPath("d", kDepth, "g"));
+  EXPECT_EQ(changes[1].layer, 2u);
+  EXPECT_EQ(Describe(changes[2]), "D " + test::ChainPath("d", kDepth, "h"));
+  for (unsigned i = 0; i <= 4; ++i)
+    EXPECT_EQ(test::RemoveDeep(stack.P(i, "d")), "");
+}
 
 }  // namespace
 }  // namespace acqfs
