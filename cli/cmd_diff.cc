@@ -125,6 +125,11 @@ class DiffWriter {
   Status EmitOld(const PathChange& c);   // the lower object goes
   Status EmitNew(const PathChange& c);   // the merged object arrives
   Status EmitBoth(const PathChange& c);  // same type: an edit
+  // The own layer holding the merged object of `c` (a frozen layer or the
+  // upper: where the scan found it).
+  const Layer& NewLayer(const PathChange& c) const {
+    return c.layer == 0 ? layers_.upper : layers_.At(c.layer);
+  }
   const Layers& layers_;
   gitbridge::PatchRenderer renderer_;
 };
@@ -138,7 +143,7 @@ Status DiffWriter::EmitOld(const PathChange& c) {
 
 Status DiffWriter::EmitNew(const PathChange& c) {
   if (!Representable(c.new_mode)) return Ok();
-  auto new_side = ReadSide(layers_.upper, c.path, c.new_mode);
+  auto new_side = ReadSide(NewLayer(c), c.path, c.new_mode);
   if (!new_side) return new_side.error();
   return EmitBlock(renderer_, c.path, PatchSide{}, *new_side);
 }
@@ -152,7 +157,7 @@ Status DiffWriter::EmitBoth(const PathChange& c) {
   }
   auto old_side = ReadSide(layers_.lower, c.path, c.old_mode);
   if (!old_side) return old_side.error();
-  auto new_side = ReadSide(layers_.upper, c.path, c.new_mode);
+  auto new_side = ReadSide(NewLayer(c), c.path, c.new_mode);
   if (!new_side) return new_side.error();
   return EmitBlock(renderer_, c.path, *old_side, *new_side);
 }

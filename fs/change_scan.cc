@@ -57,8 +57,9 @@ bool AtOrBelow(std::string_view path, std::string_view base) {
   return path.size() == base.size() || path[base.size()] == '/';
 }
 
-PathChange MakeChange(PathChange::Kind kind, const std::string& rel,
+PathChange MakeChange(PathChange::Kind kind, const UpperEntry& e,
                       const struct stat* lower, const struct stat* upper) {
+  const std::string& rel = e.path;
   PathChange c;
   c.kind = kind;
   c.path = rel;
@@ -69,6 +70,7 @@ PathChange MakeChange(PathChange::Kind kind, const std::string& rel,
   if (upper) {
     c.new_mode = upper->st_mode;
     c.new_size = static_cast<uint64_t>(upper->st_size);
+    c.layer = e.layer;
   }
   return c;
 }
@@ -142,10 +144,11 @@ Result<std::vector<PathChange>> Scanner::Run() {
 // at its path. A deleted lower directory is entered, so that everything
 // below it is reported too.
 Result<Below> Scanner::Visit(const UpperEntry& e) {
-  if (options_.each_upper && e.kind != UpperEntry::kLowerOnly)
+  if (options_.each_upper && e.kind != UpperEntry::kLowerOnly &&
+      e.layer == layers_.upper_number())
     options_.each_upper(e.upper);
   if (e.in_git && !options_.include_git_dir) {
-    // Only measured: the upper's directories are walked, nothing reported.
+    // Only measured: the own directories are walked, nothing reported.
     const bool upper_dir =
         e.kind == UpperEntry::kUpper && S_ISDIR(e.upper.st_mode);
     return upper_dir ? Below::kEnter : Below::kSkip;
@@ -155,11 +158,11 @@ Result<Below> Scanner::Visit(const UpperEntry& e) {
     case UpperEntry::kLowerOnly:
       // A whiteout of a name the lower lacks changes nothing.
       if (!e.in_lower) return Below::kSkip;
-      Add(MakeChange(PathChange::kDeleted, e.path, &e.lower, nullptr));
+      Add(MakeChange(PathChange::kDeleted, e, &e.lower, nullptr));
       return Below::kEnter;
     case UpperEntry::kUpper:
       if (e.in_lower) return VisitBoth(e);
-      Add(MakeChange(PathChange::kAdded, e.path, nullptr, &e.upper));
+      Add(MakeChange(PathChange::kAdded, e, nullptr, &e.upper));
       return Below::kEnter;
   }
   return Below::kSkip;
@@ -173,10 +176,10 @@ Result<Below> Scanner::VisitBoth(const UpperEntry& e) {
   if (!d) return d.error();
   if (d->vanished) return Below::kSkip;
   if (d->type) {
-    Add(MakeChange(PathChange::kTypeChanged, e.path, &e.lower, &e.upper));
+    Add(MakeChange(PathChange::kTypeChanged, e, &e.lower, &e.upper));
     return Below::kEnter;
   }
-  PathChange c = MakeChange(PathChange::kModified, e.path, &e.lower, &e.upper);
+  PathChange c = MakeChange(PathChange::kModified, e, &e.lower, &e.upper);
   if (d->perm) c.meta |= PathChange::kMode;
   if (d->owner) c.meta |= PathChange::kOwner;
   if (d->xattrs) c.meta |= PathChange::kXattrs;

@@ -1,5 +1,7 @@
-// ChangeScan: what a sandbox changed relative to its lower directory, path by
-// path, read from the layers alone (mounted or not, git checkout or not). It
+// ChangeScan: what a sandbox changed relative to its host checkout (lower
+// layer 0), path by path: the merged view of its own layers (the frozen
+// layers and the upper, fs/upper_walk.h) against the host, read from the
+// layers alone (mounted or not, git checkout or not). It
 // backs `acqfs status`, `acqfs diff` and the CHANGES column of `acqfs ls`.
 // It is status's reading of the upper walk (fs/upper_walk.h) and of the
 // object comparison (fs/same_object.h); what each PathChange kind means, how
@@ -39,6 +41,10 @@ struct PathChange {
   mode_t new_mode = 0;    // merged st_mode, 0 when deleted
   uint64_t old_size = 0;  // lower st_size
   uint64_t new_size = 0;  // merged st_size
+  // When new_mode != 0: the own layer holding the merged object (a
+  // Layers::At number: a frozen layer or the upper), where a reader of the
+  // new side (diff) reads it.
+  unsigned layer = 0;
 };
 
 // The one-letter code `acqfs status` prints: A, M, D, T, or m (metadata only).
@@ -51,12 +57,13 @@ struct ChangeScanOptions {
   // or trailing '/'); empty means everything.
   std::vector<std::string> paths;
   bool include_git_dir = false;
-  // Called now and then with the number of upper entries visited so far.
+  // Called now and then with the number of own entries visited so far.
   std::function<void(uint64_t visited)> progress;
-  // Called with the lstat of the upper root and of every upper entry
-  // (whiteouts included, and below every .git even when include_git_dir is
-  // false), once each: so `acqfs ls` measures the upper's disk use in the
-  // walk that counts its changes. Needs `paths` empty (else EINVAL).
+  // Called with the lstat of the upper root and of every entry of the upper
+  // layer itself (whiteouts included, and below every .git even when
+  // include_git_dir is false; not the frozen layers' entries), once each: so
+  // `acqfs ls` measures the upper's disk use in the walk that counts its
+  // changes. Needs `paths` empty (else EINVAL).
   std::function<void(const struct stat& st)> each_upper;
 };
 

@@ -64,8 +64,10 @@ Result<ObjectDiff> ObjectComparer::Compare(int upper_dir, int lower_dir,
                                            const std::string& name,
                                            const std::string& rel,
                                            const struct stat& up,
-                                           const struct stat& lo,
-                                           unsigned what) {
+                                           const struct stat& lo, unsigned what,
+                                           unsigned layer) {
+  own_ = &layers_.At(layer == kUpperLayer || layer == 0 ? layers_.upper_number()
+                                                        : layer);
   ObjectDiff d;
   if ((up.st_mode & S_IFMT) != (lo.st_mode & S_IFMT)) {
     d.type = true;
@@ -107,7 +109,7 @@ Result<bool> ObjectComparer::SameContent(int upper_dir, int lower_dir,
     if (up.st_size != lo.st_size) return false;
     auto a = sys::ReadLinkAt(upper_dir, name, kNoName);
     if (!a) {
-      if (auto e = Failure(a.error(), layers_.upper, rel, vanished)) return *e;
+      if (auto e = Failure(a.error(), *own_, rel, vanished)) return *e;
       return true;
     }
     auto b = sys::ReadLinkAt(lower_dir, name, kNoName);
@@ -130,7 +132,7 @@ Result<bool> ObjectComparer::SameBytes(int upper_dir, int lower_dir,
   const int flags = O_RDONLY | O_NOFOLLOW;
   auto ufd = sys::OpenBeneath(upper_dir, name, flags, 0, kNoName);
   if (!ufd) {
-    if (auto e = Failure(ufd.error(), layers_.upper, rel, vanished)) return *e;
+    if (auto e = Failure(ufd.error(), *own_, rel, vanished)) return *e;
     return true;
   }
   // Reading the host's files leaves their atimes alone where we may.
@@ -147,7 +149,7 @@ Result<bool> ObjectComparer::SameBytes(int upper_dir, int lower_dir,
   }
   for (;;) {
     auto a = ReadFull(ufd->get(), upper_buf_.data(), kChunk);
-    if (!a) return Error::Of(a.err(), "read", layers_.upper.Shown(rel));
+    if (!a) return Error::Of(a.err(), "read", own_->Shown(rel));
     auto b = ReadFull(lfd->get(), lower_buf_.data(), kChunk);
     if (!b) return Error::Of(b.err(), "read", layers_.lower.Shown(rel));
     if (*a != *b) return false;  // one changed size while we read
@@ -167,7 +169,7 @@ Result<bool> ObjectComparer::SameXattrs(int upper_dir, int lower_dir,
   const std::string lpath = sys::XattrPath(lower_dir, name);
   auto un = UserXattrs(upath);
   if (!un) {
-    if (auto e = Failure(un.error(), layers_.upper, rel, vanished)) return *e;
+    if (auto e = Failure(un.error(), *own_, rel, vanished)) return *e;
     return true;
   }
   auto ln = UserXattrs(lpath);
@@ -180,7 +182,7 @@ Result<bool> ObjectComparer::SameXattrs(int upper_dir, int lower_dir,
     auto a = sys::GetXattr(upath, key, kNoName);
     if (!a && a.err() == ENODATA) return false;  // removed meanwhile
     if (!a) {
-      if (auto e = Failure(a.error(), layers_.upper, rel, vanished)) return *e;
+      if (auto e = Failure(a.error(), *own_, rel, vanished)) return *e;
       return true;
     }
     auto b = sys::GetXattr(lpath, key, kNoName);

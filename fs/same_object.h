@@ -1,7 +1,8 @@
-// SameObject: what differs between an upper object and the lower object at
-// the same path. The one comparison behind "a copy-up left as it was is no
-// change" for `acqfs status`/`diff`/`ls` (fs/change_scan.h) and for `acqfs
-// export` (gitbridge/delta_scan.h); each reads the answer its own way
+// SameObject: what differs between an object of the sandbox's own layers
+// (the upper or a frozen layer: the one the merged view shows) and the host
+// object at the same path. The one comparison behind "a copy-up left as it was
+// is no change" for `acqfs status`/`diff`/`ls` (fs/change_scan.h) and for
+// `acqfs export` (gitbridge/delta_scan.h); each reads the answer its own way
 // (docs/changes.md).
 //
 // Compared, in this order:
@@ -61,18 +62,23 @@ class ObjectComparer {
   ObjectComparer(const ObjectComparer&) = delete;
   ObjectComparer& operator=(const ObjectComparer&) = delete;
 
-  // Compares the upper object `name` of the upper directory `upper_dir`
-  // (lstat `up`) with the lower object `name` of `lower_dir` (lstat `lo`);
-  // `rel`, their relative path, names them in errors.
+  // `layer` meaning the upper (Layers::upper_number()); 0 (never an own
+  // layer) means it too.
+  static constexpr unsigned kUpperLayer = ~0u;
+
+  // Compares the own object `name` of the directory `upper_dir` of own layer
+  // `layer` (a Layers::At number; lstat `up`) with the host object `name` of
+  // `lower_dir` (lstat `lo`); `rel`, their relative path, names them in
+  // errors (in their layers).
   Result<ObjectDiff> Compare(int upper_dir, int lower_dir,
                              const std::string& name, const std::string& rel,
                              const struct stat& up, const struct stat& lo,
-                             unsigned what);
+                             unsigned what, unsigned layer = kUpperLayer);
   // The same for an entry of the upper walk that has both objects (a kUpper
-  // entry with in_lower).
+  // entry with in_lower), in the own layer that holds it.
   Result<ObjectDiff> Compare(const UpperEntry& e, unsigned what) {
     return Compare(e.upper_dir, e.lower_dir, e.name, e.path, e.upper, e.lower,
-                   what);
+                   what, e.layer);
   }
 
  private:
@@ -87,6 +93,7 @@ class ObjectComparer {
                           const std::string& rel, bool* vanished);
 
   const Layers& layers_;
+  const Layer* own_ = nullptr;  // the own object's layer, for messages
   std::vector<char> upper_buf_, lower_buf_;  // allocated at the first file
 };
 

@@ -1,13 +1,16 @@
 // UpperWalk (see upper_walk.h). One frame per directory on the current path,
 // each holding that directory's listing and how far the walk got in it. An
-// upper frame lists the upper directory; when it is opaque (or below an
-// opaque one) and the lower has a directory at its path, the frame then
-// turns into a lower frame listing the lower names the upper did not show.
-// A lower-only frame (below a lower directory the upper removed) lists the
-// lower alone. All of them sit on one LayerStack, so entering and leaving a
-// directory is O(1) system calls and the descriptors stay bounded.
+// own frame lists the merged own directory: the directories of its chain
+// (the own layers whose directory at that path is part of it, topmost
+// first), each name once, with the topmost own layer that holds it. When it
+// is opaque with respect to the host (or below such a one) and the host has
+// a directory at its path, the frame then turns into a lower frame listing
+// the host names it did not show. A lower-only frame (below a host directory
+// the own layers removed) lists the host alone. All of them sit on one
+// LayerStack, so entering and leaving a directory is O(1) system calls (per
+// layer) and the descriptors stay bounded.
 // The sys and format helpers are called with an empty `shown`; failures get
-// the absolute path of the entry (Named), built only then.
+// the absolute path of the entry in its layer (Named), built only then.
 #include "fs/upper_walk.h"
 
 #include <cerrno>
@@ -34,11 +37,23 @@ void AppendName(std::string* path, const std::string& name) {
   path->append(name);
 }
 
+// A set of layers by Layers::At number (0 the host, up to upper_number(),
+// which may be 32: wider than a LowerMask).
+using LayerSet = uint64_t;
+inline LayerSet Bit(unsigned i) { return LayerSet{1} << i; }
+inline unsigned TopOf(LayerSet s) {
+  return 63 - static_cast<unsigned>(__builtin_clzll(s));
+}
+
 class Walker {
  public:
   Walker(const Layers& layers, const UpperWalkOptions& options,
          const UpperVisitor& visit)
-      : layers_(layers), options_(options), visit_(visit), stack_(layers) {}
+      : layers_(layers),
+        options_(options),
+        visit_(visit),
+        stack_(layers),
+        up_(layers.upper_number()) {}
   Walker(const Walker&) = delete;
   Walker& operator=(const Walker&) = delete;
 
@@ -47,30 +62,39 @@ class Walker {
  private:
   struct Frame {
     std::vector<sys::DirEntry> entries;
+    // Own frames of more than one layer: the own layer of each entry (else
+    // empty: all of them are the top layer's).
+    std::vector<uint8_t> entry_layer;
     size_t next = 0;
-    size_t path_len = 0;      // path_'s length in this directory
-    bool upper = true;        // entries are the upper's (else the lower's)
-    bool merged = false;      // upper frames: the lower directory shows
-    bool xwhiteouts = false;  // upper frames: opaque mark "x"
-    bool in_git = false;      // the directory is a .git or below one
+    size_t path_len = 0;  // path_'s length in this directory
+    bool upper = true;    // entries are the own layers' (else the host's)
+    bool merged = false;  // own frames: the host directory shows
+    LayerSet own = 0;     // own frames: the chain's layers
+    LayerSet xw = 0;      // those whose directory may hold xattr whiteouts
+    bool in_git = false;  // the directory is a .git or below one
     bool lower_listed = false;
-    // Upper frames that will list their lower: the names the upper shows.
+    // Own frames that will list the host: the names the own view shows.
     std::unordered_set<std::string> shown;
   };
   // Where the entry just visited asks the walk to go.
   struct Descent {
     bool into = false;
-    bool upper = false;  // enter the upper directory of the name
-    bool lower = false;  // enter the lower directory of the name
-    // The new upper frame's view.
-    bool merged = false;
-    bool xwhiteouts = false;
+    LayerSet own = 0;     // the own directories to enter (the new chain)
+    LayerSet xw = 0;      // of those, the ones that may hold xattr whiteouts
+    bool lower = false;   // enter the host directory of the name
+    bool merged = false;  // the new own frame merges with the host's
     bool in_git = false;
   };
 
-  Status PushFrame(bool upper, bool merged, bool xwhiteouts, bool in_git);
+  // The current directory's descriptor in own layer `i`.
+  int OwnFd(unsigned i) const {
+    return i == up_ ? stack_.upper() : stack_.lower(i);
+  }
+  Status PushFrame(const Descent& d);
   Status NextPhaseOrPop();
-  Status UpperStep(const std::string& name, Descent* d);
+  Status UpperStep(const std::string& name, unsigned layer, Descent* d);
+  Status Chain(const std::string& name, unsigned layer, OpaqueMark top_mark,
+               Descent* d);
   Status LowerStep(const std::string& name, Descent* d);
   Status Descend(const std::string& name, const Descent& d);
   bool Wanted() const { return !options_.wanted || options_.wanted(path_); }
@@ -79,6 +103,7 @@ class Walker {
   const UpperWalkOptions& options_;
   const UpperVisitor& visit_;
   LayerStack stack_;
+  const unsigned up_;          // the upper's number
   std::vector<Frame> frames_;  // root first
   std::string path_;           // the current entry's (or directory's) path
   uint64_t visited_ = 0;
@@ -87,21 +112,34 @@ class Walker {
 Result<uint64_t> Walker::Run() {
   auto root = RootView(layers_);
   if (!root) return root.error();
-  ACQFS_TRY(PushFrame(true, root->merged(), root->xwhiteouts, false));
+  // The roots' chain: the upper's, then the frozen layers' RootView found
+  // showing through; the host's when none of them is opaque.
+  Descent d;
+  d.own = Bit(up_);
+  d.xw = root->xwhiteouts ? Bit(up_) : 0;
+  d.merged = (root->lower & LowerBit(0)) != 0;
+  for (unsigned i = 1; i < up_; ++i) {
+    if (root->lower & LowerBit(i)) d.own |= Bit(i);
+    if (root->lower_xw & LowerBit(i)) d.xw |= Bit(i);
+  }
+  ACQFS_TRY(PushFrame(d));
   while (!frames_.empty()) {
     Frame& f = frames_.back();
     if (f.next == f.entries.size()) {
       ACQFS_TRY(NextPhaseOrPop());
       continue;
     }
+    const unsigned layer = !f.upper                ? 0
+                           : f.entry_layer.empty() ? TopOf(f.own)
+                                                   : f.entry_layer[f.next];
     const std::string name = std::move(f.entries[f.next++].name);
     if (name == ".git" && options_.git_dirs == GitDirs::kSkip) continue;
     const size_t len = f.path_len;
     AppendName(&path_, name);
-    Descent d;
-    ACQFS_TRY(f.upper ? UpperStep(name, &d) : LowerStep(name, &d));
-    if (d.into) {
-      ACQFS_TRY(Descend(name, d));  // `f` may be stale from here
+    Descent next;
+    ACQFS_TRY(f.upper ? UpperStep(name, layer, &next) : LowerStep(name, &next));
+    if (next.into) {
+      ACQFS_TRY(Descend(name, next));  // `f` may be stale from here
       continue;
     }
     path_.resize(len);
@@ -109,29 +147,53 @@ Result<uint64_t> Walker::Run() {
   return visited_;
 }
 
-// Lists the stack's current directory (path_) into a new frame: the upper
-// directory for an upper frame, the lower one for a lower-only frame.
-Status Walker::PushFrame(bool upper, bool merged, bool xwhiteouts,
-                         bool in_git) {
+// Lists the stack's current directory (path_) into a new frame: the merged
+// own directory of `d.own` for an own frame, the host's for a lower-only
+// frame (d.own empty).
+Status Walker::PushFrame(const Descent& d) {
   Frame f;
-  f.upper = upper;
-  f.merged = merged;
-  f.xwhiteouts = xwhiteouts;
-  f.in_git = in_git;
+  f.upper = d.own != 0;
+  f.merged = d.merged;
+  f.own = d.own;
+  f.xw = d.xw;
+  f.in_git = d.in_git;
   f.path_len = path_.size();
-  f.lower_listed = !upper;
-  const int dir = upper ? stack_.upper() : stack_.lower();
-  auto ents = sys::ReadDir(dir, kNoName);
-  if (!ents)
-    return Named(ents.error(), upper ? layers_.upper : layers_.lower, path_);
-  f.entries = std::move(*ents);
+  f.lower_listed = !f.upper;
+  if (!f.upper) {
+    auto ents = sys::ReadDir(stack_.lower(), kNoName);
+    if (!ents) return Named(ents.error(), layers_.lower, path_);
+    f.entries = std::move(*ents);
+  } else {
+    const unsigned top = TopOf(d.own);
+    auto ents = sys::ReadDir(OwnFd(top), kNoName);
+    if (!ents) return Named(ents.error(), layers_.At(top), path_);
+    f.entries = std::move(*ents);
+    LayerSet below = d.own & ~Bit(top);
+    if (below) {
+      // Each name once, with the topmost layer that has an entry of it.
+      std::unordered_set<std::string> seen;
+      f.entry_layer.assign(f.entries.size(), static_cast<uint8_t>(top));
+      for (const sys::DirEntry& e : f.entries) seen.insert(e.name);
+      while (below) {
+        const unsigned i = TopOf(below);
+        below &= ~Bit(i);
+        auto more = sys::ReadDir(OwnFd(i), kNoName);
+        if (!more) return Named(more.error(), layers_.At(i), path_);
+        for (sys::DirEntry& e : *more) {
+          if (!seen.insert(e.name).second) continue;
+          f.entries.push_back(std::move(e));
+          f.entry_layer.push_back(static_cast<uint8_t>(i));
+        }
+      }
+    }
+  }
   frames_.push_back(std::move(f));
   if (options_.listed) options_.listed(path_);
   return Ok();
 }
 
-// The current frame's entries are all visited: an upper frame that hides
-// its lower directory goes on with the lower names it did not show; any
+// The current frame's entries are all visited: an own frame that hides
+// the host's directory goes on with the host names it did not show; any
 // other frame is done, and the walk is back in the parent.
 Status Walker::NextPhaseOrPop() {
   Frame& f = frames_.back();
@@ -140,6 +202,7 @@ Status Walker::NextPhaseOrPop() {
     auto ents = sys::ReadDir(stack_.lower(), kNoName);
     if (!ents) return Named(ents.error(), layers_.lower, path_);
     f.entries.clear();
+    f.entry_layer.clear();
     for (sys::DirEntry& e : *ents)
       if (!f.shown.count(e.name)) f.entries.push_back(std::move(e));
     f.shown.clear();
@@ -154,65 +217,109 @@ Status Walker::NextPhaseOrPop() {
   return Ok();
 }
 
-// An entry of an upper listing (path_ is its path).
-Status Walker::UpperStep(const std::string& name, Descent* d) {
+// An entry of a merged own listing, the topmost own entry of its name, in
+// own layer `layer` (path_ is its path).
+Status Walker::UpperStep(const std::string& name, unsigned layer, Descent* d) {
   if (!Wanted()) return Ok();
   Frame& f = frames_.back();
+  const Layer& own = layers_.At(layer);
+  const int fd = OwnFd(layer);
   UpperEntry e(UpperEntry::kUpper, path_, name);
+  e.layer = layer;
   bool found = false;
-  Status s =
-      sys::StatAtIfExists(stack_.upper(), name, &e.upper, &found, kNoName);
-  if (!s) return Named(s.error(), layers_.upper, path_);
+  Status s = sys::StatAtIfExists(fd, name, &e.upper, &found, kNoName);
+  if (!s) return Named(s.error(), own, path_);
   if (!found) return Ok();  // gone since the listing
   if (++visited_ % kProgressEvery == 0 && options_.progress)
     options_.progress(visited_);
-  auto whiteout = layers_.format.IsWhiteoutEntry(stack_.upper(), name, e.upper,
-                                                 f.xwhiteouts, kNoName);
+  auto whiteout = layers_.format.IsWhiteoutEntry(
+      fd, name, e.upper, (f.xw & Bit(layer)) != 0, kNoName);
   if (!whiteout) {
     if (whiteout.err() == ENOENT) return Ok();
-    return Named(whiteout.error(), layers_.upper, path_);
+    return Named(whiteout.error(), own, path_);
   }
   if (*whiteout) e.kind = UpperEntry::kWhiteout;
   e.in_git = f.in_git || name == ".git";
-  e.upper_dir = stack_.upper();
+  e.upper_dir = fd;
   const bool is_dir = !*whiteout && S_ISDIR(e.upper.st_mode);
   if (is_dir) {
-    auto mark = layers_.format.ReadOpaque(stack_.upper(), name, kNoName);
+    auto mark = layers_.format.ReadOpaque(fd, name, kNoName);
     if (!mark) {
       if (mark.err() == ENOENT) return Ok();
-      return Named(mark.error(), layers_.upper, path_);
+      return Named(mark.error(), own, path_);
     }
     e.opaque = *mark;
   }
   // In an opaque directory a whiteout hides nothing of its own: the lower
-  // names the directory lacks are listed after its upper entries.
-  if (stack_.lower() >= 0 && (f.merged || !*whiteout)) {
-    s = sys::StatAtIfExists(stack_.lower(), name, &e.lower, &e.in_lower,
-                            kNoName);
+  // names the directory lacks are listed after its own entries.
+  const int host = stack_.lower();
+  if (host >= 0 && (f.merged || !*whiteout)) {
+    s = sys::StatAtIfExists(host, name, &e.lower, &e.in_lower, kNoName);
     if (!s) return Named(s.error(), layers_.lower, path_);
-    if (e.in_lower) e.lower_dir = stack_.lower();
+    if (e.in_lower) e.lower_dir = host;
   }
-  if (!*whiteout && !f.merged && stack_.lower() >= 0) f.shown.insert(name);
+  if (!*whiteout && !f.merged && host >= 0) f.shown.insert(name);
   auto below = visit_(e);
   if (!below) return below.error();
   if (*below != Below::kEnter) return Ok();
   const bool lower_is_dir = e.in_lower && S_ISDIR(e.lower.st_mode);
   if (is_dir) {
-    // Below an opaque directory every upper directory hides its lower one.
-    *d = Descent{true,
-                 true,
-                 lower_is_dir,
-                 f.merged && lower_is_dir && e.opaque != OpaqueMark::kOpaque,
-                 e.opaque == OpaqueMark::kMayHoldXattrWhiteouts,
-                 e.in_git};
+    ACQFS_TRY(Chain(name, layer, e.opaque, d));
+    d->into = true;
+    d->lower = lower_is_dir;
+    // Below a directory opaque to the host every own directory hides the
+    // host's one.
+    d->merged = d->merged && f.merged && lower_is_dir;
+    d->in_git = e.in_git;
   } else if (lower_is_dir) {
-    *d = Descent{true, false, true, false, false, e.in_git};
+    *d = Descent{true, 0, 0, true, false, e.in_git};
   }
   return Ok();
 }
 
-// An entry of a lower listing: a name an opaque directory lacks, or an
-// object below a lower directory the upper removed (path_ is its path).
+// The chain of the own directory `name` of the current frame, whose topmost
+// directory is in `layer` (with opaque marker `top_mark`): it and the own
+// directories of that name in the frame's layers below it, down to the first
+// opaque one; a whiteout or a non-directory stops it. Sets d->own, d->xw and
+// d->merged (false when the chain is opaque to the host or was stopped).
+Status Walker::Chain(const std::string& name, unsigned layer,
+                     OpaqueMark top_mark, Descent* d) {
+  const Frame& f = frames_.back();
+  d->own = Bit(layer);
+  d->xw = top_mark == OpaqueMark::kMayHoldXattrWhiteouts ? Bit(layer) : 0;
+  d->merged = top_mark != OpaqueMark::kOpaque;
+  LayerSet below = f.own & (Bit(layer) - 1);
+  while (below && d->merged) {
+    const unsigned i = TopOf(below);
+    below &= ~Bit(i);
+    const Layer& own = layers_.At(i);
+    const int fd = OwnFd(i);
+    struct stat st;
+    bool found = false;
+    Status s = sys::StatAtIfExists(fd, name, &st, &found, kNoName);
+    if (!s) return Named(s.error(), own, path_);
+    if (!found) continue;
+    auto whiteout = layers_.format.IsWhiteoutEntry(
+        fd, name, st, (f.xw & Bit(i)) != 0, kNoName);
+    if (!whiteout && whiteout.err() != ENOENT)
+      return Named(whiteout.error(), own, path_);
+    if (!whiteout) continue;  // gone meanwhile
+    if (*whiteout || !S_ISDIR(st.st_mode)) {
+      d->merged = false;  // the host's directory is deleted below
+      break;
+    }
+    auto mark = layers_.format.ReadOpaque(fd, name, kNoName);
+    if (!mark && mark.err() != ENOENT) return Named(mark.error(), own, path_);
+    if (!mark) continue;
+    d->own |= Bit(i);
+    if (*mark == OpaqueMark::kMayHoldXattrWhiteouts) d->xw |= Bit(i);
+    if (*mark == OpaqueMark::kOpaque) d->merged = false;
+  }
+  return Ok();
+}
+
+// An entry of a host listing: a name an opaque own directory lacks, or an
+// object below a host directory the own layers removed (path_ is its path).
 Status Walker::LowerStep(const std::string& name, Descent* d) {
   if (!Wanted()) return Ok();
   UpperEntry e(UpperEntry::kLowerOnly, path_, name);
@@ -225,28 +332,35 @@ Status Walker::LowerStep(const std::string& name, Descent* d) {
   auto below = visit_(e);
   if (!below) return below.error();
   if (*below == Below::kEnter && S_ISDIR(e.lower.st_mode))
-    *d = Descent{true, false, true, false, false, e.in_git};
+    *d = Descent{true, 0, 0, true, false, e.in_git};
   return Ok();
 }
 
 // Enters `name` of the current directory as `d` says. A directory gone
-// meanwhile (ENOENT) is not entered; when only its lower half is gone, the
-// upper half still is.
+// meanwhile (ENOENT) is not entered; when only its host half is gone, the
+// own half still is.
 Status Walker::Descend(const std::string& name, const Descent& d) {
-  Status s = stack_.Push(name, d.upper, d.lower);
+  const bool upper = (d.own & Bit(up_)) != 0;
+  // The frozen layers' bits are their LowerMask bits; the host's is bit 0.
+  const LowerMask frozen =
+      static_cast<LowerMask>(d.own & (Bit(up_) - 1) & ~LayerSet{1});
+  Status s = stack_.Push(name, upper, frozen | (d.lower ? LowerBit(0) : 0));
   bool lower = d.lower;
-  if (!s && s.err() == ENOENT && d.upper && d.lower) {
+  if (!s && s.err() == ENOENT && d.own && d.lower) {
     lower = false;
-    s = stack_.Push(name, true, false);
+    s = stack_.Push(name, upper, frozen);
   }
   if (!s) {
     if (s.err() == ENOENT) {
       path_.resize(frames_.back().path_len);
       return Ok();
     }
-    return Named(s.error(), d.upper ? layers_.upper : layers_.lower, path_);
+    const unsigned top = d.own ? TopOf(d.own) : 0;
+    return Named(s.error(), layers_.At(top), path_);
   }
-  return PushFrame(d.upper, d.merged && lower, d.xwhiteouts, d.in_git);
+  Descent pushed = d;
+  pushed.merged = d.merged && lower;
+  return PushFrame(pushed);
 }
 
 }  // namespace

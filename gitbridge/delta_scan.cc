@@ -32,7 +32,7 @@ struct ScanState {
 
 // Git records regular files (bytes and the executable bit) and symlinks
 // (targets): is the upper object `e` one git would record differently from
-// the lower object at its path?
+// the host object at its path?
 Result<bool> RecordedChange(ScanState* s, const UpperEntry& e) {
   if (!e.in_lower) return true;
   auto d = s->compare.Compare(e, ObjectComparer::kContent);
@@ -53,7 +53,7 @@ Result<Below> Visit(ScanState* s, const UpperEntry& e) {
     // A name git refuses is never published, so nothing below it is read.
     std::string why = UnsafeTreeEntry(e.name, GitMode(mode));
     if (!why.empty()) {
-      s->out.push_back(Change{Change::kUnsafe, e.path, mode, 0, why});
+      s->out.push_back(Change{Change::kUnsafe, e.path, mode, 0, why, e.layer});
       return Below::kSkip;
     }
   }
@@ -74,7 +74,8 @@ Result<Below> Visit(ScanState* s, const UpperEntry& e) {
   if (!changed) return changed.error();
   if (*changed)
     s->out.push_back(Change{Change::kUpsert, e.path, mode,
-                            static_cast<uint64_t>(e.upper.st_size)});
+                            static_cast<uint64_t>(e.upper.st_size), "",
+                            e.layer});
   else
     ++s->stats.unchanged_copies;
   return Below::kSkip;

@@ -1,6 +1,7 @@
-// DeltaScan: what a sandbox changed that git records, read from its upper
-// layer alone (so the cost grows with the change and not with the
-// checkout): export's reading of the upper walk (fs/upper_walk.h) and of the
+// DeltaScan: what a sandbox changed that git records, read from its own
+// layers (the frozen layers and the upper, merged as one: fs/upper_walk.h)
+// against the host, so the cost grows with the change and not with the
+// checkout: export's reading of the upper walk (fs/upper_walk.h) and of the
 // object comparison (fs/same_object.h). What "changed" means for export
 // (content, exec bit, link targets; not owner, xattrs or other mode bits)
 // and why `.git` is left out at any depth: docs/changes.md. Reported:
@@ -37,10 +38,13 @@ struct Change {
   mode_t mode = 0;       // kUpsert, kUnsafe: the upper object's st_mode
   uint64_t size = 0;     // kUpsert: its size
   std::string reason{};  // kUnsafe: why git refuses the name
+  // kUpsert, kUnsafe: the own layer holding the object (a Layers::At
+  // number: a frozen layer or the upper), where its blob is read.
+  unsigned layer = 0;
 };
 
 struct ScanStats {
-  uint64_t upper_entries = 0;     // entries visited in the upper layer
+  uint64_t upper_entries = 0;     // entries visited in the own layers
   uint64_t unchanged_copies = 0;  // copy-ups found equal to the lower
 };
 

@@ -124,16 +124,48 @@ Result<git_oid> StreamBlob(git_repository* repo, int fd, uint64_t size,
   return id;
 }
 
-// Hashes the upper object at `c.path` into `repo`: a regular file's bytes or
-// a symlink's target, never following a link. `dirs` is a cursor over the
-// upper's directories (changes come in path order, so it moves a step or
-// two per change), and the object is opened relative to its directory.
+// A cursor over the directories of each own layer (the upper, the frozen
+// layers), made when a change first names that layer: a bounded number of
+// descriptors per layer (LayerStack::kOpenPerLayer), whatever the depth.
+class OwnDirs {
+ public:
+  explicit OwnDirs(const Layers& layers)
+      : layers_(layers), dirs_(layers.upper_number() + 1) {}
+  OwnDirs(const OwnDirs&) = delete;
+  OwnDirs& operator=(const OwnDirs&) = delete;
+
+  // The layer of a change (0, for a change made without one: the upper).
+  unsigned LayerOf(const Change& c) const {
+    return c.layer == 0 ? layers_.upper_number() : c.layer;
+  }
+  DirStack* Of(unsigned layer) {
+    std::unique_ptr<DirStack>& d = dirs_[layer];
+    if (!d) {
+      const Layer& l = layers_.At(layer);
+      d = std::make_unique<DirStack>(l.root(), l.root_path(),
+                                     LayerStack::kOpenPerLayer,
+                                     DirStack::kPathOnly);
+    }
+    return d.get();
+  }
+
+ private:
+  const Layers& layers_;
+  std::vector<std::unique_ptr<DirStack>> dirs_;  // by layer number
+};
+
+// Hashes the own object at `c.path` (in the layer the scan found it in) into
+// `repo`: a regular file's bytes or a symlink's target, never following a
+// link. Each layer's cursor moves a step or two per change (changes come in
+// path order), and the object is opened relative to its directory.
 Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
-                           DirStack* dirs, const Change& c) {
+                           OwnDirs* own, const Change& c) {
   TreeEdit edit{TreeEdit::kPut, c.path};
+  const unsigned layer = own->LayerOf(c);
+  DirStack* dirs = own->Of(layer);
   ACQFS_TRY(dirs->GoTo(sys::Dirname(c.path)));
   const std::string name = sys::Basename(c.path);
-  std::string shown = layers.upper.Shown(c.path);
+  std::string shown = layers.At(layer).Shown(c.path);
   if (S_ISLNK(c.mode)) {
     auto target = sys::ReadLinkAt(dirs->top(), name, shown);
     if (!target) return target.error();
@@ -160,7 +192,7 @@ Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
 }
 
 // The state of one snapshot. Descriptors: the ignore rules' cursor and
-// `upper_dirs` each hold a bounded number (fs/layer_walk.h,
+// `own_dirs` (per layer) each hold a bounded number (fs/layer_walk.h,
 // common/dir_walk.h), whatever the depth of the tree.
 struct Snapshot {
   git_repository* repo;
@@ -168,7 +200,7 @@ struct Snapshot {
   const Layers& layers;
   IgnoreRules& ignore;
   BaseCursor& base_cursor;
-  DirStack& upper_dirs;
+  OwnDirs& own_dirs;
   SnapshotStats stats;
   std::vector<TreeEdit> edits;
 };
@@ -206,7 +238,7 @@ Status AddChange(Snapshot* s, const Change& c) {
       return Ok();
     }
   }
-  auto edit = WriteBlob(s->repo, s->layers, &s->upper_dirs, c);
+  auto edit = WriteBlob(s->repo, s->layers, &s->own_dirs, c);
   if (!edit) return edit.error();
   ++s->stats.blobs_written;
   s->edits.push_back(std::move(*edit));
@@ -288,9 +320,8 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
   }
   IgnoreRules ignore(layers);
   BaseCursor base_cursor(base.get());
-  DirStack upper_dirs(layers.upper.root(), layers.upper.root_path(),
-                      LayerStack::kOpenPerLayer, DirStack::kPathOnly);
-  Snapshot s{repo, base.get(), layers, ignore, base_cursor, upper_dirs, {}, {}};
+  OwnDirs own_dirs(layers);
+  Snapshot s{repo, base.get(), layers, ignore, base_cursor, own_dirs, {}, {}};
   s.stats.changes = changes->size();
   uint64_t added = 0;
   for (const Change& c : *changes) {

@@ -1,6 +1,8 @@
 // WorktreeSnapshot: the tree of the sandbox's working state as `git add -A`
 // would record it in the sandbox, built from a base tree (the host's working
-// state) plus the upper layer's changes (DeltaScan):
+// state) plus the changes of the sandbox's own layers, the frozen layers and
+// the upper merged as one (DeltaScan; so a stack gives the tree its layers
+// squashed into one upper would give):
 //   - kDelete removes the path from the base;
 //   - kUpsert of a path the base does not have (untracked in the sandbox) is
 //     skipped when the sandbox's ignore rules ignore it; a tracked path is
@@ -9,7 +11,8 @@
 //     as links (the blob is the target, never followed);
 //   - gitlink (submodule) entries of the base are kept as they are, and the
 //     scan never descends into them;
-//   - blobs are hashed from the upper files and written into `repo`;
+//   - blobs are hashed from the own layers' files (each read in the layer
+//     the merged view shows it from) and written into `repo`;
 //   - a path whose name git refuses in a tree (git_names.h; ".GIT/x", a
 //     symlinked "GITMOD~1") is left out (also the base's entry there) and
 //     listed in `skipped`, unless it is untracked and the sandbox's ignore
@@ -32,7 +35,7 @@ namespace acqfs::gitbridge {
 
 struct SnapshotStats {
   uint64_t changes = 0;              // changes the scan reported
-  uint64_t blobs_written = 0;        // upper files hashed into the repository
+  uint64_t blobs_written = 0;        // own files hashed into the repository
   uint64_t ignored_skipped = 0;      // untracked, ignored paths left out
   std::vector<SkippedPath> skipped;  // left out: names git refuses
 };
