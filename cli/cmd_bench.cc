@@ -51,6 +51,7 @@
 #include "cli/process.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
+#include "cli/stack.h"
 #include "cli/state.h"
 #include "common/sys.h"
 #include "gitbridge/remote.h"
@@ -219,10 +220,11 @@ class Bench {
   const BenchArgs& a_;
   SignalWatch& signals_;
   Progress progress_;
-  std::string self_;                    // this program
-  std::string repo_;                    // the checkout's top level
-  std::string workdir_;                 // $TMPDIR/acqfs-bench-XXXXXX, canonical
-  std::string state_;                   // the state directory of the sandboxes
+  std::string self_;        // this program
+  std::string repo_;        // the checkout's top level
+  std::string workdir_;     // $TMPDIR/acqfs-bench-XXXXXX, canonical
+  std::string state_;       // the state directory of the sandboxes
+  bool had_store_ = false;  // state_ held a layer store (.layers) already
   std::vector<std::string> made_dirs_;  // --state-dir and parents it made
   bool mount_left_ = false;             // a mount could not be removed
   int checkout_clean_ = -1;             // 1 clean, 0 not, -1 unknown
@@ -318,6 +320,7 @@ int Bench::PrepareStateDir() {
   }
   if (Status s = MakeDirs(state_); !s)
     return Fail(kExitFailed, "bench: state directory", s.error());
+  had_store_ = Exists(state_ + "/" + kLayerStoreDir);
   return 0;
 }
 
@@ -484,6 +487,14 @@ void Bench::RemoveWorkdir() {
     leftovers_.push_back(workdir_ + ": kept, it holds a mount");
     workdir_.clear();
     return;
+  }
+  if (!had_store_ && !state_.empty()) {
+    // The layer store its sandboxes made, empty once `acqfs rm` collected
+    // their layers: but for its lock file.
+    const std::string store = state_ + "/" + kLayerStoreDir;
+    (void)::unlink((store + "/lock").c_str());
+    if (::rmdir(store.c_str()) != 0 && errno != ENOENT)
+      leftovers_.push_back(store + ": " + std::strerror(errno));
   }
   for (const auto& d : made_dirs_)  // deepest first
     if (::rmdir(d.c_str()) != 0)

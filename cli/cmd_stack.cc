@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -21,6 +23,7 @@
 #include "cli/stack.h"
 #include "cli/stack_ops.h"
 #include "cli/state.h"
+#include "common/handle.h"
 #include "common/sys.h"
 #include "fs/layer_squash.h"
 #include "gitbridge/export.h"
@@ -104,7 +107,9 @@ Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
   auto lock = s.Lock(/*create=*/true);
   if (!lock) {
     if (lock.err() == EWOULDBLOCK)
-      return Error::Of(EBUSY, "is being mounted right now; try again",
+      return Error::Of(EBUSY,
+                       "is busy: its lock is held (being mounted, or another "
+                       "acqfs command); try again",
                        s.paths().lock);
     return lock.error();
   }
@@ -220,11 +225,13 @@ int RunRewind(const RewindArgs& a) {
   }
   auto lock = s->Lock(/*create=*/true);
   if (!lock)
-    return Fail(
-        kExitFailed, what,
-        lock.err() == EWOULDBLOCK
-            ? Error::Of(EBUSY, "is being mounted right now", s->paths().lock)
-            : lock.error());
+    return Fail(kExitFailed, what,
+                lock.err() == EWOULDBLOCK
+                    ? Error::Of(EBUSY,
+                                "is busy: its lock is held (being mounted, or "
+                                "another acqfs command)",
+                                s->paths().lock)
+                    : lock.error());
   struct stat host;
   if (::stat(s->meta().lower.c_str(), &host) != 0)
     return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
@@ -363,11 +370,13 @@ int RunSquash(const SquashArgs& a) {
                     "`), then squash");
   auto lock = s->Lock(/*create=*/true);
   if (!lock)
-    return Fail(
-        kExitFailed, what,
-        lock.err() == EWOULDBLOCK
-            ? Error::Of(EBUSY, "is being mounted right now", s->paths().lock)
-            : lock.error());
+    return Fail(kExitFailed, what,
+                lock.err() == EWOULDBLOCK
+                    ? Error::Of(EBUSY,
+                                "is busy: its lock is held (being mounted, or "
+                                "another acqfs command)",
+                                s->paths().lock)
+                    : lock.error());
   struct stat host;
   if (::stat(s->meta().lower.c_str(), &host) != 0)
     return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
@@ -382,31 +391,56 @@ int RunSquash(const SquashArgs& a) {
   auto layers = s->OpenLayers();
   if (!layers) return Fail(kExitFailed, what, layers.error());
   LayerStore store(s->state_dir());
-  // The merged layer is built outside the store lock (it is no stack's
-  // until the manifest names it, and the layers it reads are frozen; the
-  // sandbox's lock keeps its own stack as it is).
-  std::string ref;
+  // The merged layer is built in the sandbox's own folder, where no
+  // garbage collection looks (the layers it reads are frozen, and the
+  // sandbox's lock keeps its stack as it is), then moved into the store and
+  // named by the manifest under the store lock. A squash interrupted before
+  // leaves only that folder, which the next squash removes.
+  auto id = NewLayerId();
+  if (!id) return Fail(kExitFailed, what, id.error());
+  const std::string building = s->paths().dir + "/squash." + *id;
+  if (DIR* d = ::opendir(s->paths().dir.c_str())) {
+    std::vector<std::string> old;
+    while (struct dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("squash.", 0) == 0)
+        old.push_back(e->d_name);
+    ::closedir(d);
+    for (const auto& n : old)
+      (void)sys::RemoveTree(AT_FDCWD, s->paths().dir + "/" + n, s->paths().dir);
+  }
   {
-    auto slock = StoreLock::Take(s->state_dir());
-    if (!slock) return Fail(kExitFailed, what, slock.error());
     struct stat like;
     const std::string top = store.Path(plan.merge.back());
     if (::stat(top.c_str(), &like) != 0)
       return Fail(kExitFailed, what, Error::Errno("stat", top));
-    auto made = store.Create(&like);
-    if (!made) return Fail(kExitFailed, what, made.error());
-    ref = *made;
+    if (::mkdir(building.c_str(), 0700) != 0)
+      return Fail(kExitFailed, what, Error::Errno("mkdir", building));
+    if (::geteuid() == 0 &&
+        ::chown(building.c_str(), like.st_uid, like.st_gid) != 0)
+      return Fail(kExitFailed, what, Error::Errno("chown", building));
+    if (::chmod(building.c_str(), like.st_mode & 07777) != 0)
+      return Fail(kExitFailed, what, Error::Errno("chmod", building));
   }
-  const unsigned bottom = 1;
   const unsigned top = static_cast<unsigned>(plan.merge.size());
-  auto stats = SquashLayers(*layers, bottom, top, store.Path(ref));
+  auto stats = SquashLayers(*layers, 1, top, building);
   if (!stats) {
-    (void)store.Remove(ref);
+    (void)sys::RemoveTree(AT_FDCWD, building, building);
     return Fail(kExitFailed, what, stats.error());
   }
   {
     auto slock = StoreLock::Take(s->state_dir());
     if (!slock) return Fail(kExitFailed, what, slock.error());
+    const std::string ref = StoreRef(*id);
+    const std::string dest = store.Path(ref);
+    if (::rename(building.c_str(), dest.c_str()) != 0)
+      return Fail(kExitFailed, what, Error::Errno("rename", building));
+    {
+      // The rename durable before the manifest names the layer.
+      UniqueFd dir(
+          ::open(store.Dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!dir || ::fsync(dir.get()) != 0)
+        return Fail(kExitFailed, what, Error::Errno("fsync", store.Dir()));
+    }
     auto next = ApplySquash(s->stack(), plan, ref);
     if (!next) {
       (void)store.Remove(ref);

@@ -144,7 +144,19 @@ int main(int argc, char** argv) {
         std::string n = e->d_name;
         if (!cli::ValidSandboxName(n)) continue;
         auto m = cli::ReadStack(cli::StackPath(state, n));
-        if (m && m->upper == ref) owner = state + "/" + n;
+        if (!m) continue;
+        if (m->upper == ref) owner = state + "/" + n;
+        bool frozen = false;
+        for (const auto& f : m->frozen) frozen = frozen || f == ref;
+        for (const auto& c : m->checkpoints)
+          for (const auto& f : c.layers) frozen = frozen || f == ref;
+        if (frozen) {
+          ::closedir(dir);
+          return Fail("mount", c.upper,
+                      "is a frozen layer of sandbox " + n +
+                          " (docs/stack.md): it is never written; give the "
+                          "stack's upper (its stack.json) as upperdir");
+        }
       }
       ::closedir(dir);
     }

@@ -165,6 +165,9 @@ Status Sandbox::PrepareStack(const struct stat& like) {
   LayerStore store(state_);
   auto lock = StoreLock::Take(state_);
   if (!lock) return lock.error();
+  // Only the owner reaches the layers, as the sandbox's folder (a store
+  // widened by hand, or by an older acqfs, is narrowed).
+  ACQFS_TRY(SecureSandboxDir(store.Dir()));
   StackManifest m;
   if (!st) {
     // A new sandbox: its upper in the store.
@@ -214,6 +217,30 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   c.lower = meta_.lower;
   c.upper = paths_.upper;
   c.frozen = paths_.frozen;
+  // The checkpoints of the current stack: those whose layers its frozen
+  // layers begin with, oldest first.
+  if (has_stack_) {
+    const StackManifest& m = stack_.manifest;
+    LayerStore store(state_);
+    std::vector<const Checkpoint*> chain;
+    for (const auto& cp : m.checkpoints)
+      if (cp.layers.size() <= m.frozen.size() &&
+          std::equal(cp.layers.begin(), cp.layers.end(), m.frozen.begin()))
+        chain.push_back(&cp);
+    std::sort(chain.begin(), chain.end(),
+              [](const Checkpoint* a, const Checkpoint* b) {
+                return a->layers.size() < b->layers.size();
+              });
+    for (const Checkpoint* cp : chain) {
+      gitbridge::ExportConfig::CheckpointRef r;
+      r.number = cp->number;
+      r.message = cp->message;
+      r.time_ns = cp->time_ns;
+      for (const auto& l : cp->layers) r.layers.push_back(store.Path(l));
+      r.id = cp->layers.back().substr(cp->layers.back().rfind('/') + 1);
+      c.checkpoints.push_back(std::move(r));
+    }
+  }
   c.bridge = paths_.bridge;
   c.xattr_namespace = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted

@@ -69,9 +69,10 @@ struct Plan {
   std::vector<SkippedExport> skipped;
   std::map<std::string, git_oid> bridge_heads;  // before this export
   std::optional<git_oid> host_dirty;
-  std::optional<git_oid> base;  // the snapshot's 1st parent
-  git_oid tree{};               // the working tree
-  std::optional<git_oid> prev;  // previous snapshot
+  std::optional<git_oid> base;       // the snapshot's 1st parent
+  git_oid tree{};                    // the working tree
+  std::optional<git_oid> base_tree;  // the host's working state's tree
+  std::optional<git_oid> prev;       // previous snapshot
   bool worktree_changed = false;
   uint64_t changes = 0;
 };
@@ -175,6 +176,7 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
     if (!t) return t.error();
     base_tree = *t;
   }
+  plan->base_tree = base_tree;
   // A mounted sandbox at work may change a path between the scan and the
   // read of it (ChangedUnderfoot): the snapshot is then taken again, up to
   // kAttempts times, rather than refused at the first such path. (Even a
@@ -250,8 +252,102 @@ Result<Plan> MakePlan(Session& s) {
   return plan;
 }
 
+// A commit in the bridge of `tree` on `parents`, by acqfs at `when`.
+Result<git_oid> MakeCommit(git_repository* repo, const git_oid& tree_id,
+                           const std::vector<git_oid>& parents, int64_t when,
+                           const std::string& msg, const std::string& shown) {
+  std::vector<GitCommit> owned;
+  std::vector<const git_commit*> ptrs;
+  for (const auto& p : parents) {
+    git_commit* raw = nullptr;
+    int rc = git_commit_lookup(&raw, repo, &p);
+    if (rc < 0) return GitError(rc, "read parent " + OidHex(p), shown);
+    owned.emplace_back(raw);
+    ptrs.push_back(raw);
+  }
+  git_tree* traw = nullptr;
+  int rc = git_tree_lookup(&traw, repo, &tree_id);
+  GitTree tree(traw);
+  if (rc < 0) return GitError(rc, "read tree " + OidHex(tree_id), shown);
+  git_signature* sraw = nullptr;
+  rc = git_signature_new(&sraw, "acqfs", "acqfs@localhost", when, 0);
+  GitSignature sig(sraw);
+  if (rc < 0) return GitError(rc, "make signature", shown);
+  git_oid id;
+  rc = git_commit_create(&id, repo, nullptr, sig.get(), sig.get(), nullptr,
+                         msg.c_str(), tree.get(), ptrs.size(), ptrs.data());
+  if (rc < 0) return GitError(rc, "commit", shown);
+  return id;
+}
+
+// Not under refs/acqfs/: the host fetches the commits through the working
+// tree's, not a ref each.
+constexpr char kCheckpointRefs[] = "refs/acqfs-checkpoints/";
+
+// The checkpoints' commits, oldest first: each the tree of the host's
+// working state under that checkpoint's layers, on the one before (the
+// first on `first_parent`), with the checkpoint's message and time, so the
+// same checkpoint gives the same commit in every bridge (a fork's shares
+// its parent's). One already exported (refs/acqfs/checkpoints/<id> on the
+// same parent) is not built again.
+Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
+    Session& s, const ExportConfig& c, const Plan& plan,
+    const std::optional<git_oid>& first_parent) {
+  std::vector<std::pair<uint32_t, git_oid>> out;
+  if (c.checkpoints.empty()) return out;
+  git_repository* bridge = s.bridge->repo();
+  auto known = s.bridge->Refs(kCheckpointRefs);
+  if (!known) return known.error();
+  std::optional<git_oid> prev = first_parent;
+  for (const auto& cp : c.checkpoints) {
+    auto k = known->find(cp.id);
+    if (k != known->end()) {
+      git_commit* raw = nullptr;
+      int rc = git_commit_lookup(&raw, bridge, &k->second);
+      GitCommit kc(raw);
+      bool same_parent =
+          rc == 0 &&
+          (prev ? git_commit_parentcount(kc.get()) == 1 &&
+                      git_oid_equal(git_commit_parent_id(kc.get(), 0), &*prev)
+                : git_commit_parentcount(kc.get()) == 0);
+      if (same_parent) {
+        out.emplace_back(cp.number, k->second);
+        prev = k->second;
+        continue;
+      }
+    }
+    Report(s.progress,
+           "building the tree of checkpoint " + std::to_string(cp.number));
+    std::vector<std::string> below(cp.layers.begin(), cp.layers.end() - 1);
+    auto layers = Layers::OpenForReading(c.lower, cp.layers.back(),
+                                         c.xattr_namespace, below);
+    if (!layers) return layers.error();
+    layers->policy = c.policy;
+    SnapshotStats stats;
+    auto tree =
+        BuildWorktreeTree(bridge, plan.base_tree ? &*plan.base_tree : nullptr,
+                          *layers, &stats, s.progress);
+    if (!tree) return tree.error();
+    std::string msg = cp.message.empty()
+                          ? "checkpoint " + std::to_string(cp.number)
+                          : cp.message;
+    // Nothing of the sandbox's own (its name): a fork's bridge makes the
+    // same commit.
+    msg += "\n\nAcqfs-Checkpoint: " + std::to_string(cp.number) + "\n";
+    std::vector<git_oid> parents;
+    if (prev) parents.push_back(*prev);
+    auto id = MakeCommit(bridge, *tree, parents, cp.time_ns / 1000000000, msg,
+                         c.bridge);
+    if (!id) return id.error();
+    out.emplace_back(cp.number, *id);
+    prev = *id;
+  }
+  return out;
+}
+
 Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
-                               const Plan& plan) {
+                               const Plan& plan,
+                               const std::optional<git_oid>& checkpoint) {
   git_repository* bridge = s.bridge->repo();
   std::vector<git_oid> parents;
   auto add = [&](const std::optional<git_oid>& id) {
@@ -261,6 +357,7 @@ Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
     parents.push_back(*id);
   };
   add(plan.base);
+  add(checkpoint);
   add(plan.prev);
   add(plan.host_dirty);
   std::vector<GitCommit> owned;
@@ -371,10 +468,41 @@ Result<ExportResult> Export(const ExportConfig& c) {
   r.changed_paths = plan->changes;
   r.host_dirty_commit = Hex(plan->host_dirty);
   r.fetch_command = "git -C " + c.lower + " fetch " + RemoteName(c.sandbox);
+  // The checkpoints, oldest first, on the host's HEAD (which moves less
+  // than its working state, so that forks and later exports share them).
+  std::optional<git_oid> last_checkpoint;
+  std::vector<std::pair<uint32_t, git_oid>> checkpoints;
+  if (!plan->base_tree) {
+    if (!c.checkpoints.empty())
+      r.refused.push_back("checkpoints: the host's working state is unknown");
+  } else {
+    auto host_head = s.host->Head();
+    if (!host_head) return host_head.error();
+    auto made = CommitCheckpoints(s, c, *plan, *host_head);
+    if (!made) {
+      r.refused.push_back("checkpoints: " + made.error().Message());
+    } else {
+      checkpoints = std::move(*made);
+      if (!checkpoints.empty()) last_checkpoint = checkpoints.back().second;
+    }
+  }
+  if (last_checkpoint && plan->prev && !plan->worktree_changed) {
+    // A checkpoint since the last snapshot: a new one on top of it.
+    git_commit* raw = nullptr;
+    int rc = git_commit_lookup(&raw, s.bridge->repo(), &*plan->prev);
+    GitCommit pc(raw);
+    bool has = false;
+    for (unsigned i = 0; rc == 0 && i < git_commit_parentcount(pc.get()); ++i)
+      has = has ||
+            git_oid_equal(git_commit_parent_id(pc.get(), i), &*last_checkpoint);
+    if (!has) plan->worktree_changed = true;
+  } else if (last_checkpoint && !plan->prev) {
+    plan->worktree_changed = true;
+  }
   std::optional<git_oid> snapshot;
   if (plan->worktree_changed) {
     Report(s.progress, "writing the snapshot commit");
-    auto id = CommitSnapshot(s, c, *plan);
+    auto id = CommitSnapshot(s, c, *plan, last_checkpoint);
     if (!id) return id.error();
     snapshot = *id;
   }
@@ -383,6 +511,12 @@ Result<ExportResult> Export(const ExportConfig& c) {
   Report(s.progress, "verifying the bridge's objects");
   ACQFS_TRY(s.bridge->VerifyPublished(PublishedTips(*plan, snapshot)));
   ACQFS_TRY(PublishBranches(s, *plan, &r));
+  for (const auto& [number, id] : checkpoints) {
+    r.checkpoint_commits.emplace_back(number, OidHex(id));
+  }
+  for (size_t i = 0; i < checkpoints.size(); ++i)
+    ACQFS_TRY(s.bridge->SetRef(kCheckpointRefs + c.checkpoints[i].id,
+                               checkpoints[i].second, "acqfs export"));
   r.worktree_commit = Hex(plan->prev);
   if (snapshot) {
     ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *snapshot, "acqfs export"));

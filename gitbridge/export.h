@@ -13,8 +13,10 @@
 #ifndef ACQFS_GITBRIDGE_EXPORT_H_
 #define ACQFS_GITBRIDGE_EXPORT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -25,11 +27,22 @@
 namespace acqfs::gitbridge {
 
 struct ExportConfig {
-  std::string sandbox;  // the sandbox's name
-  std::string lower;    // the host checkout (absolute)
-  std::string upper;    // the sandbox's upper layer
+  std::string sandbox;              // the sandbox's name
+  std::string lower;                // the host checkout (absolute)
+  std::string upper;                // the sandbox's upper layer
   std::vector<std::string> frozen;  // its frozen layers, bottom first
-  std::string bridge;   // <state>/<name>/bridge.git
+  // The checkpoints of its current stack, oldest first (docs/stack.md):
+  // each is exported as a commit of the tree at that point, on the one
+  // before, under the working tree's commit.
+  struct CheckpointRef {
+    uint32_t number = 0;
+    std::string message;
+    int64_t time_ns = 0;
+    std::vector<std::string> layers;  // its frozen layers, bottom first
+    std::string id;                   // its top layer's id (the cache key)
+  };
+  std::vector<CheckpointRef> checkpoints;
+  std::string bridge;  // <state>/<name>/bridge.git
   XattrNamespace xattr_namespace = XattrNamespace::kUser;
   ProgressFn progress;  // hears each step of Export (may be empty)
   // The sandbox's policy: changes at hidden or read-only paths are never
@@ -58,8 +71,10 @@ struct ExportResult {
   std::string worktree_commit;         // current refs/acqfs/worktree
   std::string worktree_parent;         // its first parent (the base)
   std::string host_dirty_commit;       // the host's own work, "" if clean
-  uint64_t changed_paths = 0;          // changes the upper layer holds
-  std::string fetch_command;           // what the host runs to fetch
+  // The checkpoints' commits, oldest first (number, commit id).
+  std::vector<std::pair<uint32_t, std::string>> checkpoint_commits;
+  uint64_t changed_paths = 0;  // changes the upper layer holds
+  std::string fetch_command;   // what the host runs to fetch
   bool nothing_new() const { return updates.empty(); }
 };
 

@@ -78,8 +78,10 @@ else echo "checkout SANDBOX-NOTE.txt:    absent"; fi
 if [[ -e $lower/.gitignore ]]; then echo "checkout .gitignore:          present"
 else echo "checkout .gitignore:          absent"; fi
 
-step "the upper layer ($state/$name/upper): only the changes"
-(cd "$state/$name/upper" && find . -mindepth 1 -printf '%y %m %s\t%P\n' | sort -k4)
+# The upper layer is the one the sandbox's stack names (docs/stack.md).
+upper_ref=$(grep -o '"upper": *"[^"]*"' "$state/$name/stack.json" | sed 's/.*: *"//; s/"$//')
+step "the upper layer ($state/$upper_ref): only the changes"
+(cd "$state/$upper_ref" && find . -mindepth 1 -printf '%y %m %s\t%P\n' | sort -k4)
 echo "(type c with size 0 = whiteout: a deleted lower name)"
 
 step "acqfs status $name  (what the sandbox changed, from the upper layer alone)"
@@ -87,6 +89,10 @@ step "acqfs status $name  (what the sandbox changed, from the upper layer alone)
 
 step "acqfs diff $name README.md SANDBOX-NOTE.txt"
 "$acqfs" diff "$name" README.md SANDBOX-NOTE.txt --state-dir "$state"
+
+step "acqfs checkpoint $name  (freezes the state, mounted, in O(1))"
+"$acqfs" checkpoint "$name" -m "after the demo's edits" --state-dir "$state"
+"$acqfs" checkpoints "$name" --state-dir "$state"
 
 step "acqfs ls"
 "$acqfs" ls --state-dir "$state"

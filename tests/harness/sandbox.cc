@@ -166,11 +166,15 @@ nlohmann::json ReadStackJson(const std::string& path) {
 }
 }  // namespace
 
-std::string Sandbox::upper() const {
-  nlohmann::json j = ReadStackJson(layer_dir() + "/stack.json");
+std::string SandboxUpper(const std::string& state, const std::string& name) {
+  nlohmann::json j = ReadStackJson(state + "/" + name + "/stack.json");
   if (j.is_object() && j.contains("upper") && j["upper"].is_string())
-    return state_dir_ + "/" + j["upper"].get<std::string>();
-  return layer_dir() + "/upper";
+    return state + "/" + j["upper"].get<std::string>();
+  return state + "/" + name + "/upper";
+}
+
+std::string Sandbox::upper() const {
+  return SandboxUpper(state_dir_, options_.name);
 }
 
 std::vector<std::string> Sandbox::frozen() const {

@@ -42,6 +42,10 @@ struct SandboxOptions {
   int umount_timeout_seconds = 60;
 };
 
+// The upper layer of the sandbox `name` of the state directory `state`, as
+// its stack.json names it (else the legacy <state>/<name>/upper).
+std::string SandboxUpper(const std::string& state, const std::string& name);
+
 class Sandbox {
  public:
   explicit Sandbox(std::string lower, SandboxOptions options = {});

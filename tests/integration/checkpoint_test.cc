@@ -30,6 +30,14 @@ CommandResult Acqfs(const Sandbox& s, std::vector<std::string> args) {
   return RunCommand(argv, 120);
 }
 
+// `git -C DIR ARGS` (a shell command line), its output without the last
+// newline.
+std::string Git(const std::string& dir, const std::string& args) {
+  std::string out = Sh("git -C " + ShellQuote(dir) + " " + args);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
 // lowerdir=TOP:...:L1:HOST for the sandbox's stack.
 std::string LowerDirs(const Sandbox& s) {
   std::string out;
@@ -261,6 +269,85 @@ TEST_P(Stack, SquashKeepsTheTreeAndTheFilesNumbers) {
   TreeSnapshot fuse_view = Snapshot(m, View());
   EXPECT_TRUE(SnapshotsEqual(before_all, fuse_view, 40));
   ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
+// Two forks of one sandbox, built at once, export different branches; the
+// host fetches both, and their timelines share the checkpoint commits below
+// the fork point.
+TEST_P(Stack, ForksExportTheirOwnBranchesOnSharedCheckpointCommits) {
+  const std::string m = sandbox().mountpoint();
+  const std::string host = sandbox().lower();
+  ASSERT_TRUE(
+      RunShell("cd " + ShellQuote(m) + " && echo base > base.txt", 30).ok());
+  ASSERT_TRUE(
+      Acqfs(sandbox(), {"checkpoint", sandbox().name(), "-m", "base"}).ok());
+  const std::string mnt2 = tmp().MakeDir("fork-mnt");
+  MountGuard guard(mnt2);
+  CommandResult f = Acqfs(sandbox(), {"fork", sandbox().name(), "other", mnt2});
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  auto work = [&](const std::string& dir, const std::string& branch) {
+    return RunShell("cd " + ShellQuote(dir) + " && git checkout -q -b " +
+                        branch + " && echo " + branch + " > " + branch +
+                        ".txt && git add -A && git -c user.name=t -c "
+                        "user.email=t@t commit -qm " +
+                        branch +
+                        " && echo "
+                        "after > after-" +
+                        branch,
+                    120);
+  };
+  CommandResult a, b;
+  std::thread ta([&] { a = work(m, "feature-a"); });
+  std::thread tb([&] { b = work(mnt2, "feature-b"); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(a.ok()) << a.Describe();
+  ASSERT_TRUE(b.ok()) << b.Describe();
+  ASSERT_TRUE(
+      Acqfs(sandbox(), {"checkpoint", sandbox().name(), "-m", "a done"}).ok());
+  ASSERT_TRUE(Acqfs(sandbox(), {"checkpoint", "other", "-m", "b done"}).ok());
+  for (const std::string n : {sandbox().name(), std::string("other")}) {
+    CommandResult e = Acqfs(sandbox(), {"export", n});
+    ASSERT_TRUE(e.ok()) << e.Describe();
+    CommandResult fetch =
+        RunShell("git -C " + ShellQuote(host) + " fetch -q sandbox-" + n, 120);
+    ASSERT_TRUE(fetch.ok()) << fetch.Describe();
+  }
+  const std::string ra = "refs/remotes/sandbox-" + sandbox().name();
+  const std::string rb = "refs/remotes/sandbox-other";
+  EXPECT_EQ(Git(host, "rev-parse -q --verify " + ra + "/feature-a").size(),
+            40u);
+  EXPECT_EQ(Git(host, "rev-parse -q --verify " + rb + "/feature-b").size(),
+            40u);
+  EXPECT_EQ(Git(host, "rev-parse -q --verify " + ra + "/feature-b || true"),
+            "");
+  // Each timeline: its checkpoints' messages, newest first.
+  auto timeline = [&](const std::string& ref) {
+    return Git(host, "log --first-parent --format=%s HEAD.." + ref +
+                         "/acqfs-worktree^2");
+  };
+  EXPECT_EQ(timeline(ra), "a done\nfork other\nbase");
+  EXPECT_EQ(timeline(rb), "b done\nfork other\nbase");
+  // The commit of checkpoint "base" (and of the fork's) is one commit.
+  auto commit_of = [&](const std::string& ref, const std::string& subject) {
+    return Git(host, "log --first-parent --format=%H --grep='^" + subject +
+                         "$' HEAD.." + ref + "/acqfs-worktree^2");
+  };
+  EXPECT_EQ(commit_of(ra, "base"), commit_of(rb, "base"));
+  EXPECT_EQ(commit_of(ra, "fork other"), commit_of(rb, "fork other"));
+  EXPECT_NE(commit_of(ra, "a done"), commit_of(rb, "b done"));
+  // Stock git diffs two checkpoints.
+  EXPECT_EQ(Git(host, "diff --name-only " + commit_of(ra, "base") + " " +
+                          commit_of(ra, "a done") + " -- ':!.git'"),
+            "after-feature-a\nfeature-a.txt");
+  // A second export builds nothing again: the same commits.
+  const std::string before = Git(host, "rev-parse " + ra + "/acqfs-worktree");
+  CommandResult again = Acqfs(sandbox(), {"export", sandbox().name()});
+  ASSERT_TRUE(again.ok()) << again.Describe();
+  EXPECT_NE(again.out.find("nothing new"), std::string::npos) << again.out;
+  (void)before;
+  CommandResult u = Acqfs(sandbox(), {"umount", "other", "--no-export"});
+  EXPECT_TRUE(u.ok()) << u.Describe();
 }
 
 TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {

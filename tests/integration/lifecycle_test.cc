@@ -874,7 +874,7 @@ TEST(LifecycleConcurrency, FourSandboxesBuildTheSameProjectAtOnce) {
     EXPECT_EQ(ContentOf(mnt + "/tag.c"), edit(n));
     EXPECT_TRUE(Exists(mnt + "/prog"));
     EXPECT_TRUE(Exists(mnt + "/tag.o"));
-    EXPECT_TRUE(Exists(shared.state() + "/" + n + "/upper/tag.o"));
+    EXPECT_TRUE(Exists(SandboxUpper(shared.state(), n) + "/tag.o"));
     for (const auto& other : names)
       EXPECT_EQ(Exists(mnt + "/built-by-" + other), other == n) << other;
   }
@@ -1442,14 +1442,17 @@ TEST_F(LifecycleState, OnlyTheOwnerReachesTheSandboxFolder) {
   };
   nobody_locked_out();
   ASSERT_TRUE(s.Unmount());
-  // A folder with wider permissions (made by hand, or by an older acqfs):
-  // another user reaches the upper layer...
+  // A folder and a layer store with wider permissions (made by hand, or by
+  // an older acqfs): another user reaches the upper layer...
+  const std::string store = s.state_dir() + "/.layers";
   ASSERT_SYS_OK(::chmod(s.layer_dir().c_str(), 0755));
+  ASSERT_SYS_OK(::chmod(store.c_str(), 0755));
   CommandResult reach = AsNobody({"stat", s.U("suid-id")});
   EXPECT_TRUE(reach.ok()) << reach.Describe();
-  // ...until the next mount narrows it.
+  // ...until the next mount narrows them.
   ASSERT_TRUE(s.Remount());
   EXPECT_EQ(ModeOf(s.layer_dir()), 0700u) << std::oct << ModeOf(s.layer_dir());
+  EXPECT_EQ(ModeOf(store), 0700u) << std::oct << ModeOf(store);
   nobody_locked_out();
   ASSERT_TRUE(s.Unmount());
   // The mount helper over the sandbox's layers narrows it too.

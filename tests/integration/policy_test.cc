@@ -614,11 +614,11 @@ TEST_F(PolicyRefusal, MountThroughTheMountHelperAppliesTheRecordedPolicy) {
                   .ok());
   // The same layers through mount(8)'s helper, as an fstab line would.
   const std::string dir = state + "/hp";
-  CommandResult helper =
-      RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
-                  "lowerdir=" + lower() + ",upperdir=" + dir +
-                      "/upper,workdir=" + dir + "/work"},
-                 30);
+  CommandResult helper = RunCommand(
+      {MountHelperBinary(), "acqfs", mnt, "-o",
+       "lowerdir=" + lower() + ",upperdir=" + SandboxUpper(state, "hp") +
+           ",workdir=" + dir + "/work"},
+      30);
   ASSERT_TRUE(helper.ok()) << helper.Describe();
   EXPECT_TRUE(FindMount(mnt).has_value());
   EXPECT_EQ(LstatErrno(mnt + "/.env"), ENOENT);
@@ -627,11 +627,11 @@ TEST_F(PolicyRefusal, MountThroughTheMountHelperAppliesTheRecordedPolicy) {
   EXPECT_TRUE(un.ok()) << un.Describe();
   // Metadata it cannot read: nothing is mounted.
   ASSERT_TRUE(WriteFile(dir + "/meta.json", "{not json"));
-  CommandResult refused =
-      RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
-                  "lowerdir=" + lower() + ",upperdir=" + dir +
-                      "/upper,workdir=" + dir + "/work"},
-                 30);
+  CommandResult refused = RunCommand(
+      {MountHelperBinary(), "acqfs", mnt, "-o",
+       "lowerdir=" + lower() + ",upperdir=" + SandboxUpper(state, "hp") +
+           ",workdir=" + dir + "/work"},
+      30);
   EXPECT_EQ(refused.exit_code, 1) << refused.Describe();
   EXPECT_NE(refused.err.find("policy must apply"), std::string::npos)
       << refused.Describe();

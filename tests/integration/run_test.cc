@@ -241,7 +241,7 @@ TEST_F(RunTest, ExitCodeComesBackAndNoExportExportsNothing) {
                     "echo quiet > quiet.txt"});
   ASSERT_TRUE(r.ok()) << r.Describe();
   EXPECT_EQ(r.err, "") << r.Describe();
-  EXPECT_EQ(ContentOf(state_ + "/quiet/upper/quiet.txt"), "quiet\n");
+  EXPECT_EQ(ContentOf(SandboxUpper(state_, "quiet") + "/quiet.txt"), "quiet\n");
   Git({"fetch", "-q", Remote("quiet")});
   EXPECT_NE(RunGit(lower_,
                    {"rev-parse", "--verify", "-q",
@@ -508,7 +508,7 @@ TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
   for (int i = 0; i < 1200 && !running; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     running =
-        Exists(state_ + "/stop/upper/started.txt") && ProcessRunning(sleeper);
+        Exists(SandboxUpper(state_, "stop") + "/started.txt") && ProcessRunning(sleeper);
   }
   EXPECT_TRUE(running) << "the command never ran";
   EXPECT_TRUE(FindMount(DefaultMountpoint("stop")).has_value());
@@ -527,7 +527,7 @@ TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
       << text;
   // The command's own handler ran (the signal was passed on, not a kill),
   // nothing of the sandbox is left running, and the mount is gone.
-  EXPECT_EQ(ContentOf(state_ + "/stop/upper/term.txt"), "got-term\n");
+  EXPECT_EQ(ContentOf(SandboxUpper(state_, "stop") + "/term.txt"), "got-term\n");
   EXPECT_FALSE(ProcessRunning(sleeper));
   EXPECT_FALSE(FindMount(DefaultMountpoint("stop")).has_value());
   EXPECT_FALSE(Exists(DefaultMountpoint("stop")));
