@@ -128,6 +128,12 @@ Row Describe(const Sandbox& sandbox) {
   if (!scan.own) {  // the layers cannot be scanned: measure the upper alone
     if (auto bytes = DiskUsage(paths.upper)) r.upper_bytes = *bytes;
   }
+  // Its frozen layers are its disk too (the stats a frozen layer caches:
+  // no walk; a layer a fork shares counts for both).
+  uint64_t frozen_bytes = 0;
+  for (const auto& ref : sandbox.stack().frozen)
+    if (auto st = sandbox.store().StatsOf(ref)) frozen_bytes += st->bytes;
+  if (r.upper_bytes) *r.upper_bytes += frozen_bytes;
   r.policy = meta.policy;
   if (meta.policy.quota_bytes) {
     if (!scan.all) {
@@ -136,7 +142,7 @@ Row Describe(const Sandbox& sandbox) {
       if (fd)
         if (auto used = Quota::Measure(fd.get(), paths.upper)) scan.all = *used;
     }
-    if (scan.all) r.quota_used = QuotaUse(paths, *scan.all);
+    if (scan.all) r.quota_used = QuotaUse(paths, *scan.all + frozen_bytes);
   }
   r.git = sandbox.IsGit();
   if (r.git) {

@@ -364,24 +364,28 @@ int RunSquash(const SquashArgs& a) {
   const std::string what = "squash " + s->name();
   auto alive = DaemonAlive(*s);
   if (!alive) return Fail(kExitFailed, what, alive.error());
-  if (*alive)
-    return Fail(kExitRefused, what, s->meta().mountpoint,
-                "is mounted: unmount it first (`acqfs umount " + s->name() +
-                    "`), then squash");
-  auto lock = s->Lock(/*create=*/true);
-  if (!lock)
-    return Fail(kExitFailed, what,
-                lock.err() == EWOULDBLOCK
-                    ? Error::Of(EBUSY,
-                                "is busy: its lock is held (being mounted, or "
-                                "another acqfs command)",
-                                s->paths().lock)
-                    : lock.error());
-  struct stat host;
-  if (::stat(s->meta().lower.c_str(), &host) != 0)
-    return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
-  if (Status p = s->PrepareStack(host); !p)
-    return Fail(kExitFailed, what, p.error());
+  // Mounted, the daemon owns the stack: the merged layer is built here all
+  // the same (the layers it reads are frozen), and the daemon swaps it in.
+  const bool mounted = *alive;
+  UniqueFd held;
+  if (!mounted) {
+    auto lock = s->Lock(/*create=*/true);
+    if (!lock)
+      return Fail(
+          kExitFailed, what,
+          lock.err() == EWOULDBLOCK
+              ? Error::Of(EBUSY,
+                          "is busy: its lock is held (being mounted, or "
+                          "another acqfs command)",
+                          s->paths().lock)
+              : lock.error());
+    struct stat host;
+    if (::stat(s->meta().lower.c_str(), &host) != 0)
+      return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
+    if (Status p = s->PrepareStack(host); !p)
+      return Fail(kExitFailed, what, p.error());
+    held = std::move(*lock);
+  }
   SquashPlan plan = PlanSquash(s->stack(), a.keep);
   if (!plan.nothing_to_do.empty()) {
     std::printf("acqfs: squash %s: nothing to do (%s)\n", s->name().c_str(),
@@ -399,7 +403,7 @@ int RunSquash(const SquashArgs& a) {
   auto id = NewLayerId();
   if (!id) return Fail(kExitFailed, what, id.error());
   const std::string building = s->paths().dir + "/squash." + *id;
-  if (DIR* d = ::opendir(s->paths().dir.c_str())) {
+  if (DIR* d = mounted ? nullptr : ::opendir(s->paths().dir.c_str())) {
     std::vector<std::string> old;
     while (struct dirent* e = ::readdir(d))
       if (std::string(e->d_name).rfind("squash.", 0) == 0)
@@ -427,7 +431,18 @@ int RunSquash(const SquashArgs& a) {
     (void)sys::RemoveTree(AT_FDCWD, building, building);
     return Fail(kExitFailed, what, stats.error());
   }
-  {
+  size_t frozen_now = 0;
+  if (mounted) {
+    auto r = AskDaemon(*s, {{"op", "squash"},
+                            {"merge", plan.merge},
+                            {"id", *id},
+                            {"building", building}});
+    if (!r) {
+      (void)sys::RemoveTree(AT_FDCWD, building, building);
+      return Fail(kExitFailed, what, r.error());
+    }
+    frozen_now = (*r)["frozen"].get<size_t>();
+  } else {
     auto slock = StoreLock::Take(s->state_dir());
     if (!slock) return Fail(kExitFailed, what, slock.error());
     const std::string ref = StoreRef(*id);
@@ -451,6 +466,7 @@ int RunSquash(const SquashArgs& a) {
       return Fail(kExitFailed, what, w.error());
     }
   }
+  if (!mounted) frozen_now = s->stack().frozen.size();
   auto gc = CollectGarbage(s->state_dir());
   if (!gc)
     return Fail(kExitFailed, what + ": remove the old layers", gc.error());
@@ -460,8 +476,7 @@ int RunSquash(const SquashArgs& a) {
       s->name().c_str(), plan.merge.size(),
       static_cast<unsigned long long>(stats->linked),
       static_cast<unsigned long long>(stats->dirs),
-      static_cast<unsigned long long>(stats->whiteouts),
-      s->stack().frozen.size());
+      static_cast<unsigned long long>(stats->whiteouts), frozen_now);
   return 0;
 }
 

@@ -1,7 +1,10 @@
 #include "cli/stack_ops.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "cli/control.h"
@@ -119,6 +122,61 @@ Result<nlohmann::json> ServeRewind(const std::string& state,
   return nlohmann::json{{"number", number}, {"undo", undo}};
 }
 
+Result<nlohmann::json> ServeSquash(const std::string& state,
+                                   const std::string& name, MountControl* mc,
+                                   const nlohmann::json& req) {
+  if (!req.contains("merge") || !req["merge"].is_array() ||
+      !req.contains("id") || !req["id"].is_string() ||
+      !req.contains("building") || !req["building"].is_string())
+    return Error::Of(EINVAL, "squash (malformed request)", "merge");
+  std::vector<std::string> merge;
+  for (const auto& r : req["merge"]) {
+    if (!r.is_string())
+      return Error::Of(EINVAL, "squash (malformed request)", "merge");
+    merge.push_back(r.get<std::string>());
+  }
+  const std::string id = req["id"].get<std::string>();
+  const std::string building = req["building"].get<std::string>();
+  const std::string folder = state + "/" + name + "/squash.";
+  if (!ValidLayerId(id) || building != folder + id)
+    return Error::Of(EINVAL, "squash (not this sandbox's merged layer)",
+                     building);
+  auto lock = StoreLock::Take(state);
+  if (!lock) return lock.error();
+  const std::string path = StackPath(state, name);
+  auto m = ReadStack(path);
+  if (!m) return m.error();
+  if (merge.empty() || merge.size() > m->frozen.size() ||
+      !std::equal(merge.begin(), merge.end(), m->frozen.begin()))
+    return Error::Of(ESTALE,
+                     "squash (the stack changed while the merged layer was "
+                     "built; squash again)",
+                     path);
+  SquashPlan plan;
+  plan.keep = m->frozen.size() - merge.size();
+  plan.merge = merge;
+  LayerStore store(state);
+  const std::string ref = StoreRef(id);
+  auto next = ApplySquash(*m, plan, ref);
+  if (!next) return next.error();
+  if (::rename(building.c_str(), store.Path(ref).c_str()) != 0)
+    return Error::Errno("rename", building);
+  {
+    int fd = ::open(store.Dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Error::Errno("open", store.Dir());
+    int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) return Error::Errno("fsync", store.Dir());
+  }
+  Status s = mc->Squash(static_cast<unsigned>(merge.size()), store.Path(ref),
+                        [&] { return WriteStack(path, *next); });
+  if (!s) {
+    (void)store.Remove(ref);
+    return s.error();
+  }
+  return nlohmann::json{{"layer", ref}, {"frozen", next->frozen.size()}};
+}
+
 }  // namespace
 
 nlohmann::json ServeControl(const std::string& state, const std::string& name,
@@ -129,6 +187,11 @@ nlohmann::json ServeControl(const std::string& state, const std::string& name,
   if (op == "ping") return nlohmann::json{{"ok", true}};
   if (op == "checkpoint") {
     auto r = ServeCheckpoint(state, name, mc, request);
+    if (!r) return ErrorReply(r.error());
+    return *r;
+  }
+  if (op == "squash") {
+    auto r = ServeSquash(state, name, mc, request);
     if (!r) return ErrorReply(r.error());
     return *r;
   }

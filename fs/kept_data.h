@@ -67,6 +67,10 @@ class KeptData {
   KeptData& operator=(const KeptData&) = delete;
 
   Where where() const { return where_; }
+  // kLower: the lower layer holding the data, and its new number when the
+  // stack's frozen layers are renumbered (a squash while mounted).
+  unsigned layer() const { return layer_; }
+  void set_layer(unsigned layer) { layer_ = static_cast<uint8_t>(layer); }
   bool empty() const { return where_ == Where::kNowhere; }
   // The data is the lower file's (nothing was copied).
   bool in_lower() const { return where_ == Where::kLower; }

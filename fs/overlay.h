@@ -177,6 +177,14 @@ class Overlay {
   Result<Restacked> Restack(const std::vector<std::string>& frozen,
                             const std::string& new_upper,
                             const std::function<Status()>& commit);
+  // A squash while mounted (docs/stack.md): at the same quiescent point as
+  // Freeze, runs `commit`, then serves the directory `merged` (made by
+  // SquashLayers of frozen layers 1..count, fs/layer_squash.h) in their
+  // place. Nothing in the merged view changes and no name is forgotten:
+  // files were hard-linked, so what the kernel and the daemon hold stays
+  // the same inodes; only the layers are numbered anew.
+  Status ReplaceFrozen(unsigned count, const std::string& merged,
+                       const std::function<Status()>& commit);
   // Held (shared) by every request that writes a file's data through a
   // descriptor of the file cache, from getting the descriptor to the last
   // byte written, so that Freeze finds no write in flight. Taken before any

@@ -142,4 +142,41 @@ Result<Overlay::Restacked> Overlay::Restack(
   return out;
 }
 
+Status Overlay::ReplaceFrozen(unsigned count, const std::string& merged,
+                              const std::function<Status()>& commit) {
+  if (count < 1 || count > layers_.frozen.size())
+    return Error::Of(EINVAL, "squash (no such frozen layers)", merged);
+  auto next = Layer::Open(merged);
+  if (!next) return next.error();
+  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
+  Reaper reap(&table_);
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  TableLock t(table_mu_);
+  ACQFS_TRY(commit());
+  // Layers 1..count become layer 1; those above move down by count - 1.
+  auto remap_mask = [count](LowerMask m) -> LowerMask {
+    const uint64_t w = m;
+    const uint64_t low = w & 1;
+    const uint64_t mid =
+        w & (((uint64_t{1} << (count + 1)) - 1) & ~uint64_t{1});
+    const uint64_t high = (w >> (count + 1)) << 2;
+    return static_cast<LowerMask>(low | (mid ? 2 : 0) | high);
+  };
+  auto remap_layer = [count](unsigned i) -> unsigned {
+    if (i == 0) return 0;
+    return i <= count ? 1 : i - (count - 1);
+  };
+  table_.ForEachNodeLocked([&](Node* n) {
+    n->lower = remap_mask(n->lower);
+    // The merged layer holds no xattr whiteouts (squash makes 0/0 ones).
+    n->lower_xw = remap_mask(n->lower_xw) & ~LowerBit(1);
+    if (n->has_kept() && n->kept().in_lower())
+      n->mutable_kept()->set_layer(remap_layer(n->kept().layer()));
+  });
+  layers_.frozen.erase(layers_.frozen.begin(), layers_.frozen.begin() + count);
+  layers_.frozen.insert(layers_.frozen.begin(), std::move(*next));
+  files_.Shrink(0);
+  return Ok();
+}
+
 }  // namespace acqfs

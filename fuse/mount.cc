@@ -185,6 +185,12 @@ class SessionControl : public MountControl {
                  new_upper, frozen.size());
     return Ok();
   }
+  Status Squash(unsigned count, const std::string& merged,
+                const std::function<Status()>& commit) override {
+    ACQFS_TRY(ov_->ReplaceFrozen(count, merged, commit));
+    spdlog::info("squash: {} frozen layers served as {}", count, merged);
+    return Ok();
+  }
   std::string UpperPath() override { return ov_->UpperRootPath(); }
 
  private:

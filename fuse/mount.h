@@ -71,6 +71,10 @@ class MountControl {
   virtual Status Rewind(const std::vector<std::string>& frozen,
                         const std::string& new_upper,
                         const std::function<Status()>& commit) = 0;
+  // A squash (Overlay::ReplaceFrozen): frozen layers 1..count replaced by
+  // `merged`, once `commit` has recorded it.
+  virtual Status Squash(unsigned count, const std::string& merged,
+                        const std::function<Status()>& commit) = 0;
   // The upper layer's directory now.
   virtual std::string UpperPath() = 0;
 };

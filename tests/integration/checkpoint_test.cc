@@ -350,6 +350,42 @@ TEST_P(Stack, ForksExportTheirOwnBranchesOnSharedCheckpointCommits) {
   EXPECT_TRUE(u.ok()) << u.Describe();
 }
 
+TEST_P(Stack, SquashWhileMountedChangesNothingTheMountShows) {
+  const std::string m = sandbox().mountpoint();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(RunShell("cd " + ShellQuote(m) + " && mkdir -p t" +
+                             std::to_string(i) + " && echo " +
+                             std::to_string(i) + " > t" + std::to_string(i) +
+                             "/f && echo " + std::to_string(i) +
+                             " >> log && rm -rf t" +
+                             std::to_string(i > 0 ? i - 1 : 0) + "/gone",
+                         30)
+                    .ok());
+    ASSERT_TRUE(Acqfs(sandbox(), {"checkpoint", sandbox().name()}).ok());
+  }
+  const TreeSnapshot before = Snapshot(m, View());
+  // A reader holds a file of a frozen layer open across the squash.
+  CommandResult r = RunShell("cd " + ShellQuote(m) + " && exec 3< t0/f && " +
+                                 ShellQuote(AcqfsBinary()) + " squash " +
+                                 sandbox().name() + " --keep 1 --state-dir " +
+                                 ShellQuote(sandbox().state_dir()) +
+                                 " && cat <&3 && echo more >> log",
+                             60);
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("frozen layers now"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n0\n"), std::string::npos) << r.out;
+  EXPECT_EQ(sandbox().frozen().size(), 2u);
+  TreeSnapshot after = Snapshot(m, View());
+  after.entries.erase("log");
+  TreeSnapshot expected = before;
+  expected.entries.erase("log");
+  EXPECT_TRUE(SnapshotsEqual(expected, after, 40));
+  EXPECT_EQ(ReadFile(m + "/log"), "0\n1\n2\n3\n4\n5\nmore\n");
+  ASSERT_TRUE(Acqfs(sandbox(), {"checkpoint", sandbox().name()}).ok());
+  TreeSnapshot fuse_view = Snapshot(m, View());
+  ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
+}
+
 TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {
   const std::string m = sandbox().mountpoint();
   ASSERT_TRUE(RunShell("cd " + ShellQuote(m) + " && echo 1 > one", 30).ok());
