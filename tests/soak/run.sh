@@ -44,6 +44,12 @@ Usage: tests/soak/run.sh [options]
   --work DIR        where the sources and sandboxes live (default: a new
                     directory under /tmp, removed at the end)
   --keep            keep the work directory
+  --checkpoint-every SECONDS
+                    while a workload runs in a sandbox, take a checkpoint
+                    every SECONDS (the agent-harness pattern, docs/stack.md)
+                    and squash the stack to its newest 4 frozen layers once
+                    it holds 24; a checkpoint or squash that fails fails the
+                    run
   -h, --help        this text
 
 Exit status: 0 when every target matched native with its daemon under its
@@ -55,7 +61,33 @@ EOF
 die() { echo "$PROG: error: $*" >&2; exit 2; }
 log() { printf '%s [%(%H:%M:%S)T] %s\n' "$PROG" -1 "$*" >&2; }
 
-QUICK=0 KEEP=0 ONLY="" TARGETS="native,acqfs,acqfs-handles"
+# Checkpoints sandbox $1 every $CHECKPOINT_EVERY seconds while process $2
+# runs, squashing to 4 frozen layers at 24; one line per step in $3.
+checkpoint_loop() {
+  local name=$1 job=$2 out=$3 n=0
+  : >"$out"
+  while kill -0 "$job" 2>/dev/null; do
+    sleep "$CHECKPOINT_EVERY"
+    kill -0 "$job" 2>/dev/null || break
+    if "$ACQFS" checkpoint "$name" --state-dir "$STATE" -m "soak $n" >>"$out.log" 2>&1; then
+      echo "checkpoint $n" >>"$out"
+    else
+      echo "FAILED checkpoint $n: $(tail -n1 "$out.log")" >>"$out"
+    fi
+    n=$((n + 1))
+    local frozen
+    frozen=$(grep -o '"\.layers/[0-9a-f]*"' "$STATE/$name/stack.json" | sort -u | wc -l)
+    if (( frozen >= 25 )); then
+      if "$ACQFS" squash "$name" --keep 4 --state-dir "$STATE" >>"$out.log" 2>&1; then
+        echo "squash $n" >>"$out"
+      else
+        echo "FAILED squash $n: $(tail -n1 "$out.log")" >>"$out"
+      fi
+    fi
+  done
+}
+
+QUICK=0 KEEP=0 ONLY="" TARGETS="native,acqfs,acqfs-handles" CHECKPOINT_EVERY=""
 ACQFS="$SRC_ROOT/build/bin/acqfs" OUT="" WORK=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -66,6 +98,7 @@ while [[ $# -gt 0 ]]; do
     --out) [[ $# -ge 2 ]] || die "--out needs a value"; OUT=$2; shift 2 ;;
     --work) [[ $# -ge 2 ]] || die "--work needs a value"; WORK=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --checkpoint-every) [[ $# -ge 2 ]] || die "--checkpoint-every needs a value"; CHECKPOINT_EVERY=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -295,8 +328,21 @@ run_target() {
   t0=$EPOCHREALTIME
   run_workload "$w" "$dir" >>"$lf" 2>&1 &
   JOB_PID=$!
+  local cp_pid=""
+  if [[ -n $mnt && -n $CHECKPOINT_EVERY ]]; then
+    checkpoint_loop "$name" "$JOB_PID" "$LOGS/$w-$t.checkpoints" &
+    cp_pid=$!
+  fi
   wait "$JOB_PID" || true
   JOB_PID=""
+  if [[ -n $cp_pid ]]; then
+    wait "$cp_pid" || true
+    if grep -q '^FAILED' "$LOGS/$w-$t.checkpoints"; then
+      echo "$PROG: $w on $t: a checkpoint or squash failed: $(grep '^FAILED' "$LOGS/$w-$t.checkpoints" | head -n1)" >&2
+      FAILED=1
+    fi
+    log "$w on $t: $(grep -c '^checkpoint' "$LOGS/$w-$t.checkpoints") checkpoints, $(grep -c '^squash' "$LOGS/$w-$t.checkpoints") squashes"
+  fi
   t1=$EPOCHREALTIME
   secs=$(awk -v a="${t0/./}" -v b="${t1/./}" 'BEGIN{printf "%.1f", (b-a)/1e6}')
   # The result is read before the sandbox is unmounted.
