@@ -248,6 +248,8 @@ int RunDiff(const DiffArgs& a) {
   auto found = Sandbox::Find(state, a.name);
   if (!found) return FailFind("diff", a.name, found.error());
   const SandboxPaths& paths = found->paths();
+  if (Status st = found->StackOk(); !st)
+    return Fail(kExitBadInput, "diff", st.error());
   auto layers = found->OpenLayers();
   if (!layers) return Fail(kExitFailed, "diff", layers.error());
   Progress progress("diff " + paths.name);
@@ -287,8 +289,9 @@ int RunDiff(const DiffArgs& a) {
   }
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     return Fail(kExitFailed, "diff", Error::Errno("write", "stdout"));
+  // Exit 1, as docs/cli.md says: the sandbox was at work, nothing failed.
   if (left_out > 0)
-    return Fail(kExitFailed, "diff", std::to_string(left_out) + " paths",
+    return Fail(kExitBadInput, "diff", std::to_string(left_out) + " paths",
                 "left out: they changed while diff read them; run diff "
                 "again once the sandbox is quiet");
   return 0;

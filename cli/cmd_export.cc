@@ -86,6 +86,8 @@ int ExportAndReport(const std::string& what, const std::string& name,
   // A policy that no longer parses is never dropped silently: no export.
   if (auto p = meta.policy.Build(); !p)
     return Fail(kExitBadInput, what + ": sandbox policy", p.error());
+  if (Status st = found->StackOk(); !st)
+    return Fail(kExitBadInput, what, st.error());
   gitbridge::ExportConfig config = found->ExportConfig();
   Progress progress(what + " " + paths.name);
   config.progress = [&](const std::string& phase, uint64_t n) {

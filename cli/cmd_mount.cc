@@ -252,7 +252,8 @@ int PrepareLayers(const MountTarget& t, Sandbox& sandbox) {
   if (::stat(t.lower.c_str(), &like) != 0)
     return Fail(kExitFailed, "mount: lower", Error::Errno("stat", t.lower));
   if (Status s = sandbox.PrepareStack(like); !s)
-    return Fail(kExitFailed, "mount: layer stack", s.error());
+    return Fail(s.err() == EINVAL ? kExitBadInput : kExitFailed,
+                "mount: layer stack", s.error());
   return 0;
 }
 

@@ -87,7 +87,16 @@ int RunRm(const RmArgs& a) {
         kExitBadInput, "rm", a.name,
         "a daemon took its layers meanwhile: " + claim.error().Message());
   // Another failure (a folder without its layers) does not stop the removal.
-  if (sandbox.IsGit()) {
+  if (Status st = sandbox.StackOk(); !st) {
+    if (!a.force)
+      return Fail(kExitBadInput, "rm", a.name,
+                  "its layer stack cannot be read (" + st.error().Message() +
+                      "); repair it, or --force removes the sandbox anyway");
+    std::fprintf(stderr,
+                 "acqfs: rm: %s: --force: its layer stack cannot be read "
+                 "(%s): removing it unread\n",
+                 a.name.c_str(), st.error().Message().c_str());
+  } else if (sandbox.IsGit()) {
     auto pending = gitbridge::Pending(sandbox.ExportConfig());
     if (!pending && !a.force)
       return Fail(kExitFailed, "rm: check for unsaved work", pending.error());

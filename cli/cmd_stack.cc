@@ -51,6 +51,10 @@ std::optional<Sandbox> FindSandbox(const std::string& what,
     *rc = FailFind(what, arg, s.error());
     return std::nullopt;
   }
+  if (Status st = s->StackOk(); !st) {
+    *rc = Fail(kExitBadInput, what + " " + arg, st.error());
+    return std::nullopt;
+  }
   return std::move(*s);
 }
 

@@ -125,6 +125,8 @@ int RunStatus(const StatusArgs& a) {
   if (!found) return FailFind("status", a.name, found.error());
   const SandboxPaths& paths = found->paths();
   const SandboxMeta& meta = found->meta();
+  if (Status st = found->StackOk(); !st)
+    return Fail(kExitBadInput, "status", st.error());
   auto layers = found->OpenLayers();
   if (!layers) return Fail(kExitFailed, "status", layers.error());
   ChangeScanOptions options;

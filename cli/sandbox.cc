@@ -139,9 +139,10 @@ Status Sandbox::Load() {
   auto m = ReadMeta(paths_.meta);
   if (!m) return m.error();
   meta_ = std::move(*m);
+  stack_error_.reset();
   auto st = LoadStack(state_, paths_.name, /*may_repair=*/false);
   if (!st) {
-    if (st.err() != ENOENT) return st.error();
+    if (st.err() != ENOENT) stack_error_ = st.error();
     has_stack_ = false;
     return Ok();
   }
@@ -199,6 +200,7 @@ Status Sandbox::SaveStack(const StackManifest& m) {
 Status Sandbox::Save() const { return WriteMeta(paths_.meta, meta_); }
 
 Result<Layers> Sandbox::OpenLayers() const {
+  ACQFS_TRY(StackOk());
   XattrNamespace ns = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;

@@ -8,6 +8,7 @@
 #ifndef ACQFS_CLI_SANDBOX_H_
 #define ACQFS_CLI_SANDBOX_H_
 
+#include <optional>
 #include <string>
 
 #include "cli/liveness.h"
@@ -66,6 +67,13 @@ class Sandbox {
   Status Load();
   // Its layer stack (cli/stack.h), as Load read it.
   bool has_stack() const { return has_stack_; }
+  // Why its stack.json could not be read (Load keeps going, so that `acqfs
+  // rm --force` and `acqfs ls` still reach a sandbox whose stack.json was
+  // damaged by hand); Ok when it could, or when it has none.
+  Status StackOk() const {
+    if (stack_error_) return *stack_error_;
+    return Ok();
+  }
   const StackManifest& stack() const { return stack_.manifest; }
   bool legacy() const { return stack_.legacy; }
   // With its lock held and no daemon serving it: makes its stack whole — a
@@ -111,6 +119,7 @@ class Sandbox {
   SandboxMeta meta_;
   LoadedStack stack_;
   bool has_stack_ = false;
+  std::optional<Error> stack_error_;
   // Sets paths_.upper/frozen from stack_.
   void UseStack();
   bool by_name_ = false;

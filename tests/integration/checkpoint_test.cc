@@ -386,6 +386,50 @@ TEST_P(Stack, SquashWhileMountedChangesNothingTheMountShows) {
   ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
 }
 
+// A stack.json damaged by hand: every command names it and stops (exit 1),
+// nothing is written, and `rm --force` still removes the sandbox.
+TEST_P(Stack, ADamagedStackIsNamedAndRmForceStillRemovesTheSandbox) {
+  ASSERT_TRUE(Acqfs(sandbox(), {"checkpoint", sandbox().name()}).ok());
+  ASSERT_TRUE(sandbox().Unmount());
+  const std::string stack = sandbox().layer_dir() + "/stack.json";
+  const std::vector<std::string> damages = {
+      "", "not json", "{\"version\": 2}",
+      "{\"version\":1,\"upper\":\"../../etc\",\"frozen\":[],\"base\":0,"
+      "\"next_number\":1,\"checkpoints\":[]}"};
+  const std::string good = ReadFile(stack);
+  for (const auto& d : damages) {
+    SCOPED_TRACE(d);
+    ASSERT_TRUE(
+        RunShell("printf %s " + ShellQuote(d) + " > " + ShellQuote(stack), 10)
+            .ok());
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"checkpoint", sandbox().name()},
+          {"checkpoints", sandbox().name()},
+          {"rewind", sandbox().name(), "1"},
+          {"fork", sandbox().name(), "f2"},
+          {"squash", sandbox().name()},
+          {"status", sandbox().name()},
+          {"export", sandbox().name()},
+          {"rm", sandbox().name()}}) {
+      CommandResult r = Acqfs(sandbox(), args);
+      EXPECT_EQ(r.exit_code, 1) << r.Describe();
+      EXPECT_NE(r.err.find("stack.json"), std::string::npos) << r.Describe();
+    }
+    CommandResult mount =
+        Acqfs(sandbox(), {"mount", sandbox().lower(), sandbox().mountpoint(),
+                          "--name", sandbox().name()});
+    EXPECT_EQ(mount.exit_code, 1) << mount.Describe();
+    EXPECT_NE(mount.err.find("stack.json"), std::string::npos)
+        << mount.Describe();
+    EXPECT_EQ(ReadFile(stack), d);  // nothing written
+    EXPECT_FALSE(Exists(sandbox().state_dir() + "/f2"));
+  }
+  CommandResult rm = Acqfs(sandbox(), {"rm", "--force", sandbox().name()});
+  EXPECT_TRUE(rm.ok()) << rm.Describe();
+  EXPECT_FALSE(Exists(sandbox().layer_dir()));
+  (void)good;
+}
+
 TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {
   const std::string m = sandbox().mountpoint();
   ASSERT_TRUE(RunShell("cd " + ShellQuote(m) + " && echo 1 > one", 30).ok());
