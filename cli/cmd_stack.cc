@@ -78,13 +78,30 @@ Result<nlohmann::json> AskDaemon(const Sandbox& s,
   return r;
 }
 
-// With the sandbox's lock held and no daemon: a checkpoint by this command.
+// For a command that changes the stack of a sandbox no daemon serves: takes
+// its lock (into *lock, held until the command ends) and makes its stack
+// whole (Sandbox::PrepareStack).
+Status HoldQuiet(Sandbox& s, UniqueFd* lock) {
+  auto l = s.Lock(/*create=*/true);
+  if (!l) {
+    if (l.err() == EWOULDBLOCK)
+      return Error::Of(EBUSY,
+                       "is busy: its lock is held (being mounted, or another "
+                       "acqfs command)",
+                       s.paths().lock);
+    return l.error();
+  }
+  *lock = std::move(*l);
+  struct stat host;
+  if (::stat(s.meta().lower.c_str(), &host) != 0)
+    return Error::Errno("stat", s.meta().lower);
+  return s.PrepareStack(host);
+}
+
+// With the sandbox's lock held and its stack whole (HoldQuiet), no daemon:
+// a checkpoint by this command.
 Result<CheckpointPlan> CheckpointQuiet(Sandbox& s, const std::string& message,
                                        CheckpointKind kind) {
-  struct stat like;
-  if (::stat(s.meta().lower.c_str(), &like) != 0)
-    return Error::Errno("stat", s.meta().lower);
-  ACQFS_TRY(s.PrepareStack(like));
   auto lock = StoreLock::Take(s.state_dir());
   if (!lock) return lock.error();
   auto plan =
@@ -108,15 +125,8 @@ Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
     if (ms && r->contains("ms")) *ms = (*r)["ms"].get<double>();
     return (*r)["number"].get<uint32_t>();
   }
-  auto lock = s.Lock(/*create=*/true);
-  if (!lock) {
-    if (lock.err() == EWOULDBLOCK)
-      return Error::Of(EBUSY,
-                       "is busy: its lock is held (being mounted, or another "
-                       "acqfs command); try again",
-                       s.paths().lock);
-    return lock.error();
-  }
+  UniqueFd lock;
+  ACQFS_TRY(HoldQuiet(s, &lock));
   auto plan = CheckpointQuiet(s, message, kind);
   if (!plan) return plan.error();
   return plan->number;
@@ -227,20 +237,9 @@ int RunRewind(const RewindArgs& a) {
     PrintRewound(s->name(), a.checkpoint, (*r)["undo"].get<uint32_t>());
     return 0;
   }
-  auto lock = s->Lock(/*create=*/true);
-  if (!lock)
-    return Fail(kExitFailed, what,
-                lock.err() == EWOULDBLOCK
-                    ? Error::Of(EBUSY,
-                                "is busy: its lock is held (being mounted, or "
-                                "another acqfs command)",
-                                s->paths().lock)
-                    : lock.error());
-  struct stat host;
-  if (::stat(s->meta().lower.c_str(), &host) != 0)
-    return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
-  if (Status p = s->PrepareStack(host); !p)
-    return Fail(kExitFailed, what, p.error());
+  UniqueFd lock;
+  if (Status q = HoldQuiet(*s, &lock); !q)
+    return Fail(kExitFailed, what, q.error());
   const Checkpoint* target = s->stack().Find(a.checkpoint);
   if (!target)
     return Fail(
@@ -373,22 +372,8 @@ int RunSquash(const SquashArgs& a) {
   const bool mounted = *alive;
   UniqueFd held;
   if (!mounted) {
-    auto lock = s->Lock(/*create=*/true);
-    if (!lock)
-      return Fail(
-          kExitFailed, what,
-          lock.err() == EWOULDBLOCK
-              ? Error::Of(EBUSY,
-                          "is busy: its lock is held (being mounted, or "
-                          "another acqfs command)",
-                          s->paths().lock)
-              : lock.error());
-    struct stat host;
-    if (::stat(s->meta().lower.c_str(), &host) != 0)
-      return Fail(kExitFailed, what, Error::Errno("stat", s->meta().lower));
-    if (Status p = s->PrepareStack(host); !p)
-      return Fail(kExitFailed, what, p.error());
-    held = std::move(*lock);
+    if (Status q = HoldQuiet(*s, &held); !q)
+      return Fail(kExitFailed, what, q.error());
   }
   SquashPlan plan = PlanSquash(s->stack(), a.keep);
   if (!plan.nothing_to_do.empty()) {

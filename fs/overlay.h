@@ -246,6 +246,9 @@ class Overlay {
                          const MergedEntry& e);
   uint64_t TagUpper(uint64_t ino) const;
   Node* FindAlias(const StaleName& s) const;
+  // The point where Freeze, Restack and ReplaceFrozen change the stack
+  // (fs/overlay_stack.cc).
+  class QuiescentPoint;
   // The number of a listed entry that has no upper object.
   uint64_t LowerEntryIno(const DirView& view, const MergedEntry& e);
   // The layer holding the object of a node that has a name (the upper, or

@@ -12,6 +12,24 @@
 
 namespace acqfs {
 
+// Nothing moves while it lives: no write is in flight (the write gate), no
+// request runs (the tree lock), the table is locked; freed nodes are reaped
+// once it ends (the Reaper, declared first, goes last).
+class Overlay::QuiescentPoint {
+ public:
+  explicit QuiescentPoint(Overlay* ov)
+      : writes_(ov->freeze_mu_),
+        reap_(&ov->table_),
+        tree_(ov->tree_mu_, ov->tree_gen_),
+        table_(ov->table_mu_) {}
+
+ private:
+  std::unique_lock<std::shared_mutex> writes_;
+  Reaper reap_;
+  ExclusiveLock tree_;
+  TableLock table_;
+};
+
 std::shared_lock<std::shared_mutex> Overlay::HoldOffFreeze() {
   return std::shared_lock<std::shared_mutex>(freeze_mu_);
 }
@@ -29,10 +47,7 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   // The quiescent point: the writes in flight end (each holds
   // HoldOffFreeze from its descriptor's lease to its last byte), new ones
   // wait, and so does every other request (the tree lock).
-  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
-  Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
-  TableLock t(table_mu_);
+  QuiescentPoint quiet(this);
   // Recorded on disk first: if the daemon dies from here on, the new stack
   // holds every write acknowledged (all are in the old upper).
   ACQFS_TRY(commit());
@@ -91,10 +106,7 @@ Result<Overlay::Restacked> Overlay::Restack(
   }
   auto next = Layer::Open(new_upper);
   if (!next) return next.error();
-  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
-  Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
-  TableLock t(table_mu_);
+  QuiescentPoint quiet(this);
   ACQFS_TRY(commit());
   ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
   Restacked out;
@@ -148,10 +160,7 @@ Status Overlay::ReplaceFrozen(unsigned count, const std::string& merged,
     return Error::Of(EINVAL, "squash (no such frozen layers)", merged);
   auto next = Layer::Open(merged);
   if (!next) return next.error();
-  std::unique_lock<std::shared_mutex> writes(freeze_mu_);
-  Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
-  TableLock t(table_mu_);
+  QuiescentPoint quiet(this);
   ACQFS_TRY(commit());
   // Layers 1..count become layer 1; those above move down by count - 1.
   auto remap_mask = [count](LowerMask m) -> LowerMask {
