@@ -30,10 +30,9 @@ constexpr size_t kIdLen = 16;
 constexpr size_t kMaxManifestBytes = 16 << 20;
 constexpr size_t kMaxStatsBytes = 4096;
 
-// The sandbox-name rule of cli/state.h's ValidSandboxName (not linked
-// here: this library depends on acqfs_common only), minus ".layers",
-// which is the store.
-bool ValidName(std::string_view name) {
+}  // namespace
+
+bool ValidSandboxNameRule(std::string_view name) {
   if (name.empty() || name.size() > 64 || name == "." || name == ".." ||
       name == kLayerStoreDir)
     return false;
@@ -44,6 +43,8 @@ bool ValidName(std::string_view name) {
   }
   return true;
 }
+
+namespace {
 
 Error Invalid(const std::string& field, const std::string& shown) {
   return Error::Of(EINVAL, "parse sandbox stack (" + field + ")", shown);
@@ -269,7 +270,7 @@ bool IsLegacyRef(std::string_view ref) {
   constexpr std::string_view kUpper = "/upper";
   return ref.size() > kUpper.size() &&
          ref.substr(ref.size() - kUpper.size()) == kUpper &&
-         ValidName(ref.substr(0, ref.size() - kUpper.size()));
+         ValidSandboxNameRule(ref.substr(0, ref.size() - kUpper.size()));
 }
 
 bool ValidLayerRef(std::string_view ref) {
@@ -500,7 +501,7 @@ Status FinishMigration(const std::string& state, const std::string& name,
 
 Status MigrateLegacy(const std::string& state, const std::string& name,
                      StackManifest* m) {
-  if (!ValidName(name))
+  if (!ValidSandboxNameRule(name))
     return Error::Of(EINVAL, "migrate sandbox (bad name)", name);
   const std::string path = StackPath(state, name);
   auto have_stack = PathExists(path);

@@ -47,6 +47,11 @@ inline constexpr char kStackFile[] = "stack.json";
 
 // ---------------------------------------------------------------- refs
 
+// The sandbox-name rule (cli/state.h's ValidSandboxName is this): letters,
+// digits, '.', '_', '-'; 1..64 characters; not ".", ".." or ".layers" (the
+// store).
+bool ValidSandboxNameRule(std::string_view name);
+
 // A layer reference: a path relative to the state dir, either
 // ".layers/<16 lowercase hex>" (a store layer) or "<name>/upper" (the
 // upper of a legacy sandbox; <name> a valid sandbox name, not ".layers").

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/stack.h"
 #include "common/atomic_file.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -29,16 +30,7 @@ std::string ResolveStateDir(const std::string& flag) {
 }
 
 bool ValidSandboxName(const std::string& name) {
-  // ".layers" is the layer store's folder (docs/stack.md).
-  if (name.empty() || name.size() > 64 || name == "." || name == ".." ||
-      name == ".layers")
-    return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
+  return ValidSandboxNameRule(name);
 }
 
 SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)

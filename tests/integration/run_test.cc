@@ -507,8 +507,8 @@ TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
   bool running = false;
   for (int i = 0; i < 1200 && !running; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    running =
-        Exists(SandboxUpper(state_, "stop") + "/started.txt") && ProcessRunning(sleeper);
+    running = Exists(SandboxUpper(state_, "stop") + "/started.txt") &&
+              ProcessRunning(sleeper);
   }
   EXPECT_TRUE(running) << "the command never ran";
   EXPECT_TRUE(FindMount(DefaultMountpoint("stop")).has_value());
@@ -527,7 +527,8 @@ TEST_F(RunTest, SigtermReachesTheCommandThenRunUnmountsAndExits) {
       << text;
   // The command's own handler ran (the signal was passed on, not a kill),
   // nothing of the sandbox is left running, and the mount is gone.
-  EXPECT_EQ(ContentOf(SandboxUpper(state_, "stop") + "/term.txt"), "got-term\n");
+  EXPECT_EQ(ContentOf(SandboxUpper(state_, "stop") + "/term.txt"),
+            "got-term\n");
   EXPECT_FALSE(ProcessRunning(sleeper));
   EXPECT_FALSE(FindMount(DefaultMountpoint("stop")).has_value());
   EXPECT_FALSE(Exists(DefaultMountpoint("stop")));
