@@ -200,6 +200,8 @@ Status Walker::NextPhaseOrPop() {
   if (!f.lower_listed && !f.merged && stack_.lower() >= 0) {
     f.lower_listed = true;
     auto ents = sys::ReadDir(stack_.lower(), kNoName);
+    // A host directory removed underneath since its open lists nothing.
+    if (!ents && ents.err() == ENOENT) ents = std::vector<sys::DirEntry>{};
     if (!ents) return Named(ents.error(), layers_.lower, path_);
     f.entries.clear();
     f.entry_layer.clear();
@@ -360,7 +362,16 @@ Status Walker::Descend(const std::string& name, const Descent& d) {
   }
   Descent pushed = d;
   pushed.merged = d.merged && lower;
-  return PushFrame(pushed);
+  s = PushFrame(pushed);
+  if (!s && s.err() == ENOENT) {
+    // Removed between its open and its listing: getdents64 of a directory
+    // that is gone fails with ENOENT (the kernel's IS_DEADDIR). Gone since
+    // the listing, as an entry that vanished before its stat.
+    ACQFS_TRY(stack_.Pop());
+    path_.resize(frames_.back().path_len);
+    return Ok();
+  }
+  return s;
 }
 
 }  // namespace
