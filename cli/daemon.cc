@@ -45,6 +45,23 @@ void SetUpLogging(const DaemonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
+// A detached daemon's stderr is /dev/null: with `-o debug`, libfuse's
+// request trace (which it prints to stderr) goes to fuse-debug.log beside
+// the daemon log instead, so the requests can be counted.
+void RequestTraceToFile(const DaemonOptions& o) {
+  if (!o.config.debug || o.log_path.empty()) return;
+  auto slash = o.log_path.rfind('/');
+  const std::string path =
+      (slash == std::string::npos ? std::string(".")
+                                  : o.log_path.substr(0, slash)) +
+      "/fuse-debug.log";
+  UniqueFd fd(::open(path.c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+                     0600));
+  if (!fd || ::dup2(fd.get(), STDERR_FILENO) < 0)
+    spdlog::warn("request trace: {}", Error::Errno("open", path).Message());
+}
+
 // Writes the pid file atomically (common/atomic_file.h): readers never see
 // it half written. Once mounted, it also names the mount's device.
 void WritePidFile(const std::string& path, const std::string& mountpoint) {
@@ -123,6 +140,7 @@ int RunChild(const DaemonOptions& o, const Status& detached, int report_fd) {
     return 1;
   }
   SetUpLogging(o);
+  RequestTraceToFile(o);
   ResetTerminationSignals(/*hangup=*/true);
   WritePidFile(o.pid_path, "");
   Status s = RunFilesystem(

@@ -58,7 +58,8 @@ void AddMount(CLI::App& app, MountArgs& m) {
               "for an ordinary user)");
   c->add_option("-o", m.options,
                 "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
-                "handles, nosync_copyup, debug, allow_other, noallow_other");
+                "handles, nosync_copyup, nowarm, warm_limit=ENTRIES, debug, "
+                "allow_other, noallow_other");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(

@@ -135,6 +135,11 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS);
   want(FUSE_CAP_CACHE_SYMLINKS);
   want(FUSE_CAP_READDIRPLUS);
+  // Every READDIR a READDIRPLUS, not only a listing's first page: a
+  // listing fills the kernel's dentries and attributes of all its entries
+  // (what the warm walk is for), dozens per request instead of one LOOKUP
+  // each.
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   want(FUSE_CAP_AUTO_INVAL_DATA);
   want(FUSE_CAP_ASYNC_READ);
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "fs/layer.h"
 #include "fs/overlay.h"
 #include "fuse/fuse_ops.h"
+#include "fuse/warm_walk.h"
 
 namespace acqfs {
 namespace {
@@ -118,6 +120,17 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->no_open = false;
   } else if (o == "nosync_copyup") {
     c->sync_copy_up = false;
+  } else if (o == "warm") {
+    c->warm = true;
+  } else if (o == "nowarm") {
+    c->warm = false;
+  } else if (const char* w = value("warm_limit=")) {
+    if (!ParseNumber(w, false, &v) || v > 1e9)
+      return Error::Of(EINVAL,
+                       "mount option (warm_limit must be 0 to 1000000000 "
+                       "entries)",
+                       o);
+    c->warm_limit = static_cast<uint64_t>(v);
   } else if (o == "debug") {
     c->debug = true;
   } else if (const char* t = value("timeout=")) {
@@ -257,6 +270,20 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
                config.lower, config.upper,
                ns == XattrNamespace::kTrusted ? "trusted" : "user");
+  // Forked before any thread of the daemon's starts.
+  std::unique_ptr<WarmWalk> warm;
+  if (config.warm && config.warm_limit > 0 && config.timeout > 0) {
+    WarmWalkOptions wo;
+    wo.mountpoint = config.mountpoint;
+    wo.max_entries = config.warm_limit;
+    // Entries the kernel caches for less than the walk takes are no help.
+    wo.max_seconds = std::min(30.0, config.timeout / 2);
+    auto w = WarmWalk::Start(wo);
+    if (w)
+      warm = std::move(*w);
+    else
+      spdlog::warn("warm walk not started: {}", w.error().Message());
+  }
   auto dropper = PageDropper::Start(fuse_session_fd(se.get()));
   if (!dropper) {
     fuse_session_unmount(se.get());
@@ -273,6 +300,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   fuse_loop_cfg_set_max_threads(loop.get(), config.max_threads);
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  if (warm) warm->Stop();
   if (stop_control) stop_control();
   fuse_session_unmount(se.get());
   fuse_remove_signal_handlers(se.get());

@@ -5,6 +5,7 @@
 #ifndef ACQFS_FUSE_MOUNT_H_
 #define ACQFS_FUSE_MOUNT_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ struct MountConfig {
   // death, but not a machine crash.
   bool sync_copy_up = true;
   unsigned max_threads = 4;
+  // The warm walk after mount (fuse/warm_walk.h): `-o nowarm` turns it
+  // off, `-o warm_limit=N` bounds its entries (0: off).
+  bool warm = true;
+  uint64_t warm_limit = 1000000;
   bool debug = false;  // libfuse request tracing
   // The sandbox's policy (hidden paths, read-only paths, quota), or null.
   std::shared_ptr<const Policy> policy;
@@ -45,7 +50,7 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
-// "nosync_copyup") to `config`.
+// "nosync_copyup", "warm", "nowarm", "warm_limit=N") to `config`.
 // EINVAL, naming the option, when it is unknown or its value is not a valid
 // number.
 Status ApplyMountOption(const std::string& option, MountConfig* config);

@@ -121,6 +121,22 @@ std::string Sandbox::CheckMounted() const {
          << DaemonLog();
 }
 
+::testing::AssertionResult Sandbox::UnmountedElsewhere(double seconds) {
+  if (!mounted_) return ::testing::AssertionFailure() << "not mounted";
+  if (daemon_pid_ == 0) daemon_pid_ = ReadPidFile(pid_file());
+  std::ostringstream problems;
+  if (FindMount(mountpoint_)) problems << mountpoint_ << " is still mounted\n";
+  if (daemon_pid_ != 0 && !WaitForProcessExit(daemon_pid_, seconds))
+    problems << "daemon pid " << daemon_pid_ << " still runs " << seconds
+             << " s after its mount went\n";
+  mounted_ = false;
+  if (problems.str().empty()) return ::testing::AssertionSuccess();
+  problems << ForceCleanup();
+  return ::testing::AssertionFailure()
+         << problems.str() << "--- daemon.log ---\n"
+         << DaemonLog();
+}
+
 ::testing::AssertionResult Sandbox::Remount() {
   if (mounted_) return ::testing::AssertionFailure() << "still mounted";
   mount_failure_.clear();

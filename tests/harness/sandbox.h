@@ -62,6 +62,11 @@ class Sandbox {
   // that it exits 0, that the mount is gone and that the daemon exited. On
   // failure the mount is torn down forcibly anyway.
   ::testing::AssertionResult Unmount(bool by_name = false);
+  // The test unmounted the sandbox by other means (umount(2),
+  // fusermount3): checks that the mount is gone and that the daemon exits
+  // within `seconds`, and leaves nothing for the destructor's `acqfs
+  // umount`. Cleans up forcibly on failure.
+  ::testing::AssertionResult UnmountedElsewhere(double seconds);
   // Mounts the same lower, state dir and name again after Unmount().
   ::testing::AssertionResult Remount();
 

@@ -1,0 +1,288 @@
+#include "fuse/warm_walk.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/sys.h"
+
+namespace acqfs {
+namespace {
+
+constexpr long kFuseSuperMagic = 0x65735546;
+constexpr int kReportFd = 3;  // the pipe's write end, in the child
+
+double Now() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+// The child's report: one line, written whole (shorter than PIPE_BUF).
+void Report(const std::string& line) {
+  std::string l = line + "\n";
+  ssize_t n;
+  do {
+    n = ::write(kReportFd, l.data(), l.size());
+  } while (n < 0 && errno == EINTR);
+}
+
+bool WriteProcFile(const char* path, const std::string& text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) ==
+            static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// A mount namespace of the child's own, whose mounts receive and send no
+// propagation: as root a plain one; otherwise inside a user namespace that
+// maps the daemon's own uid and gid. "" or the reason it could not be made.
+std::string PrivateMountNamespace() {
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWNS) != 0) {
+    const int first = errno;
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return std::string("unshare: ") + std::strerror(first) + ", then " +
+             std::strerror(errno) + " with a user namespace";
+    if (!WriteProcFile("/proc/self/setgroups", "deny") ||
+        !WriteProcFile("/proc/self/uid_map", std::to_string(uid) + " " +
+                                                 std::to_string(uid) + " 1") ||
+        !WriteProcFile("/proc/self/gid_map",
+                       std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+      return std::string("map the user namespace: ") + std::strerror(errno);
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("make the mounts private: ") + std::strerror(errno);
+  return "";
+}
+
+[[noreturn]] void RunChild(const WarmWalkOptions& o, pid_t parent) {
+  // Dies with the daemon; holds nothing of the daemon's (not /dev/fuse, so
+  // a killed daemon still ends its mount; not its locks).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  ::syscall(SYS_close_range, kReportFd + 1, ~0U, 0);
+  ::setpriority(PRIO_PROCESS, 0, 19);
+  struct sched_param sp {};
+  (void)::sched_setscheduler(0, SCHED_IDLE, &sp);
+  std::string why = PrivateMountNamespace();
+  if (!why.empty()) {
+    Report("END 0 0 0 " + why);
+    ::_exit(0);
+  }
+  // Blocks until the daemon has answered INIT.
+  int root = ::open(o.mountpoint.c_str(),
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root < 0) {
+    Report(std::string("END 0 0 0 open the mount: ") + std::strerror(errno));
+    ::_exit(0);
+  }
+  struct statfs sf;
+  struct stat st;
+  if (::fstatfs(root, &sf) != 0 || sf.f_type != kFuseSuperMagic ||
+      ::fstat(root, &st) != 0) {
+    Report("END 0 0 0 the mountpoint is not a FUSE mount");
+    ::_exit(0);
+  }
+  Report("START " + std::to_string(static_cast<uint64_t>(st.st_dev)));
+  WarmWalkResult r =
+      warm_walk_internal::Walk(root, o.max_entries, o.max_seconds);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
+  Report("END " + std::to_string(r.entries) + " " + std::to_string(r.dirs) +
+         " " + secs + " " + r.ended);
+  ::_exit(0);
+}
+
+}  // namespace
+
+namespace warm_walk_internal {
+
+WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds) {
+  WarmWalkResult r;
+  const double start = Now();
+  static thread_local std::vector<char> buf(128 * 1024);
+  // Depth first, each directory's subdirectories in name order: the order
+  // of git's index, so the walk is ahead of a `git status` started at once.
+  std::vector<std::string> pending = {"."};
+  std::vector<std::string> subdirs;
+  r.ended = "done";
+  while (!pending.empty()) {
+    if (Now() - start > max_seconds) {
+      r.ended = "time limit";
+      break;
+    }
+    if (r.entries >= max_entries) {
+      r.ended = "entry limit";
+      break;
+    }
+    std::string rel = std::move(pending.back());
+    pending.pop_back();
+    int fd = ::openat(root, rel.c_str(),
+                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // gone or changed since its listing
+    UniqueFd owned(fd);
+    r.dirs++;
+    subdirs.clear();
+    for (;;) {
+      long n = ::syscall(SYS_getdents64, fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (long off = 0; off < n;) {
+        auto* d = reinterpret_cast<LinuxDirent64*>(buf.data() + off);
+        off += d->d_reclen;
+        const char* name = d->d_name;
+        if (name[0] == '.' &&
+            (name[1] == 0 || (name[1] == '.' && name[2] == 0)))
+          continue;
+        r.entries++;
+        if (d->d_type == DT_DIR && std::strcmp(name, ".git") != 0)
+          subdirs.emplace_back(name);
+      }
+    }
+    std::sort(subdirs.begin(), subdirs.end(), std::greater<std::string>());
+    for (std::string& s : subdirs)
+      pending.push_back(rel == "." ? std::move(s) : rel + "/" + s);
+  }
+  r.seconds = Now() - start;
+  return r;
+}
+
+bool Mounted(const std::string& mountinfo, dev_t dev) {
+  const std::string want =
+      std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+  std::istringstream in(mountinfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ..."
+    std::istringstream fields(line);
+    std::string id, parent, devno;
+    if (fields >> id >> parent >> devno && devno == want) return true;
+  }
+  return false;
+}
+
+}  // namespace warm_walk_internal
+
+WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd)
+    : options_(o), child_(child), report_fd_(report_fd) {
+  supervisor_ = std::thread([this] { Supervise(); });
+}
+
+Result<std::unique_ptr<WarmWalk>> WarmWalk::Start(const WarmWalkOptions& o) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    return Error::Errno("pipe (warm walk)", o.mountpoint);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    Error e = Error::Errno("fork (warm walk)", o.mountpoint);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return e;
+  }
+  if (pid == 0) {
+    if (::dup2(fds[1], kReportFd) < 0) ::_exit(1);
+    RunChild(o, parent);
+  }
+  ::close(fds[1]);
+  return std::unique_ptr<WarmWalk>(new WarmWalk(o, pid, fds[0]));
+}
+
+// Reads the child's report; kills it once the sandbox's mount is gone from
+// the daemon's mount namespace (the child's copy would keep the session
+// alive), or once it outlives its time bound.
+void WarmWalk::Supervise() {
+  const double deadline = Now() + options_.max_seconds + 5;
+  std::string got;
+  dev_t dev = 0;
+  bool started = false, ended = false;
+  while (!ended && !stop_.load()) {
+    struct pollfd p = {report_fd_, POLLIN, 0};
+    int rc = ::poll(&p, 1, 100);
+    if (rc > 0) {
+      char chunk[512];
+      ssize_t n = ::read(report_fd_, chunk, sizeof chunk);
+      if (n <= 0) break;  // the child is gone
+      got.append(chunk, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = got.find('\n')) != std::string::npos) {
+        std::string line = got.substr(0, nl);
+        got.erase(0, nl + 1);
+        if (line.rfind("START ", 0) == 0) {
+          dev = static_cast<dev_t>(std::stoull(line.substr(6)));
+          started = true;
+        } else if (line.rfind("END ", 0) == 0) {
+          std::istringstream f(line.substr(4));
+          WarmWalkResult r;
+          f >> r.entries >> r.dirs >> r.seconds;
+          std::getline(f >> std::ws, r.ended);
+          spdlog::info("warm walk: {} entries in {} directories, {:.3f} s ({})",
+                       r.entries, r.dirs, r.seconds, r.ended);
+          ended = true;
+        }
+      }
+    }
+    if (Now() > deadline) {
+      spdlog::warn("warm walk: still running after {} s; stopped",
+                   options_.max_seconds + 5);
+      break;
+    }
+    if (started && !ended) {
+      std::ifstream in("/proc/self/mountinfo");
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!warm_walk_internal::Mounted(text.str(), dev)) {
+        spdlog::info("warm walk: the mount is gone; stopped");
+        break;
+      }
+    }
+  }
+  ::kill(child_, SIGKILL);
+  int status;
+  while (::waitpid(child_, &status, 0) < 0 && errno == EINTR) {
+  }
+  ::close(report_fd_);
+  report_fd_ = -1;
+}
+
+void WarmWalk::Stop() {
+  stop_.store(true);
+  if (supervisor_.joinable()) supervisor_.join();
+}
+
+WarmWalk::~WarmWalk() { Stop(); }
+
+}  // namespace acqfs

@@ -1,0 +1,88 @@
+// The warm walk: right after mount, a child process of the daemon lists
+// every directory of the mount, so the kernel fills its dentry, inode and
+// readdir caches through READDIRPLUS (dozens of entries per request)
+// before the agent's first command asks for them one LOOKUP at a time
+// (docs/architecture.md, "The warm walk"; docs/benchmarks.md).
+//
+// Why a child process in a mount namespace of its own: a directory the walk
+// holds open would make the mount busy, so an unmount at that instant would
+// fail with EBUSY. The child lists through a private copy of the mount (same
+// superblock, same FUSE connection), which pins only the copy: the
+// sandbox's own mount unmounts whatever the walk is doing. The daemon's
+// supervisor thread sees the unmount (the mount gone from its mountinfo)
+// and kills the child, which releases the copy, which ends the session.
+//
+// Bounds: at most `max_entries` entries and `max_seconds` seconds; one
+// directory descriptor and one 128 KiB buffer at a time; the child runs at
+// SCHED_IDLE, so the agent's own processes and the daemon's workers come
+// first for the CPU. It skips directories named .git. It never writes.
+//
+// Thread-safety: Start once, from the daemon's thread before it serves
+// requests (the child is forked there, while the process has no other
+// thread); Stop (or the destructor) from the same thread.
+#ifndef ACQFS_FUSE_WARM_WALK_H_
+#define ACQFS_FUSE_WARM_WALK_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+
+namespace acqfs {
+
+struct WarmWalkOptions {
+  std::string mountpoint;
+  uint64_t max_entries = 1000000;
+  double max_seconds = 30;
+};
+
+// What the child reports when it ends (also logged by the daemon).
+struct WarmWalkResult {
+  uint64_t entries = 0;  // directory entries listed, "." and ".." left out
+  uint64_t dirs = 0;     // directories listed
+  double seconds = 0;
+  std::string ended;  // "done", "entry limit", "time limit", or an error
+};
+
+class WarmWalk {
+ public:
+  // Forks the walking child (it waits for the mount to answer) and starts
+  // the supervisor thread. An error only if the fork or the pipe failed; a
+  // walk the child cannot make (no private mount namespace, say) ends with
+  // that reason in the log.
+  static Result<std::unique_ptr<WarmWalk>> Start(const WarmWalkOptions& o);
+  ~WarmWalk();  // Stop()
+  WarmWalk(const WarmWalk&) = delete;
+  WarmWalk& operator=(const WarmWalk&) = delete;
+
+  // Kills the child if it still runs, and waits for it and the supervisor.
+  void Stop();
+
+ private:
+  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd);
+  void Supervise();
+
+  const WarmWalkOptions options_;
+  const pid_t child_;              // written once, before the supervisor starts
+  int report_fd_;                  // the supervisor's; closed by it
+  std::atomic<bool> stop_{false};  // any thread
+  std::thread supervisor_;
+};
+
+namespace warm_walk_internal {
+// The walk itself, as the child runs it, on the directory `root` (used by
+// the tests without a mount). Stops at the bounds. Reads only.
+WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds);
+// Is a mount of device `dev` in `mountinfo` (the text of
+// /proc/self/mountinfo)? A FUSE device names one connection.
+bool Mounted(const std::string& mountinfo, dev_t dev);
+}  // namespace warm_walk_internal
+
+}  // namespace acqfs
+
+#endif  // ACQFS_FUSE_WARM_WALK_H_

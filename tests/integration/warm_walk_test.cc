@@ -1,0 +1,223 @@
+// The warm walk (fuse/warm_walk.h) through a real mount, in both file
+// modes: it fills the kernel's caches so that what an agent runs first
+// (git's lstat of every path, in index order) sends no LOOKUP; the
+// sandbox's mount unmounts at any instant of it, by `acqfs umount`, by
+// umount(2) and by fusermount3, and the daemon then ends; a daemon killed
+// during it leaves no walker behind; and it writes nothing.
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/command.h"
+#include "harness/fs_util.h"
+#include "harness/mounts.h"
+#include "harness/process.h"
+#include "harness/sandbox.h"
+#include "harness/snapshot.h"
+#include "harness/temp_dir.h"
+#include "integration/mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+using ::testing::AssertionFailure;
+using ::testing::AssertionResult;
+using ::testing::AssertionSuccess;
+
+// A lower of `dirs` directories of `files` files each (and one level
+// below each), plus the sorted list of its paths.
+std::vector<std::string> MakeTree(const std::string& lower, int dirs,
+                                  int files) {
+  std::vector<std::string> paths;
+  for (int d = 0; d < dirs; d++) {
+    const std::string dir = "dir" + std::to_string(d);
+    MakeDir(lower + "/" + dir);
+    MakeDir(lower + "/" + dir + "/sub");
+    paths.push_back(dir);
+    paths.push_back(dir + "/sub");
+    for (int f = 0; f < files; f++) {
+      const std::string name = dir + "/file" + std::to_string(f) + ".c";
+      MakeFile(lower + "/" + name, "x");
+      paths.push_back(name);
+      if (f % 4 == 0) {
+        MakeFile(lower + "/" + dir + "/sub/s" + std::to_string(f), "y");
+        paths.push_back(dir + "/sub/s" + std::to_string(f));
+      }
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size()))
+    n++;
+  return n;
+}
+
+// Waits (up to 60 s) for the daemon log's line that the walk ended.
+AssertionResult WaitForWalkEnd(const Sandbox& sb, std::string* line) {
+  for (int i = 0; i < 600; i++) {
+    std::string log = sb.DaemonLog();
+    size_t at = log.find("warm walk: ");
+    if (at != std::string::npos) {
+      *line = log.substr(at, log.find('\n', at) - at);
+      return AssertionSuccess();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return AssertionFailure() << "no warm walk line in 60 s:\n" << sb.DaemonLog();
+}
+
+class WarmWalk : public ::testing::TestWithParam<std::string> {
+ protected:
+  SandboxOptions Options(std::vector<std::string> extra) const {
+    SandboxOptions o;
+    o.extra_mount_args = std::move(extra);
+    if (!GetParam().empty()) {
+      o.extra_mount_args.push_back("-o");
+      o.extra_mount_args.push_back(GetParam());
+    }
+    return o;
+  }
+  TempDir tmp_;
+};
+
+// git's first `git status` lstat()s every path of its index in order; after
+// the walk none of those needs a LOOKUP. Without the walk each one does
+// (the same check with -o nowarm, so the test can tell them apart).
+TEST_P(WarmWalk, FillsTheKernelCachesSoPathLookupsSendNoRequest) {
+  const std::string lower = tmp_.MakeDir("lower");
+  const std::vector<std::string> paths = MakeTree(lower, 20, 40);
+  for (bool warm : {true, false}) {
+    SCOPED_TRACE(warm ? "walk on" : "-o nowarm");
+    std::vector<std::string> extra = {"-o", "debug"};
+    if (!warm) extra.insert(extra.end(), {"-o", "nowarm"});
+    Sandbox sb(lower, Options(extra));
+    ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+    const std::string trace = sb.layer_dir() + "/fuse-debug.log";
+    if (warm) {
+      std::string line;
+      ASSERT_TRUE(WaitForWalkEnd(sb, &line));
+      EXPECT_NE(line.find("(done)"), std::string::npos) << line;
+      EXPECT_NE(line.find(std::to_string(paths.size()) + " entries"),
+                std::string::npos)
+          << line;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_EQ(sb.DaemonLog().find("warm walk"), std::string::npos)
+          << sb.DaemonLog();
+    }
+    const size_t before = Count(ReadAll(trace), "opcode: LOOKUP");
+    for (const std::string& p : paths) {
+      struct stat st;
+      ASSERT_EQ(::lstat(sb.M(p).c_str(), &st), 0) << p;
+    }
+    const size_t lookups = Count(ReadAll(trace), "opcode: LOOKUP") - before;
+    if (warm)
+      EXPECT_EQ(lookups, 0u) << "LOOKUPs after the walk";
+    else
+      EXPECT_GE(lookups, paths.size()) << "LOOKUPs without the walk";
+    EXPECT_TRUE(sb.Unmount());
+  }
+}
+
+// The sandbox's mount is never busy because of the walk: whichever way it
+// is unmounted, at any instant of the walk, the unmount succeeds at once
+// and the daemon ends.
+TEST_P(WarmWalk, TheMountUnmountsAtAnyInstantOfTheWalk) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 100, 200);  // 25,200 entries: a walk of a second or so
+  const int delays_ms[] = {0, 20, 150};
+  for (const char* how : {"acqfs umount", "umount2", "fusermount3 -u"}) {
+    for (int delay : delays_ms) {
+      SCOPED_TRACE(std::string(how) + " after " + std::to_string(delay) +
+                   " ms");
+      Sandbox sb(lower, Options({}));
+      ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+      const pid_t daemon = sb.daemon_pid();
+      ASSERT_GT(daemon, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      if (std::string(how) == "acqfs umount") {
+        EXPECT_TRUE(sb.Unmount());
+        continue;  // Unmount checks the mount and the daemon are gone
+      }
+      if (std::string(how) == "umount2") {
+        ASSERT_EQ(::umount2(sb.mountpoint().c_str(), UMOUNT_NOFOLLOW), 0)
+            << std::strerror(errno);
+      } else {
+        CommandResult r =
+            RunCommand({"fusermount3", "-u", sb.mountpoint()}, 30);
+        ASSERT_TRUE(r.ok()) << r.Describe();
+      }
+      EXPECT_TRUE(sb.UnmountedElsewhere(20));
+    }
+  }
+}
+
+// A daemon killed during the walk takes its walker with it (the walker
+// must not keep the connection's superblock, nor any lock, alive), and the
+// sandbox cleans up as after any killed daemon.
+TEST_P(WarmWalk, AKilledDaemonLeavesNoWalkerBehind) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 100, 200);
+  Sandbox sb(lower, Options({}));
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  const pid_t daemon = sb.daemon_pid();
+  std::vector<pid_t> walkers;
+  for (int i = 0; i < 100 && walkers.empty(); i++) {
+    std::string kids = Sh("pgrep -P " + std::to_string(daemon) + " || true");
+    std::istringstream in(kids);
+    pid_t p;
+    while (in >> p) walkers.push_back(p);
+    if (walkers.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  EXPECT_TRUE(WaitForProcessExit(daemon, 20));
+  for (pid_t w : walkers)
+    EXPECT_TRUE(WaitForProcessExit(w, 30)) << "walker " << w << " survived";
+  EXPECT_TRUE(sb.Unmount()) << "acqfs umount cleans up the stale mount";
+}
+
+// The walk only reads: the upper stays empty and the lower unchanged.
+TEST_P(WarmWalk, WritesNothing) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 10, 30);
+  const TreeSnapshot before = Snapshot(lower, SnapshotOptions::Everything());
+  Sandbox sb(lower, Options({}));
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  std::string line;
+  ASSERT_TRUE(WaitForWalkEnd(sb, &line));
+  EXPECT_EQ(Sh("ls -A " + ShellQuote(sb.upper())), "");
+  EXPECT_TRUE(sb.Unmount());
+  EXPECT_TRUE(
+      SnapshotsEqual(before, Snapshot(lower, SnapshotOptions::Everything())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WarmWalk,
+                         ::testing::Values(std::string(), "handles"),
+                         FileModeName);
+
+}  // namespace
+}  // namespace acqfs::test
