@@ -26,6 +26,10 @@ table of medians and acqfs's ratios.
   --runs N            runs per workload, the median is reported (default 5; 1 with --quick)
   --quick             small sizes (5,000-file checkout, 3,000 small files,
                       64 MiB files, 50 C files) and 1 run: about a minute
+  --scale N           an N-file checkout for W1-W3 and W8 (e.g. 1000000),
+                      whatever the other sizes
+  --agent-delay S     W2's delayed first status waits S seconds after the
+                      mount, as an agent starting up does (default 2)
   --only LIST         workloads to run, e.g. W3,W5 (default W1,...,W8)
   --targets LIST      among native,kernel,fuse-overlayfs,acqfs,clone (default all)
   --acqfs PATH        the acqfs binary (default: build/bin/acqfs of this checkout)
@@ -39,7 +43,8 @@ table of medians and acqfs's ratios.
   -h, --help          this text
 
 W1 workspace ready (mount, or clone) and its disk use; W2 git status, first
-and second in a fresh sandbox; W3 tar of every file (warm); W4 make -j2 of a
+and second in a fresh sandbox, a first one --agent-delay seconds after the
+mount, and the daemon's VmRSS after two find -ls; W3 tar of every file (warm); W4 make -j2 of a
 C project; W5 extract then rm -rf many small files; W6 copy-up: append to
 lower files and a 1-byte write into a big lower file; W7 fio sequential
 read/write and 4 KiB random reads (MiB/s); W8 git add+commit, and acqfs export.
@@ -59,11 +64,16 @@ ACQFS="$SRC_ROOT/build/bin/acqfs"
 MOUNT_OPTS=""
 OUT=""
 WORK=""
+SCALE="" AGENT_DELAY=2
 while [[ $# -gt 0 ]]; do
   case $1 in
     --runs) [[ $# -ge 2 ]] || die "--runs needs a value"; RUNS=$2; RUNS_SET=1; shift 2 ;;
     --runs=*) RUNS=${1#*=}; RUNS_SET=1; shift ;;
     --quick) QUICK=1; shift ;;
+    --scale) [[ $# -ge 2 ]] || die "--scale needs a value"; SCALE=$2; shift 2 ;;
+    --scale=*) SCALE=${1#*=}; shift ;;
+    --agent-delay) [[ $# -ge 2 ]] || die "--agent-delay needs a value"; AGENT_DELAY=$2; shift 2 ;;
+    --agent-delay=*) AGENT_DELAY=${1#*=}; shift ;;
     --only) [[ $# -ge 2 ]] || die "--only needs a value"; ONLY=$2; shift 2 ;;
     --only=*) ONLY=${1#*=}; shift ;;
     --targets) [[ $# -ge 2 ]] || die "--targets needs a value"; TARGETS_ARG=$2; shift 2 ;;
@@ -89,6 +99,11 @@ if ((QUICK)); then
 else
   N_CHECKOUT=100000 N_SMALL=30000 N_CFILES=300 N_APPEND=2000 BIG_MIB=256 FIO_MIB=1024
 fi
+if [[ -n $SCALE ]]; then
+  [[ $SCALE =~ ^[1-9][0-9]*$ && $SCALE -ge 1000 ]] || die "--scale must be a number of files >= 1000, not '$SCALE'"
+  N_CHECKOUT=$SCALE
+fi
+[[ $AGENT_DELAY =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--agent-delay must be a number of seconds, not '$AGENT_DELAY'"
 FIO_SIZE="$FIO_MIB MiB"
 ((FIO_MIB % 1024 == 0)) && FIO_SIZE="$((FIO_MIB / 1024)) GiB"
 
@@ -643,10 +658,21 @@ w2() {
       record W2.first "$t" "$r" "$ELAPSED"
       timed "w2-r$r-$t-second" "$MNT" git_status
       record W2.warm "$t" "$r" "$ELAPSED"
+      if [[ $t == acqfs || $t == fuse ]]; then
+        # The daemon's memory once every entry's attributes were read twice.
+        timed "w2-r$r-$t-find" "$MNT" find_ls_twice
+        record W2.rss "$t" "$r" "$(awk '/^VmRSS:/ {print $2}' "/proc/${SB_PID[$SB]}/status")"
+      fi
+      sb_destroy "$SB"
+      sb_create "$t" "$REPO" ro "w2d-r$r"
+      sleep "$AGENT_DELAY"
+      timed "w2-r$r-$t-delayed" "$MNT" git_status
+      record W2.delayed "$t" "$r" "$ELAPSED"
       sb_destroy "$SB"
     done
   done
 }
+find_ls_twice() { find . -ls >/dev/null && find . -ls >/dev/null; }
 
 read_all() { tar -cf - . | wc -c; }
 
@@ -888,6 +914,8 @@ METRICS=(
   "W1.disk|W1 disk used by the new workspace|KiB|size"
   "W2.first|W2 git status, first in a fresh sandbox|s|time"
   "W2.warm|W2 git status, second run|s|time"
+  "W2.delayed|W2 git status, first, $AGENT_DELAY s after the mount (an agent starting up)|s|time"
+  "W2.rss|W2 daemon VmRSS after find -ls twice over the checkout|KiB|size"
   "W3.read|W3 read every file: tar cf - . (warm)|s|time"
   "W4.make|W4 make -j2, clean build of $N_CFILES .c files|s|time"
   "W5.extract|W5 extract $(commas $N_SMALL) small files (tar x)|s|time"
@@ -905,7 +933,8 @@ applies() {  # does METRIC apply to TARGET at all?
   local m=$1 t=$2
   case $t in
     clone) [[ $m == W1.* ]] ;;
-    native) [[ $m != W1.* && $m != W8.export ]] ;;
+    native) [[ $m != W1.* && $m != W8.export && $m != W2.rss ]] ;;
+    kernel) [[ $m != W8.export && $m != W2.rss ]] ;;
     *) [[ $m != W8.export || $t == acqfs ]] ;;
   esac
 }
