@@ -14,8 +14,7 @@
 //
 // Bounds: at most `max_entries` entries and `max_seconds` seconds; one
 // directory descriptor and one 128 KiB buffer at a time; the child runs at
-// SCHED_IDLE, so the agent's own processes and the daemon's workers come
-// first for the CPU. It skips directories named .git. It never writes.
+// nice 10, so the agent's own processes come first for the CPU. It skips directories named .git. It never writes.
 //
 // Thread-safety: Start once, from the daemon's thread before it serves
 // requests (the child is forked there, while the process has no other
