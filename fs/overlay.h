@@ -68,6 +68,10 @@ struct SetAttrRequest {
   off_t size = 0;
   struct timespec atime {
   }, mtime{};
+  // Set-id bits to take away once the rest is done (after a chown, which
+  // may itself drop some on the upper): the daemon's own clearing, decided
+  // in fuse/setid.h.
+  mode_t clear_setid = 0;
 };
 
 struct ListedEntry {

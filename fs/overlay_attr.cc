@@ -88,6 +88,12 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
   }
   auto st = sys::Fstat(fd, shown);
   if (!st) return st.error();
+  if (mode_t drop = st->st_mode & req.clear_setid; drop != 0) {
+    if (::chmod(proc.c_str(), st->st_mode & 07777 & ~drop) != 0)
+      return Error::Errno("chmod (clear set-id bits)", shown);
+    st = sys::Fstat(fd, shown);
+    if (!st) return st.error();
+  }
   FixStat(node, &*st);
   return st;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fs/fd_budget.h"
+#include "fuse/setid.h"
 
 namespace acqfs {
 namespace {
@@ -203,6 +204,60 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   });
 }
 
+// The caller's privileges, read from /proc once per request and only when
+// asked (fuse/setid.h).
+class CallerOf {
+ public:
+  explicit CallerOf(fuse_req_t req) : req_(req) {}
+  Result<CallerPrivilege> operator()() {
+    if (!read_) {
+      read_ = true;
+      priv_ = ReadCallerPrivilege(fuse_req_ctx(req_)->pid);
+      if (!priv_)
+        spdlog::debug("set-id bits: {} (the caller counts as unprivileged)",
+                      priv_.error().Message());
+    }
+    return priv_;
+  }
+
+ private:
+  fuse_req_t req_;
+  bool read_ = false;
+  Result<CallerPrivilege> priv_ = Error::Of(ESRCH, "not read", "");
+};
+
+// A write, or a truncate, by a caller the kernel did not check: the
+// daemon finds out itself whether it takes set-id bits (fuse/setid.h). Only
+// a regular file with such a bit costs more than one stat.
+Status DropSetIdForWriter(fuse_req_t req, Node* node) {
+  Overlay* ov = Ctx(req)->overlay;
+  auto st = ov->GetAttr(node);
+  if (!st) return st.error();
+  if (!S_ISREG(st->st_mode) || !(st->st_mode & (S_ISUID | S_ISGID)))
+    return Ok();
+  CallerOf caller(req);
+  auto c = caller();
+  if (c && c->cap_fsetid) return Ok();
+  SetAttrRequest r;
+  r.clear_setid = SetIdBitsToClear(st->st_mode, st->st_gid,
+                                   SetIdChange::kUnprivilegedWrite, caller);
+  if (r.clear_setid == 0) return Ok();
+  auto done = ov->SetAttr(node, r, -1);
+  if (!done) return done.error();
+  return Ok();
+}
+
+// What libfuse 3.14 passes of a SETATTR's kernel flags (fuse_setattr_in's
+// valid): FATTR_KILL_SUIDGID arrives as FUSE_SET_ATTR_KILL_SUID (the same
+// bit). The kernel sets it for a chown of a non-directory and for a
+// truncate by a caller without CAP_FSETID. A SETATTR with none of these
+// (a ctime alone is what -o writeback adds to a chown(-1, -1)) sets
+// nothing.
+constexpr int kSetAttrKnown = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+                              FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
+                              FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                              FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   Guard(req, [&] {
@@ -222,7 +277,25 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.atime = attr->st_atim;
     r.mtime = attr->st_mtim;
     Overlay* ov = Ctx(req)->overlay;
-    auto st = ov->SetAttr(NodeOf(req, ino), r, -1);
+    Node* node = NodeOf(req, ino);
+    // The set-id bits the kernel leaves to the daemon (fuse/setid.h): a
+    // flagged chown or truncate, or a SETATTR with nothing to set (a
+    // chown(-1, -1), or the privileges a write by a caller without
+    // CAP_FSETID drops).
+    const bool kill = to_set & FUSE_SET_ATTR_KILL_SUID;
+    if (!node->is_dir() && (kill || !(to_set & kSetAttrKnown))) {
+      auto before = ov->GetAttr(node);
+      if (!before) return ReplyError(req, before.error());
+      const mode_t m = before->st_mode;
+      if (m & (S_ISUID | S_ISGID)) {
+        SetIdChange change = SetIdChange::kChown;
+        if (kill && r.set_size && !r.set_uid && !r.set_gid)
+          change = SetIdChange::kUnprivilegedWrite;
+        r.clear_setid = SetIdBitsToClear(before->st_mode, before->st_gid,
+                                         change, CallerOf(req));
+      }
+    }
+    auto st = ov->SetAttr(node, r, -1);
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
   });
@@ -302,34 +375,43 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     Node* node = NodeOf(req, ino);
     auto f = ov->Open(node, OpenFlags(req, fi->flags));
     if (!f) return ReplyError(req, f.error());
+    // open(O_TRUNC) truncates here (the kernel sends no SETATTR for it
+    // with atomic O_TRUNC), so the set-id bits it drops are the daemon's.
+    if (fi->flags & O_TRUNC) {
+      if (Status s = DropSetIdForWriter(req, node); !s) {
+        ov->ReleaseOpen(node);
+        return ReplyError(req, s.error());
+      }
+    }
     SetOpenInfo(fi, kCountedOpen);
     if (fuse_reply_open(req, fi) != 0) ov->ReleaseOpen(node);
   });
 }
 
+// Handle-less, CREATE is answered ENOSYS: the kernel then creates files
+// with MKNOD and opens them itself, and as no OPEN is ever answered
+// otherwise it sends no RELEASE for them either. (A CREATE's handle is
+// RELEASEd until the kernel has seen an OPEN answered ENOSYS, which in a
+// fresh mount filled by `tar x` is never: one request per file.)
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               struct fuse_file_info* fi) {
+  if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
     auto r = ov->Create(NodeOf(req, parent), name, mode,
                         OpenFlags(req, fi->flags), CredsOf(req));
     if (!r) return ReplyError(req, r.error());
     Node* node = r->first;
-    // In the handle-less mode the kernel never RELEASEs a CREATE's handle
-    // once it has seen OPEN answered ENOSYS: the open is not counted, and
-    // fh 0 sends the file's requests to the file cache like any other.
-    const bool counted = !HandleLess(Ctx(req));
-    if (!counted) ov->ReleaseOpen(node);
     auto st = ov->GetAttr(node);
     if (!st) {
-      if (counted) ov->ReleaseOpen(node);
+      ov->ReleaseOpen(node);
       ov->Forget(node, 1);
       return ReplyError(req, st.error());
     }
-    SetOpenInfo(fi, counted ? kCountedOpen : 0);
+    SetOpenInfo(fi, kCountedOpen);
     fuse_entry_param e;
     FillEntry(req, node, *st, &e);
-    if (fuse_reply_create(req, &e, fi) != 0 && counted) ov->ReleaseOpen(node);
+    if (fuse_reply_create(req, &e, fi) != 0) ov->ReleaseOpen(node);
   });
 }
 
@@ -375,6 +457,13 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
     auto no_freeze = ov->HoldOffFreeze();  // until the last byte is written
+    // An O_DIRECT handle (-o handles) writes around the kernel's page cache
+    // path, which would have dropped the set-id bits first.
+    if (fi && !fi->writepage && (fi->flags & O_DIRECT) &&
+        !HandleLess(Ctx(req))) {
+      if (Status s = DropSetIdForWriter(req, NodeOf(req, ino)); !s)
+        return refuse(s.error());
+    }
     auto f = FileOf(req, ino, true);
     if (!f) return refuse(f.error());
     int fd = f->get();
@@ -410,7 +499,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    // fh 0: a CREATE's handle in the handle-less mode (see OpCreate).
+    // Only counted opens (-o handles); handle-less, no RELEASE is sent.
     if (fi->fh == kCountedOpen)
       Ctx(req)->overlay->ReleaseOpen(NodeOf(req, ino));
     fuse_reply_err(req, 0);

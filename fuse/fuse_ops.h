@@ -12,6 +12,8 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "fs/overlay.h"
@@ -35,6 +37,15 @@ struct FuseContext {
   // Set up by INIT when the kernel offers that mode: the listings the
   // handle-less READDIRs read from (no descriptors, a bounded number).
   std::unique_ptr<ListingCache> listings;
+  // The INIT exchange as the session's I/O saw it (fuse/mount.cc): the
+  // request's id and the flags the kernel offered, and the flags the reply
+  // gained on its way out (what libfuse 3.14 cannot ask for itself). Once
+  // `init_replied`, the kernel leaves set-id bits to the daemon when
+  // `init_flags_added` holds FUSE_HANDLE_KILLPRIV(_V2) (fuse/setid.h).
+  uint64_t init_unique = 0;
+  uint32_t init_offered = 0;
+  uint32_t init_flags_added = 0;
+  std::atomic<bool> init_replied{false};
 };
 
 // Is the mount in the handle-less mode (no OPEN/RELEASE for files)?

@@ -1,11 +1,15 @@
 #include "fuse/mount.h"
 
+#include <fcntl.h>
+#include <linux/fuse.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -99,6 +103,83 @@ struct PressureHandlerScope {
   PressureHandlerScope(const PressureHandlerScope&) = delete;
   PressureHandlerScope& operator=(const PressureHandlerScope&) = delete;
 };
+
+// ------------------------------------------------- the session's own I/O
+//
+// libfuse 3.14 asks for FUSE_CAP_HANDLE_KILLPRIV by default but never puts
+// FUSE_HANDLE_KILLPRIV into its INIT reply, and knows nothing of
+// FUSE_HANDLE_KILLPRIV_V2. Without them the kernel sends a GETATTR inside
+// every chown, to compute the mode without set-id bits itself. The
+// session's reads and writes go through these hooks (fuse_session_custom_io)
+// so that the INIT reply gains both flags, when the kernel offered them;
+// the daemon then clears set-id bits itself (fuse/setid.h). Every other
+// request and reply passes untouched.
+//
+// The INIT request is the first the kernel sends, and it always comes
+// through `read` (libfuse splices only once INIT is done); libfuse answers
+// it on the thread that read it, before any other request is read.
+
+ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
+  ssize_t n = ::read(fd, buf, len);
+  auto* ctx = static_cast<FuseContext*>(userdata);
+  if (n >= static_cast<ssize_t>(sizeof(fuse_in_header)) &&
+      !ctx->init_replied.load(std::memory_order_relaxed)) {
+    fuse_in_header h;
+    std::memcpy(&h, buf, sizeof h);
+    if (h.opcode == FUSE_INIT &&
+        n >= static_cast<ssize_t>(sizeof h + offsetof(fuse_init_in, flags) +
+                                  sizeof(uint32_t))) {
+      fuse_init_in in;
+      std::memset(&in, 0, sizeof in);
+      std::memcpy(&in, static_cast<char*>(buf) + sizeof h,
+                  std::min(sizeof in, static_cast<size_t>(n) - sizeof h));
+      ctx->init_unique = h.unique;
+      ctx->init_offered = in.flags;
+    }
+  }
+  return n;
+}
+
+ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
+  auto* ctx = static_cast<FuseContext*>(userdata);
+  if (ctx->init_replied.load(std::memory_order_relaxed) || count < 2 ||
+      iov[0].iov_len != sizeof(fuse_out_header))
+    return ::writev(fd, iov, count);
+  fuse_out_header h;
+  std::memcpy(&h, iov[0].iov_base, sizeof h);
+  if (ctx->init_unique == 0 || h.unique != ctx->init_unique)
+    return ::writev(fd, iov, count);
+  ctx->init_replied.store(true, std::memory_order_relaxed);
+  // The reply's body is fuse_init_out or an older, shorter form of it.
+  if (h.error != 0 ||
+      iov[1].iov_len < offsetof(fuse_init_out, flags) + sizeof(uint32_t) ||
+      iov[1].iov_len > sizeof(fuse_init_out))
+    return ::writev(fd, iov, count);
+  fuse_init_out out;
+  std::memset(&out, 0, sizeof out);
+  std::memcpy(&out, iov[1].iov_base, iov[1].iov_len);
+  // Both or neither: the daemon's clearing needs V2's flag on a chown
+  // (FATTR_KILL_SUIDGID); with the first alone the kernel would send a
+  // chown with no sign of the bits it leaves.
+  const uint32_t want = FUSE_HANDLE_KILLPRIV | FUSE_HANDLE_KILLPRIV_V2;
+  if ((ctx->init_offered & want) == want)
+    ctx->init_flags_added = want & ~out.flags;
+  out.flags |= ctx->init_flags_added;
+  spdlog::info(
+      "fuse init: the reply gains flags {:#x} (the kernel offered "
+      "{:#x}); set-id bits are cleared by {}",
+      ctx->init_flags_added, ctx->init_offered,
+      ctx->init_flags_added ? "the daemon" : "the kernel");
+  std::vector<struct iovec> patched(iov, iov + count);
+  patched[1].iov_base = &out;
+  return ::writev(fd, patched.data(), count);
+}
+
+ssize_t SessionSplice(int fdin, off_t* offin, int fdout, off_t* offout,
+                      size_t len, unsigned int flags, void* userdata) {
+  (void)userdata;
+  return ::splice(fdin, offin, fdout, offout, len, flags);
+}
 
 }  // namespace
 
@@ -266,6 +347,22 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     fuse_remove_signal_handlers(se.get());
     return fail(
         Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
+  }
+  {
+    struct fuse_custom_io io;
+    std::memset(&io, 0, sizeof io);
+    io.read = SessionRead;
+    io.writev = SessionWritev;
+    io.splice_receive = SessionSplice;
+    io.splice_send = SessionSplice;
+    int io_rc =
+        fuse_session_custom_io(se.get(), &io, fuse_session_fd(se.get()));
+    if (io_rc != 0) {
+      fuse_session_unmount(se.get());
+      fuse_remove_signal_handlers(se.get());
+      return fail(
+          Error::Of(-io_rc, "fuse_session_custom_io", config.mountpoint));
+    }
   }
   spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
                config.lower, config.upper,

@@ -325,6 +325,130 @@ t("after chmod", lambda: m("t/chmod-back"))
       << listing();
 }
 
+// What the kernel leaves to the daemon once the INIT reply carries
+// FUSE_HANDLE_KILLPRIV_V2 (fuse/setid.h): every chown of a non-directory
+// (also to the same owner, also chown(-1, -1), also through a descriptor),
+// a truncate or O_TRUNC or ftruncate or O_DIRECT write by a caller without
+// CAP_FSETID, a chown by the owner or a write of a file whose set-group-id
+// bit has no group execute (kept for a member of the group, taken from
+// others, which the kernel alone got wrong). security.capability goes with a
+// write and a chown, also root's. Without the daemon's clearing these
+// files keep their bits in the mount.
+TEST_P(SetIdBits, DaemonClearsWhatTheKernelLeavesToIt) {
+  Same("make", R"(
+for n, mode, uid, gid in (
+        ("ch-same", 0o6755, 1000, 1000), ("ch-none", 0o6755, 1000, 1000),
+        ("ch-fd", 0o6755, 1000, 1000), ("ch-lock-root", 0o2745, 1000, 1000),
+        ("ch-lock-none", 0o2745, 1000, 1000),
+        ("tr-root", 0o6777, 1000, 1000), ("otr-root", 0o6777, 1000, 1000),
+        ("ftr-root", 0o6777, 1000, 1000), ("ftr-other", 0o6777, 1000, 1000),
+        ("otr-other", 0o6777, 1000, 1000), ("dio-other", 0o6777, 1000, 1000),
+        ("w-lock-suid", 0o6747, 1000, 1000), ("w-lock", 0o2747, 1000, 1000),
+        ("w-lock-member", 0o6767, 1000, 1234),
+        ("own-chgrp", 0o6775, 65534, 65534), ("own-lock", 0o2745, 65534, 1234),
+        ("own-lock-none", 0o2745, 65534, 1234),
+        ("own-lock-member", 0o2745, 65534, 1234),
+        ("cap-w", 0o755, 1000, 1000), ("cap-chown", 0o755, 1000, 1000),
+        ("cap-chmod", 0o755, 1000, 1000)):
+    p = "t/" + n
+    with open(p, "w") as f:
+        f.write("data\n")
+    os.chown(p, uid, gid)
+    os.chmod(p, mode)
+    t("made " + n, lambda: m(p))
+os.mkfifo("t/fifo")
+os.chmod("t/fifo", 0o6777)
+t("made fifo", lambda: m("t/fifo"))
+# CAP_NET_BIND_SERVICE, permitted and effective (vfs_cap_data revision 2).
+import struct
+cap = struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)
+for n in ("cap-w", "cap-chown", "cap-chmod"):
+    t("setcap " + n, lambda: os.setxattr("t/" + n, "security.capability", cap))
+    t("cap " + n, lambda: os.getxattr("t/" + n, "security.capability").hex())
+)",
+       kRoot);
+  Same("root", R"(
+def cap(n):
+    t("cap " + n, lambda: os.getxattr("t/" + n, "security.capability").hex())
+t("chown same", lambda: os.chown("t/ch-same", 1000, 1000))
+t("after chown same", lambda: m("t/ch-same"))
+t("chown -1 -1", lambda: os.chown("t/ch-none", -1, -1))
+t("after chown -1 -1", lambda: m("t/ch-none"))
+fd = os.open("t/ch-fd", os.O_RDONLY)
+t("fchown", lambda: os.fchown(fd, 1001, 1001))
+os.close(fd)
+t("after fchown", lambda: m("t/ch-fd"))
+t("chown lock", lambda: os.chown("t/ch-lock-root", 1001, 1001))
+t("after chown lock", lambda: m("t/ch-lock-root"))
+t("chown lock -1 -1", lambda: os.chown("t/ch-lock-none", -1, -1))
+t("after chown lock -1 -1", lambda: m("t/ch-lock-none"))
+t("chown fifo", lambda: os.chown("t/fifo", 1000, 1000))
+t("after chown fifo", lambda: m("t/fifo"))
+t("truncate", lambda: os.truncate("t/tr-root", 2))
+t("after truncate", lambda: m("t/tr-root"))
+t("O_TRUNC", lambda: os.close(os.open("t/otr-root", os.O_WRONLY | os.O_TRUNC)))
+t("after O_TRUNC", lambda: m("t/otr-root"))
+fd = os.open("t/ftr-root", os.O_WRONLY)
+t("ftruncate", lambda: os.ftruncate(fd, 1))
+os.close(fd)
+t("after ftruncate", lambda: m("t/ftr-root"))
+t("append cap-w", lambda: append("t/cap-w"))
+cap("cap-w")
+t("after cap-w", lambda: m("t/cap-w"))
+t("chown cap-chown", lambda: os.chown("t/cap-chown", 1000, 1000))
+cap("cap-chown")
+t("chmod cap-chmod", lambda: os.chmod("t/cap-chmod", 0o750))
+cap("cap-chmod")
+)",
+       kRoot);
+  Same("others", R"(
+import mmap
+fd = os.open("t/ftr-other", os.O_WRONLY)
+t("ftruncate", lambda: os.ftruncate(fd, 1))
+os.close(fd)
+t("after ftruncate", lambda: m("t/ftr-other"))
+t("O_TRUNC", lambda: os.close(os.open("t/otr-other", os.O_WRONLY | os.O_TRUNC)))
+t("after O_TRUNC", lambda: m("t/otr-other"))
+def direct():
+    buf = mmap.mmap(-1, 4096)
+    buf.write(b"d" * 4096)
+    fd = os.open("t/dio-other", os.O_WRONLY | os.O_DIRECT)
+    try:
+        return os.write(fd, buf)
+    finally:
+        os.close(fd)
+t("O_DIRECT write", direct)
+t("after O_DIRECT write", lambda: m("t/dio-other"))
+t("append w-lock-suid", lambda: append("t/w-lock-suid"))
+t("after append", lambda: m("t/w-lock-suid"))
+t("append w-lock", lambda: append("t/w-lock"))
+t("after append w-lock", lambda: m("t/w-lock"))
+t("chgrp by the owner", lambda: os.chown("t/own-chgrp", -1, 65534))
+t("after chgrp", lambda: m("t/own-chgrp"))
+t("chown lock by the owner", lambda: os.chown("t/own-lock", 65534, -1))
+t("after chown lock", lambda: m("t/own-lock"))
+t("chown -1 -1 lock by the owner", lambda: os.chown("t/own-lock-none", -1, -1))
+t("after chown -1 -1 lock", lambda: m("t/own-lock-none"))
+)",
+       kNobody);
+  Same("a member", R"(
+t("chown lock by a member", lambda: os.chown("t/own-lock-member", 65534, -1))
+t("after chown lock", lambda: m("t/own-lock-member"))
+t("append by a member", lambda: append("t/w-lock-member"))
+t("after append", lambda: m("t/w-lock-member"))
+)",
+       User{65534, 65534, "1234"});
+  SameTrees("after the steps the daemon clears bits in");
+  // The disk's own answers.
+  for (const char* want :
+       {"t/ch-same 100755", "t/ch-none 100755", "t/ch-lock-root 102745",
+        "t/tr-root 106777", "t/ftr-other 100777", "t/dio-other 100777",
+        "t/w-lock-suid 100747", "t/w-lock 100747", "t/w-lock-member 102767",
+        "t/own-lock 100745", "t/own-lock-member 102745", "t/fifo 10777"})
+    EXPECT_NE(listing().find(want), std::string::npos) << want << "\n"
+                                                       << listing();
+}
+
 // The set-group-id directory rules: new entries take the directory's group,
 // new directories the bit itself; a caller outside that group loses a
 // set-group-id bit it asks for at creation or by chmod, a member keeps it.
