@@ -227,11 +227,16 @@ void NodeTable::DropStaleNameLocked(Node* node, Node* parent,
     // The children's paths led through the lost name: they lose theirs too
     // (an unlinked node has no children; PathLocked would resolve them
     // from the root).
-    while (NameLink* first = node->children.First()) {
-      Node* child = Node::Of(first);
-      std::string child_name(first->name());  // `first` may go
-      DropStaleNameLocked(child, node, child_name);
-    }
+    // By name from a list made first (NameTable::First scans from the
+    // start each time: quadratic over a large directory); each name is
+    // looked up again, as dropping one child may free another (the parent
+    // of a node whose alias was here).
+    std::vector<std::string> names;
+    names.reserve(node->children.size());
+    node->children.ForEach([&](NameLink* l) { names.emplace_back(l->name()); });
+    for (const std::string& child_name : names)
+      if (Node* child = node->Child(child_name))
+        DropStaleNameLocked(child, node, child_name);
   }
   MaybeFreeLocked(node);
 }
