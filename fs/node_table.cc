@@ -10,9 +10,11 @@ namespace acqfs {
 using TableLock = std::lock_guard<std::mutex>;
 
 const KeptData Node::kNoData;
-// docs/architecture.md, "Memory": a node is 128 bytes.
-// 136: the lower layers of a stack (Node::lower, lower_xw) took 8 bytes.
-static_assert(sizeof(Node) <= 136, "a Node grew past 136 bytes");
+const Node::Aliases Node::kNone;
+// docs/architecture.md, "Memory": a node is 120 bytes, its name included
+// when it is at most NameLink::kInline bytes long, which malloc serves in a
+// 128-byte chunk (a request of up to 120 bytes, plus its 8-byte header).
+static_assert(sizeof(Node) <= 120, "a Node grew past 120 bytes");
 
 NodeTable::~NodeTable() {
   Reap();
@@ -57,59 +59,87 @@ uint64_t NodeTable::clamped_forgets() {
   return clamped_forgets_;
 }
 
-void NodeTable::AttachLocked(Node* node, Node* parent,
-                             const std::string& name) {
-  parent->SetChild(name, node);
+// A name goes into a directory's table under `link`; a link the table held
+// under the same name is taken out (it was stale: a caller drops a stale
+// node's name before it gives the name to another), as the map this table
+// replaced overwrote its entry.
+static void PutChild(Node* parent, NameLink* link) {
+  parent->children.Insert(link);
+}
+
+void NodeTable::AttachLocked(Node* node, Node* parent, std::string_view name) {
   if (!node->parent && !node->unlinked && node != root_) {
     node->parent = parent;
-    node->name = name;
+    node->SetName(name);
+    PutChild(parent, node);
   } else {
-    node->MutableAliases().emplace_back(parent, name);
+    auto alias = std::make_unique<Alias>(node);
+    alias->parent = parent;
+    alias->SetName(name);
+    PutChild(parent, alias.get());
+    node->MutableLinks().aliases.push_back(std::move(alias));
   }
 }
 
 void NodeTable::DetachNameLocked(Node* node, Node* parent,
-                                 const std::string& name) {
-  parent->EraseChild(name, node);
-  if (node->parent == parent && node->name == name) {
+                                 std::string_view name) {
+  if (node->parent == parent && node->name() == name) {
+    parent->children.Erase(node);
     if (node->HasAliases()) {
-      node->parent = node->aliases->back().first;
-      node->name = node->aliases->back().second;
-      node->aliases->pop_back();
+      // The last alias takes the position's place, in its table too.
+      Node::Aliases& aliases = node->links_->aliases;
+      std::unique_ptr<Alias> last = std::move(aliases.back());
+      aliases.pop_back();
+      // Out of the table while its name is copied (SetName).
+      const bool listed = last->parent->children.Erase(last.get());
+      node->parent = last->parent;
+      node->SetName(last->name());
+      if (listed) PutChild(node->parent, node);
     } else {
       node->parent = nullptr;
-      node->name.clear();
+      node->SetName({});
       node->unlinked = true;
     }
     return;
   }
-  if (!node->aliases) return;
-  for (auto a = node->aliases->begin(); a != node->aliases->end(); ++a) {
-    if (a->first == parent && a->second == name) {
-      node->aliases->erase(a);
+  if (!node->HasAliases()) return;
+  Node::Aliases& aliases = node->links_->aliases;
+  for (auto a = aliases.begin(); a != aliases.end(); ++a) {
+    if ((*a)->parent == parent && (*a)->name() == name) {
+      parent->children.Erase(a->get());
+      aliases.erase(a);
       return;
     }
   }
 }
 
-void NodeTable::MoveNameLocked(Node* node, Node* parent,
-                               const std::string& name, Node* new_parent,
-                               const std::string& new_name) {
-  parent->EraseChild(name, node);
-  new_parent->SetChild(new_name, node);
-  if (node->parent == parent && node->name == name) {
-    node->parent = new_parent;
-    node->name = new_name;
+void NodeTable::MoveNameLocked(Node* node, Node* parent, std::string_view name,
+                               Node* new_parent, std::string_view new_name) {
+  NameLink* link = nullptr;
+  if (node->parent == parent && node->name() == name) {
+    link = node;
+  } else if (node->HasAliases()) {
+    for (auto& a : node->links_->aliases)
+      if (a->parent == parent && a->name() == name) link = a.get();
+  }
+  if (!link) {
+    // Not a name of this node: the table forgets the name as ever, and the
+    // new name leads to the node.
+    if (parent->Child(name) == node)
+      parent->children.Erase(parent->children.Find(name));
+    auto alias = std::make_unique<Alias>(node);
+    alias->parent = new_parent;
+    alias->SetName(new_name);
+    PutChild(new_parent, alias.get());
+    node->MutableLinks().aliases.push_back(std::move(alias));
     return;
   }
-  if (!node->aliases) return;
-  for (auto& a : *node->aliases) {
-    if (a.first == parent && a.second == name) {
-      a.first = new_parent;
-      a.second = new_name;
-      return;
-    }
-  }
+  parent->children.Erase(link);
+  // `new_name` may be a view of the link's own name: copied first.
+  std::string copy(new_name);
+  link->parent = new_parent;
+  link->SetName(copy);
+  PutChild(new_parent, link);
 }
 
 Node* NodeTable::UpperLinkLocked(uint64_t upper_ino) const {
@@ -118,18 +148,18 @@ Node* NodeTable::UpperLinkLocked(uint64_t upper_ino) const {
 }
 
 void NodeTable::SetUpperLinkLocked(Node* node, uint64_t upper_ino) {
-  node->upper_ino = upper_ino;
+  node->MutableLinks().upper_ino = upper_ino;
   upper_links_[upper_ino] = node;
 }
 
 void NodeTable::ClearUpperLinksLocked() {
-  for (auto& [ino, node] : upper_links_) node->upper_ino = 0;
+  for (auto& [ino, node] : upper_links_) node->links_->upper_ino = 0;
   upper_links_.clear();
 }
 
 void NodeTable::EraseUpperLinkLocked(Node* node) {
-  if (!node->upper_ino) return;
-  auto it = upper_links_.find(node->upper_ino);
+  if (!node->upper_ino()) return;
+  auto it = upper_links_.find(node->upper_ino());
   if (it != upper_links_.end() && it->second == node) upper_links_.erase(it);
 }
 
@@ -141,10 +171,11 @@ void NodeTable::UncountLookupsLocked(Node* node, uint64_t count) {
   if (check_ == CountCheck::kAbort) {
     ::fprintf(stderr,
               "acqfs: node table: %llu lookups given back on node %p "
-              "(ino %llu, name \"%s\"), which holds %llu\n",
+              "(ino %llu, name \"%.*s\"), which holds %llu\n",
               static_cast<unsigned long long>(count),
               static_cast<const void*>(node),
-              static_cast<unsigned long long>(node->ino), node->name.c_str(),
+              static_cast<unsigned long long>(node->ino),
+              static_cast<int>(node->name().size()), node->name().data(),
               static_cast<unsigned long long>(node->nlookup));
     ::abort();
   }
@@ -156,9 +187,8 @@ void NodeTable::MaybeFreeLocked(Node* node) {
   while (node && node != root_ && node->nlookup == 0 && node->opens == 0 &&
          !node->HasChildren()) {
     Node* parent = node->parent;
-    if (node->aliases)
-      for (auto& [p, n] : *node->aliases) p->EraseChild(n, node);
-    if (parent) parent->EraseChild(node->name, node);
+    for (const auto& a : node->aliases()) a->parent->children.Erase(a.get());
+    if (parent) parent->children.Erase(node);
     EraseUpperLinkLocked(node);
     // The node's descriptors and kept data go after the locks (Reap).
     if (node->quota_owed && quota_) quota_->Freed(&node->charged, 0);
@@ -185,24 +215,28 @@ void NodeTable::MaybeFreeLocked(Node* node) {
 }
 
 void NodeTable::DropStaleNameLocked(Node* node, Node* parent,
-                                    const std::string& name) {
+                                    std::string_view name) {
   DetachNameLocked(node, parent, name);
   if (node->unlinked) {
     // Its upper inode is no longer reached by the name a hard link's lookup
     // would attach to it.
-    if (node->upper_ino) {
+    if (node->upper_ino()) {
       EraseUpperLinkLocked(node);
-      node->upper_ino = 0;
+      node->links_->upper_ino = 0;
     }
     // The children's paths led through the lost name: they lose theirs too
     // (an unlinked node has no children; PathLocked would resolve them
     // from the root).
-    while (node->HasChildren()) {
-      auto first = node->children->begin();
-      Node* child = first->second;
-      std::string child_name = first->first;
-      DropStaleNameLocked(child, node, child_name);
-    }
+    // By name from a list made first (NameTable::First scans from the
+    // start each time: quadratic over a large directory); each name is
+    // looked up again, as dropping one child may free another (the parent
+    // of a node whose alias was here).
+    std::vector<std::string> names;
+    names.reserve(node->children.size());
+    node->children.ForEach([&](NameLink* l) { names.emplace_back(l->name()); });
+    for (const std::string& child_name : names)
+      if (Node* child = node->Child(child_name))
+        DropStaleNameLocked(child, node, child_name);
   }
   MaybeFreeLocked(node);
 }

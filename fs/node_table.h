@@ -36,29 +36,73 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "fs/file_cache.h"
 #include "fs/kept_data.h"
+#include "fs/name_table.h"
 #include "fs/quota.h"
 
 namespace acqfs {
 
-struct Node {
-  Node(uint64_t ino_, mode_t type_) : ino(ino_), type(type_) {}
+struct Node;
+
+// A hard link's name besides the node's position: (parent, name) of
+// another name of the same node. Owned by the node (Node::aliases()).
+struct Alias : NameLink {
+  explicit Alias(Node* node_) : NameLink(/*alias=*/true), node(node_) {}
+  Node* const node;
+};
+
+// Memory (docs/architecture.md, "Memory"): the daemon holds one Node per
+// object the kernel remembers, so every byte here counts a million times
+// on a large tree. The position's name is stored in the node (NameLink),
+// its parent's NameTable holds only a pointer to it, and what few nodes
+// need (hard links' aliases and upper inode) is behind one pointer.
+struct Node : NameLink {
+  Node(uint64_t ino_, mode_t type_)
+      : ino(ino_), type(static_cast<uint16_t>(type_ & S_IFMT)) {}
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // A name this node has besides (parent, name): another hard link.
-  using Alias = std::pair<Node*, std::string>;
-  using Children = std::unordered_map<std::string, Node*>;
+  // The node a name in a directory's table leads to.
+  static Node* Of(NameLink* link) {
+    if (!link) return nullptr;
+    return link->is_alias() ? static_cast<Alias*>(link)->node
+                            : static_cast<Node*>(link);
+  }
+
+  // Position (NameLink: parent, name()). Written with tree_mu_ exclusive
+  // (or shared, for a lookup attaching a fresh node) and table_mu_ held,
+  // through NodeTable only. parent is null for the root and for unlinked
+  // nodes.
 
   const uint64_t ino;  // reported st_ino
-  const mode_t type;   // S_IFMT bits
   uint32_t opens = 0;  // table_mu_: handles the kernel will RELEASE (the
-                       // handles mode); here to fill the padding
+                       // handles mode)
+  // Layers. Written with tree_mu_ exclusive.
+  // The lower layers at this path (a LowerMask, fs/layer.h): for a
+  // directory, those whose directory shows through when the upper one (if
+  // any) is not opaque, and in lower_xw those of them that may hold xattr
+  // whiteouts; for anything else, the bit of the layer holding the lower
+  // object it reads while it has no upper one (0: no lower object).
+  uint32_t lower = 0;
+  uint32_t lower_xw = 0;
+  const uint16_t type;  // S_IFMT bits
+  std::atomic<bool> upper{false};
+  bool opaque = false;
+  bool xwhiteouts = false;
+  // The upper regular file lost its last name (no data kept): the quota
+  // gives back its record when the node goes (the file cache may hold the
+  // data until then). Written with tree_mu_ exclusive.
+  bool quota_owed = false;
+  // No name left (no position, no alias). Written with tree_mu_ exclusive
+  // and table_mu_ held.
+  bool unlinked = false;
+
   bool is_dir() const { return S_ISDIR(type); }
   // A lower directory at this path shows through.
   bool merged() const {
@@ -70,65 +114,32 @@ struct Node {
     return lower ? 31 - static_cast<unsigned>(__builtin_clz(lower)) : 0;
   }
 
-  // Position. Written with tree_mu_ exclusive and table_mu_ held.
-  Node* parent = nullptr;  // null for the root and for unlinked nodes
-  std::string name;
-  std::unique_ptr<std::vector<Alias>> aliases;  // other hard links, if any
-  bool unlinked = false;
-
-  // Layers. Written with tree_mu_ exclusive.
-  std::atomic<bool> upper{false};
-  // The lower layers at this path (a LowerMask, fs/layer.h): for a
-  // directory, those whose directory shows through when the upper one (if
-  // any) is not opaque, and in lower_xw those of them that may hold xattr
-  // whiteouts; for anything else, the bit of the layer holding the lower
-  // object it reads while it has no upper one (0: no lower object).
-  bool opaque = false;
-  bool xwhiteouts = false;
-  // The upper regular file lost its last name (no data kept): the quota
-  // gives back its record when the node goes (the file cache may hold the
-  // data until then). Written with tree_mu_ exclusive.
-  bool quota_owed = false;
-  uint32_t lower = 0;
-  uint32_t lower_xw = 0;
-  uint64_t upper_ino = 0;  // upper st_ino for upper hard links, else 0
-
   // Guarded by table_mu_ (and `opens` above).
   uint64_t nlookup = 0;
   // The quota's record of an upper regular file: its st_blocks in bytes
   // when the daemon last saw it, Quota::kUnseen before (fs/quota.h).
   // Guarded by the quota's stripe lock for its address (Quota methods).
   uint64_t charged = Quota::kUnseen;
-  // The children the kernel knows, by name: directories only, made at the
-  // first. Use the helpers below.
-  std::unique_ptr<Children> children;
-  // The node table's list of every node (NodeTable::nodes_).
+  // The node table's list of every node (NodeTable::nodes_). table_mu_.
   Node* prev_node = nullptr;
   Node* next_node = nullptr;
 
-  // table_mu_ held.
-  Node* Child(const std::string& n) const {
-    if (!children) return nullptr;
-    auto it = children->find(n);
-    return it == children->end() ? nullptr : it->second;
-  }
-  void SetChild(const std::string& n, Node* child) {
-    if (!children) children = std::make_unique<Children>();
-    (*children)[n] = child;
-  }
-  // Forgets the child `n` if it is `child`.
-  void EraseChild(const std::string& n, const Node* child) {
-    if (!children) return;
-    auto it = children->find(n);
-    if (it != children->end() && it->second == child) children->erase(it);
-    if (children->empty()) children.reset();
-  }
-  bool HasChildren() const { return children != nullptr; }
-  bool HasAliases() const { return aliases && !aliases->empty(); }
-  std::vector<Alias>& MutableAliases() {
-    if (!aliases) aliases = std::make_unique<std::vector<Alias>>();
-    return *aliases;
-  }
+  // The children the kernel knows, by name: directories only (the NameTable
+  // holds their NameLinks: positions and aliases). table_mu_ held; changed
+  // through NodeTable only.
+  Node* Child(std::string_view n) const { return Of(children.Find(n)); }
+  bool HasChildren() const { return !children.empty(); }
+  NameTable children;
+
+  // Hard links. table_mu_ held (and tree_mu_ exclusive, or shared for a
+  // lookup, to change aliases); changed through NodeTable only.
+  using Aliases = std::vector<std::unique_ptr<Alias>>;
+  // The node's other names, if any; the last one takes the position's
+  // place when the position goes.
+  const Aliases& aliases() const { return links_ ? links_->aliases : kNone; }
+  bool HasAliases() const { return links_ && !links_->aliases.empty(); }
+  // Upper st_ino for an upper hard link in the table's map, else 0.
+  uint64_t upper_ino() const { return links_ ? links_->upper_ino : 0; }
 
   // The node's kept data (below): what KeptStore keeps, opens, stats and
   // releases for it. tree_mu_ held (exclusive to change).
@@ -149,7 +160,20 @@ struct Node {
   }
 
  private:
+  friend class NodeTable;
+  struct Links {
+    Aliases aliases;
+    uint64_t upper_ino = 0;
+  };
+  Links& MutableLinks() {
+    if (!links_) links_ = std::make_unique<Links>();
+    return *links_;
+  }
+
   static const KeptData kNoData;
+  static const Aliases kNone;
+  // Made at a node's first alias or upper hard-link number. table_mu_.
+  std::unique_ptr<Links> links_;
   // Where the data lives once the node is unlinked while the kernel may
   // still use it (fs/kept_data.h); null while it has a name. Written with
   // tree_mu_ exclusive (or while the node is freed, when nothing can reach
@@ -209,22 +233,22 @@ class NodeTable {
   // found on the disk) and table_mu_ held.
   // Gives `node` the name `name` in `parent`: its position if it has none,
   // else an alias (another hard link).
-  void AttachLocked(Node* node, Node* parent, const std::string& name);
+  void AttachLocked(Node* node, Node* parent, std::string_view name);
   // Takes the name from `node`; an alias takes the place of a lost
   // position, and a node left without any name becomes unlinked.
-  void DetachNameLocked(Node* node, Node* parent, const std::string& name);
-  void MoveNameLocked(Node* node, Node* parent, const std::string& name,
-                      Node* new_parent, const std::string& new_name);
+  void DetachNameLocked(Node* node, Node* parent, std::string_view name);
+  void MoveNameLocked(Node* node, Node* parent, std::string_view name,
+                      Node* new_parent, std::string_view new_name);
   // Takes the name `name` in `parent` from `node`, whose object no longer
   // is there on the disk (it was removed or replaced outside the daemon),
   // so that the name resolves afresh. A node left without a name becomes
   // unlinked, and so do the nodes known below it (their paths led through
   // it); each is freed once the kernel no longer holds it. tree_mu_
   // exclusive and table_mu_ held.
-  void DropStaleNameLocked(Node* node, Node* parent, const std::string& name);
+  void DropStaleNameLocked(Node* node, Node* parent, std::string_view name);
 
   // The upper hard-link map: the node of an upper inode with more than one
-  // name, by its upper st_ino (Node::upper_ino). table_mu_ held.
+  // name, by its upper st_ino (Node::upper_ino()). table_mu_ held.
   Node* UpperLinkLocked(uint64_t upper_ino) const;
   void SetUpperLinkLocked(Node* node, uint64_t upper_ino);
 

@@ -70,13 +70,17 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
 // ---------------------------------------------------------------- helpers
 
 std::string Overlay::PathLocked(const Node* node) const {
-  std::vector<const std::string*> parts;
-  for (const Node* n = node; n && n != table_.root(); n = n->parent)
-    parts.push_back(&n->name);
+  std::vector<std::string_view> parts;
+  size_t size = 0;
+  for (const Node* n = node; n && n != table_.root(); n = n->parent) {
+    parts.push_back(n->name());
+    size += n->name().size() + 1;
+  }
   std::string p;
+  p.reserve(size);
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
     if (!p.empty()) p += '/';
-    p += **it;
+    p += *it;
   }
   return p;
 }

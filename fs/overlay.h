@@ -21,7 +21,7 @@
 //             change of the namespace or of a node's layers (copy-up), and
 //             for taking a name from a node whose object is gone from the
 //             disk (DropStaleNameLocked).
-//   table_mu_ guards children maps, lookup/open counts, node ownership, and
+//   table_mu_ guards children tables, lookup/open counts, node ownership, and
 //             (together with an exclusive tree_mu_) parent/name/aliases:
 //             the node table's state (fs/node_table.h, which names the lock
 //             of each member).

@@ -67,7 +67,7 @@ Status Overlay::EnsureUpper(Node* node) {
   ACQFS_TRY(ch.Watch(layers_.tmp.get(), layers_.tmp_path));
   ACQFS_TRY(acqfs::CopyUp(layers_, rel, from));
   node->upper = true;
-  uint64_t made = ch.AddNew(pfd->get(), node->name, shown);
+  uint64_t made = ch.AddNew(pfd->get(), std::string(node->name()), shown);
   if (S_ISREG(st->st_mode)) quota_->Seen(&node->charged, made);
   return Ok();
 }
@@ -103,16 +103,16 @@ Status Overlay::CopyUp(Node* node) {
 
 void Overlay::MarkMaterialised(Node* dir) {
   dir->upper = true;
-  if (!dir->children) return;
-  for (auto& [name, child] : *dir->children) {
-    if (child->parent != dir || child->name != name) continue;  // alias
+  dir->children.ForEach([this](NameLink* link) {
+    if (link->is_alias()) return;
+    Node* child = static_cast<Node*>(link);
     child->upper = true;
     child->lower = 0;
     child->lower_xw = 0;
     child->opaque = false;
     child->xwhiteouts = false;
     if (child->is_dir()) MarkMaterialised(child);
-  }
+  });
 }
 
 Status Overlay::Materialise(Node* dir, uint64_t estimate) {
@@ -135,10 +135,11 @@ Status Overlay::Materialise(Node* dir, uint64_t estimate) {
   if (s) s = layers_.format.SetOpaque(tfd, tmp, shown);
   if (s) {
     unsigned flags = dir->upper ? RENAME_EXCHANGE : RENAME_NOREPLACE;
-    s = sys::Renameat2(tfd, tmp, pfd->get(), dir->name, flags, shown);
+    s = sys::Renameat2(tfd, tmp, pfd->get(), std::string(dir->name()), flags,
+                       shown);
   }
   if (s) {
-    ch.AddEntry(pfd->get(), dir->name, shown);
+    ch.AddEntry(pfd->get(), std::string(dir->name()), shown);
     if (dir->upper) ch.SubEntry(tfd, tmp, layers_.tmp_path);
   }
   // After an exchange `tmp` holds the old upper directory; either way it is

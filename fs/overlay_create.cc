@@ -207,7 +207,7 @@ Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   ACQFS_TRY(EnsureUpper(node));
   auto src_dir = UpperDir(node->parent);
   if (!src_dir) return src_dir.error();
-  std::string src_name = node->name;
+  std::string src_name(node->name());
   ACQFS_TRY(Publish(
       parent, name, false, nullptr, 0, [&](int d, const std::string& n) {
         return MakeCall(

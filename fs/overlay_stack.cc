@@ -68,9 +68,8 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
       // Its other names are separate lower files from now on (as the
       // kernel overlayfs, without index=on, breaks a lower hard link on
       // copy-up): the kernel must look them up again.
-      if (n->HasAliases())
-        for (const auto& [parent, name] : *n->aliases)
-          stale.push_back(StaleName{parent, name});
+      for (const auto& a : n->aliases())
+        stale.push_back(StaleName{a->parent, std::string(a->name())});
     }
     n->opaque = false;
     n->xwhiteouts = false;
@@ -127,10 +126,12 @@ Result<Overlay::Restacked> Overlay::Restack(
       for (; p; p = p->parent) ++d;
       return d;
     };
-    if (n->parent) names.push_back(Named{depth(n->parent), n->parent, n->name});
-    if (n->HasAliases())
-      for (const auto& [parent, name] : *n->aliases)
-        names.push_back(Named{depth(parent), parent, name});
+    if (n->parent)
+      names.push_back(
+          Named{depth(n->parent), n->parent, std::string(n->name())});
+    for (const auto& a : n->aliases())
+      names.push_back(
+          Named{depth(a->parent), a->parent, std::string(a->name())});
   });
   std::sort(names.begin(), names.end(),
             [](const Named& a, const Named& b) { return a.depth > b.depth; });

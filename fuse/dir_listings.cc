@@ -1,19 +1,36 @@
 #include "fuse/dir_listings.h"
 
 #include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <utility>
 
 namespace acqfs {
 
+void DirListing::Add(std::string_view name, unsigned char type, uint64_t ino) {
+  if (name.size() > UINT16_MAX || names_.size() + name.size() >= UINT32_MAX) {
+    // No directory entry has such a name, nor a listing 4 GiB of names.
+    ::fprintf(stderr, "acqfs: listing: a name of %zu bytes after %zu\n",
+              name.size(), names_.size());
+    ::abort();
+  }
+  slots_.push_back(Slot{ino, static_cast<uint32_t>(names_.size()),
+                        static_cast<uint16_t>(name.size()), type});
+  names_.append(name);
+  names_.push_back('\0');
+}
+
 Status ListInto(Overlay* ov, Node* dir, DirListing* out) {
   auto list = ov->ReadDir(dir);
   if (!list) return list.error();
-  out->entries.clear();
-  out->entries.reserve(list->size() + 2);
-  out->entries.push_back(ListedEntry{".", DT_DIR, dir->ino});
-  out->entries.push_back(ListedEntry{"..", DT_DIR, ov->ParentIno(dir)});
-  for (auto& e : *list) out->entries.push_back(std::move(e));
+  size_t name_bytes = 3;  // "." and ".."
+  for (const auto& e : *list) name_bytes += e.name.size();
+  out->clear();
+  out->reserve(list->size() + 2, name_bytes);
+  out->Add(".", DT_DIR, dir->ino);
+  out->Add("..", DT_DIR, ov->ParentIno(dir));
+  for (const auto& e : *list) out->Add(e.name, e.type, e.ino);
   out->listed = true;
   return Ok();
 }
@@ -29,7 +46,7 @@ Result<std::shared_ptr<const DirListing>> ListingCache::Get(
   }
   auto made = std::make_shared<DirListing>();
   if (Status s = list(made.get()); !s) return s.error();
-  const size_t size = made->entries.size();
+  const size_t size = made->size();
   std::vector<std::shared_ptr<const DirListing>> evicted;  // freed unlocked
   std::lock_guard<std::mutex> l(mu_);
   if (auto it = dirs_.find(dir); it != dirs_.end()) EraseLocked(it, &evicted);
@@ -61,7 +78,7 @@ size_t ListingCache::entries() const {
 void ListingCache::EraseLocked(
     std::unordered_map<const Node*, Slot>::iterator it,
     std::vector<std::shared_ptr<const DirListing>>* out) {
-  entries_ -= it->second.listing->entries.size();
+  entries_ -= it->second.listing->size();
   lru_.erase(it->second.age);
   out->push_back(std::move(it->second.listing));
   dirs_.erase(it);

@@ -32,6 +32,8 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,9 +42,44 @@
 
 namespace acqfs {
 
-struct DirListing {
+// Compact, for ListingCache holds up to kMaxEntries entries: an entry is 16
+// bytes plus its name's, where a vector of ListedEntry took 48 plus a heap
+// block for a name longer than 15 bytes (docs/architecture.md, "Memory").
+class DirListing {
+ public:
+  struct Entry {
+    std::string_view name;  // NUL-terminated: name.data() is a C string
+    unsigned char type;     // DT_*
+    uint64_t ino;
+  };
   bool listed = false;
-  std::vector<ListedEntry> entries;  // "." and ".." first
+
+  size_t size() const { return slots_.size(); }
+  Entry at(size_t i) const {
+    const Slot& s = slots_[i];
+    return Entry{std::string_view(names_.data() + s.name_at, s.name_size),
+                 s.type, s.ino};
+  }
+  void clear() {
+    slots_.clear();
+    names_.clear();
+  }
+  // Room for `entries` more entries whose names take `name_bytes` in all.
+  void reserve(size_t entries, size_t name_bytes) {
+    slots_.reserve(slots_.size() + entries);
+    names_.reserve(names_.size() + name_bytes + entries);
+  }
+  void Add(std::string_view name, unsigned char type, uint64_t ino);
+
+ private:
+  struct Slot {
+    uint64_t ino;
+    uint32_t name_at;    // into names_
+    uint16_t name_size;  // names are at most NAME_MAX (255) bytes
+    unsigned char type;
+  };
+  std::vector<Slot> slots_;  // "." and ".." first
+  std::string names_;        // every name, each followed by a NUL
 };
 
 // Fills `out` with the merged listing of `dir`.

@@ -565,8 +565,8 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   }
   std::vector<char> buf(size);
   size_t used = 0;
-  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); i++) {
-    const ListedEntry& ent = dh->entries[i];
+  for (size_t i = static_cast<size_t>(off); i < dh->size(); i++) {
+    const DirListing::Entry ent = dh->at(i);
     char* p = buf.data() + used;
     size_t room = size - used;
     size_t len;
@@ -574,20 +574,20 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
       struct stat st {};
       st.st_ino = ent.ino;
       st.st_mode = DTTOIF(ent.type);
-      len = fuse_add_direntry(req, p, room, ent.name.c_str(), &st, i + 1);
+      len = fuse_add_direntry(req, p, room, ent.name.data(), &st, i + 1);
     } else if (i < 2) {  // "." and "..": no lookup
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
       e.attr.st_ino = ent.ino;
       e.attr.st_mode = S_IFDIR;
-      len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
+      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, i + 1);
     } else {
       struct stat st;
-      auto node = ov->Lookup(dir, ent.name, &st);
+      auto node = ov->Lookup(dir, std::string(ent.name), &st);
       if (!node) continue;  // vanished since opendir
       fuse_entry_param e;
       FillEntry(req, *node, st, &e);
-      len = fuse_add_direntry_plus(req, p, room, ent.name.c_str(), &e, i + 1);
+      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, i + 1);
       if (len > room) ov->Forget(*node, 1);
     }
     if (len > room) break;

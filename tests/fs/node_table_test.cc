@@ -9,9 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "fs/file_cache.h"
 #include "fs/kept_data.h"
@@ -63,7 +65,7 @@ TEST_F(NodeTableTest, AttachDetachAndMoveNames) {
   EXPECT_EQ(table_.node_count(), 3u);
   EXPECT_EQ(d->Child("a"), f);
   EXPECT_EQ(f->parent, d);
-  EXPECT_EQ(f->name, "a");
+  EXPECT_EQ(f->name(), "a");
   {
     TableLock t(mu_);
     table_.MoveNameLocked(f, d, "a", root_, "b");
@@ -72,7 +74,7 @@ TEST_F(NodeTableTest, AttachDetachAndMoveNames) {
   EXPECT_FALSE(d->HasChildren());
   EXPECT_EQ(root_->Child("b"), f);
   EXPECT_EQ(f->parent, root_);
-  EXPECT_EQ(f->name, "b");
+  EXPECT_EQ(f->name(), "b");
   {
     TableLock t(mu_);
     table_.DetachNameLocked(f, root_, "b");
@@ -97,13 +99,20 @@ TEST_F(NodeTableTest, HardLinkNamesAreAliasesAndTheMapForgetsAFreedNode) {
   }
   EXPECT_EQ(f->parent, root_);
   ASSERT_TRUE(f->HasAliases());
-  EXPECT_EQ(f->aliases->front(), Node::Alias(d, "b"));
+  ASSERT_EQ(f->aliases().size(), 1u);
+  EXPECT_EQ(f->aliases().front()->parent, d);
+  EXPECT_EQ(f->aliases().front()->name(), "b");
+  EXPECT_EQ(f->aliases().front()->node, f);
   EXPECT_EQ(d->Child("b"), f);
   {
     TableLock t(mu_);
     table_.MoveNameLocked(f, d, "b", d, "c");  // moves the alias
   }
-  EXPECT_EQ(f->aliases->front(), Node::Alias(d, "c"));
+  ASSERT_EQ(f->aliases().size(), 1u);
+  EXPECT_EQ(f->aliases().front()->parent, d);
+  EXPECT_EQ(f->aliases().front()->name(), "c");
+  EXPECT_EQ(d->Child("b"), nullptr);
+  EXPECT_EQ(d->Child("c"), f);
   EXPECT_EQ(f->parent, root_);
   {
     // Losing its position, the node takes the alias's place.
@@ -111,7 +120,7 @@ TEST_F(NodeTableTest, HardLinkNamesAreAliasesAndTheMapForgetsAFreedNode) {
     table_.DetachNameLocked(f, root_, "a");
   }
   EXPECT_EQ(f->parent, d);
-  EXPECT_EQ(f->name, "c");
+  EXPECT_EQ(f->name(), "c");
   EXPECT_FALSE(f->HasAliases());
   EXPECT_FALSE(f->unlinked);
   EXPECT_EQ(root_->Child("a"), nullptr);
@@ -171,6 +180,113 @@ TEST_F(NodeTableTest, AStaleNameUnlinksTheNodeAndTheNodesBelowIt) {
   Forget(f, 1);
   Forget(d, 1);
   EXPECT_EQ(table_.node_count(), 1u);
+}
+
+std::string LongName(size_t length, size_t i) {
+  std::string n = std::to_string(i) + "_";
+  while (n.size() < length) n += static_cast<char>('a' + n.size() % 26);
+  return n.substr(0, std::max(length, std::to_string(i).size() + 1));
+}
+
+TEST_F(NodeTableTest, NamesOfEveryLengthMoveBetweenDirectories) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* e = Add(root_, "e", S_IFDIR, 1, 3);
+  std::vector<Node*> files;
+  for (size_t len = 1; len <= 255; ++len)
+    files.push_back(Add(d, LongName(len, len), S_IFREG, 1, 100 + len));
+  for (size_t len = 1; len <= 255; ++len) {
+    Node* f = files[len - 1];
+    EXPECT_EQ(d->Child(LongName(len, len)), f);
+    EXPECT_EQ(f->name(), LongName(len, len));
+  }
+  {
+    // Each to e under a name of another length (long becomes short).
+    TableLock t(mu_);
+    for (size_t len = 1; len <= 255; ++len)
+      table_.MoveNameLocked(files[len - 1], d, LongName(len, len), e,
+                            LongName(256 - len, len));
+  }
+  EXPECT_FALSE(d->HasChildren());
+  for (size_t len = 1; len <= 255; ++len) {
+    Node* f = files[len - 1];
+    EXPECT_EQ(f->parent, e);
+    EXPECT_EQ(f->name(), LongName(256 - len, len));
+    EXPECT_EQ(e->Child(LongName(256 - len, len)), f);
+    EXPECT_EQ(e->Child(LongName(len, len)), len == 128 ? f : nullptr);
+  }
+  for (Node* f : files) Forget(f, 1);
+  EXPECT_FALSE(e->HasChildren());
+  EXPECT_EQ(table_.node_count(), 3u);
+}
+
+TEST_F(NodeTableTest, AnExchangeSwapsTheTwoNames) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  const std::string long_a(200, 'a'), long_b(40, 'b');
+  Node* a = Add(root_, long_a, S_IFREG, 1, 3);
+  Node* b = Add(d, long_b, S_IFREG, 1, 4);
+  {
+    // As RecordRenameLocked does for RENAME_EXCHANGE.
+    TableLock t(mu_);
+    table_.MoveNameLocked(a, root_, long_a, d, long_b);
+    table_.MoveNameLocked(b, d, long_b, root_, long_a);
+  }
+  EXPECT_EQ(d->Child(long_b), a);
+  EXPECT_EQ(root_->Child(long_a), b);
+  EXPECT_EQ(a->parent, d);
+  EXPECT_EQ(a->name(), long_b);
+  EXPECT_EQ(b->parent, root_);
+  EXPECT_EQ(b->name(), long_a);
+}
+
+TEST_F(NodeTableTest, AnAliasTakingThePositionKeepsItsNameFindable) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  const std::string name_a(30, 'a'), name_b(5, 'b'), name_c(100, 'c');
+  Node* f = Add(root_, name_a, S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.AttachLocked(f, d, name_b);
+    table_.AttachLocked(f, d, name_c);
+    EXPECT_EQ(d->Child(name_b), f);
+    EXPECT_EQ(d->Child(name_c), f);
+    table_.DetachNameLocked(f, root_, name_a);  // name_c takes its place
+    EXPECT_EQ(f->parent, d);
+    EXPECT_EQ(f->name(), name_c);
+    EXPECT_EQ(d->Child(name_c), f);
+    EXPECT_EQ(d->Child(name_b), f);
+    EXPECT_EQ(root_->Child(name_a), nullptr);
+    table_.DetachNameLocked(f, d, name_c);  // then name_b
+    EXPECT_EQ(f->name(), name_b);
+    EXPECT_FALSE(f->HasAliases());
+    EXPECT_EQ(d->Child(name_c), nullptr);
+    EXPECT_EQ(d->Child(name_b), f);
+    table_.DetachNameLocked(f, d, name_b);
+  }
+  EXPECT_TRUE(f->unlinked);
+  EXPECT_EQ(f->parent, nullptr);
+  EXPECT_EQ(f->name(), "");
+  EXPECT_FALSE(d->HasChildren());
+}
+
+TEST_F(NodeTableTest, AStaleDirectoryOfManyNamesAndAliasesUnlinksThemAll) {
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* keep = Add(root_, "keep", S_IFREG, 1, 3);
+  std::vector<Node*> files;
+  for (size_t i = 0; i < 3000; ++i)
+    files.push_back(Add(d, LongName(1 + i % 255, i), S_IFREG, 1, 10 + i));
+  {
+    TableLock t(mu_);
+    // `keep` has a second name in d: it loses only that one.
+    table_.AttachLocked(keep, d, "alias-of-keep");
+    table_.DropStaleNameLocked(d, root_, "d");
+  }
+  EXPECT_FALSE(d->HasChildren());
+  for (Node* f : files) EXPECT_TRUE(f->unlinked);
+  EXPECT_FALSE(keep->unlinked);
+  EXPECT_FALSE(keep->HasAliases());
+  EXPECT_EQ(root_->Child("keep"), keep);
+  for (Node* f : files) Forget(f, 1);
+  Forget(d, 1);
+  EXPECT_EQ(table_.node_count(), 2u);
 }
 
 TEST_F(NodeTableTest, TheRootIsNeverFreed) {

@@ -33,10 +33,9 @@ struct CountingLister {
   ListingCache::Lister Fn() {
     return [this](DirListing* out) {
       calls++;
-      out->entries.clear();
+      out->clear();
       for (size_t i = 0; i < n; i++)
-        out->entries.push_back(
-            ListedEntry{tag + std::to_string(i), DT_REG, i + 1});
+        out->Add(tag + std::to_string(i), DT_REG, i + 1);
       out->listed = true;
       return Ok();
     };
@@ -59,12 +58,12 @@ TEST(ListingCache, OffsetZeroListsAfreshAndLaterOffsetsReadTheNewest) {
   auto rewound = cache.Get(dirs[0], 0, lister.Fn());
   ASSERT_TRUE(rewound);
   EXPECT_EQ(lister.calls, 2);
-  EXPECT_EQ((*rewound)->entries[0].name, "b0");
+  EXPECT_EQ((*rewound)->at(0).name, "b0");
   auto next = cache.Get(dirs[0], 1, lister.Fn());
   ASSERT_TRUE(next);
-  EXPECT_EQ((*next)->entries[0].name, "b0");
+  EXPECT_EQ((*next)->at(0).name, "b0");
   // The earlier holder still reads the listing it got.
-  EXPECT_EQ((*first)->entries[0].name, "a0");
+  EXPECT_EQ((*first)->at(0).name, "a0");
   EXPECT_EQ(cache.listings(), 1u);
   EXPECT_EQ(cache.entries(), 3u);
 }
@@ -166,14 +165,38 @@ TEST(ListingCache, DropForgetsOneDirectory) {
   EXPECT_EQ(lister.calls, 1);
 }
 
+TEST(DirListing, KeepsEveryNameTypeAndNumberInOrder) {
+  DirListing l;
+  EXPECT_EQ(l.size(), 0u);
+  std::vector<std::string> names = {".", "..", ""};
+  for (size_t len = 1; len <= 255; ++len)
+    names.push_back(std::string(len, static_cast<char>('a' + len % 26)));
+  l.reserve(names.size(), 0);  // a short reserve only costs a reallocation
+  for (size_t i = 0; i < names.size(); ++i)
+    l.Add(names[i], i % 2 ? DT_DIR : DT_REG, 1000 + i);
+  ASSERT_EQ(l.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    DirListing::Entry e = l.at(i);
+    EXPECT_EQ(e.name, names[i]);
+    EXPECT_EQ(e.name.data()[e.name.size()], '\0');  // a C string for libfuse
+    EXPECT_EQ(e.type, i % 2 ? DT_DIR : DT_REG);
+    EXPECT_EQ(e.ino, 1000 + i);
+  }
+  l.clear();
+  EXPECT_EQ(l.size(), 0u);
+  l.Add("again", DT_LNK, 5);
+  EXPECT_EQ(l.at(0).name, "again");
+  EXPECT_EQ(l.at(0).type, DT_LNK);
+}
+
 TEST(DirHandle, TheHandleNamesTheListingAndTakingItBackFreesIt) {
   auto owned = std::make_unique<DirListing>();
-  owned->entries.push_back(ListedEntry{"x", DT_REG, 7});
+  owned->Add("x", DT_REG, 7);
   const uint64_t fh = HandleOf(owned.get());
   EXPECT_NE(fh, 0u);
   DirListing* raw = owned.release();
   EXPECT_EQ(BorrowHandle(fh), raw);
-  EXPECT_EQ(BorrowHandle(fh)->entries[0].name, "x");
+  EXPECT_EQ(BorrowHandle(fh)->at(0).name, "x");
   EXPECT_EQ(BorrowHandle(0), nullptr);
   std::unique_ptr<DirListing> back = TakeHandle(fh);
   EXPECT_EQ(back.get(), raw);
