@@ -400,6 +400,12 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (warm) warm->Stop();
   if (stop_control) stop_control();
   fuse_session_unmount(se.get());
+  // The page dropper's copy of the /dev/fuse descriptor goes too: only
+  // then does the kernel end the connection, and abort a request of the
+  // warm walk's that the loop had read but will never answer.
+  ctx.page_dropper = nullptr;
+  dropper->reset();
+  warm.reset();  // reaps the walk, which nothing holds any more
   fuse_remove_signal_handlers(se.get());
   spdlog::info("unmounted {} (loop returned {})", config.mountpoint, rc);
   if (rc < 0) return Error::Of(-rc, "fuse loop", config.mountpoint);

@@ -271,10 +271,10 @@ void WarmWalk::Supervise() {
       }
     }
   }
+  // Not waited for here: a request of the child's that a worker has read
+  // holds it (uninterruptibly) until the daemon answers, which it no longer
+  // does once its loop has ended; the session's end aborts that request.
   ::kill(child_, SIGKILL);
-  int status;
-  while (::waitpid(child_, &status, 0) < 0 && errno == EINTR) {
-  }
   ::close(report_fd_);
   report_fd_ = -1;
 }
@@ -284,6 +284,17 @@ void WarmWalk::Stop() {
   if (supervisor_.joinable()) supervisor_.join();
 }
 
-WarmWalk::~WarmWalk() { Stop(); }
+WarmWalk::~WarmWalk() {
+  Stop();
+  // Reaps the child, which SIGKILL ends once nothing holds it in the
+  // kernel; after 10 s (the session is still up?) it is left to init.
+  for (int i = 0; i < 1000; i++) {
+    int status;
+    pid_t r = ::waitpid(child_, &status, WNOHANG);
+    if (r == child_ || (r < 0 && errno != EINTR)) return;
+    ::usleep(10000);
+  }
+  spdlog::warn("warm walk: the child {} did not end", child_);
+}
 
 }  // namespace acqfs

@@ -14,7 +14,8 @@
 //
 // Bounds: at most `max_entries` entries and `max_seconds` seconds; one
 // directory descriptor and one 128 KiB buffer at a time; the child runs at
-// nice 10, so the agent's own processes come first for the CPU. It skips directories named .git. It never writes.
+// nice 10, so the agent's own processes come first for the CPU. It skips
+// directories named .git. It never writes.
 //
 // Thread-safety: Start once, from the daemon's thread before it serves
 // requests (the child is forked there, while the process has no other
@@ -59,7 +60,10 @@ class WarmWalk {
   WarmWalk(const WarmWalk&) = delete;
   WarmWalk& operator=(const WarmWalk&) = delete;
 
-  // Kills the child if it still runs, and waits for it and the supervisor.
+  // Kills the child if it still runs and waits for the supervisor; the
+  // destructor reaps the child. Destroy it only after the session has
+  // ended (fuse_session_unmount): until then a request of the child's that
+  // the loop read but never answered keeps the child alive.
   void Stop();
 
  private:

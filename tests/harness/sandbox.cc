@@ -125,10 +125,10 @@ std::string Sandbox::CheckMounted() const {
   if (!mounted_) return ::testing::AssertionFailure() << "not mounted";
   if (daemon_pid_ == 0) daemon_pid_ = ReadPidFile(pid_file());
   std::ostringstream problems;
-  if (FindMount(mountpoint_)) problems << mountpoint_ << " is still mounted\n";
   if (daemon_pid_ != 0 && !WaitForProcessExit(daemon_pid_, seconds))
-    problems << "daemon pid " << daemon_pid_ << " still runs " << seconds
-             << " s after its mount went\n";
+    problems << "daemon pid " << daemon_pid_ << " still runs after " << seconds
+             << " s\n";
+  if (FindMount(mountpoint_)) problems << mountpoint_ << " is still mounted\n";
   mounted_ = false;
   if (problems.str().empty()) return ::testing::AssertionSuccess();
   problems << ForceCleanup();

@@ -63,8 +63,8 @@ class Sandbox {
   // failure the mount is torn down forcibly anyway.
   ::testing::AssertionResult Unmount(bool by_name = false);
   // The test unmounted the sandbox by other means (umount(2),
-  // fusermount3): checks that the mount is gone and that the daemon exits
-  // within `seconds`, and leaves nothing for the destructor's `acqfs
+  // fusermount3, a signal to the daemon): checks that the daemon exits
+  // within `seconds` and that the mount is gone then, and leaves nothing for the destructor's `acqfs
   // umount`. Cleans up forcibly on failure.
   ::testing::AssertionResult UnmountedElsewhere(double seconds);
   // Mounts the same lower, state dir and name again after Unmount().

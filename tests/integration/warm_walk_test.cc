@@ -2,7 +2,8 @@
 // modes: it fills the kernel's caches so that what an agent runs first
 // (git's lstat of every path, in index order) sends no LOOKUP; the
 // sandbox's mount unmounts at any instant of it, by `acqfs umount`, by
-// umount(2) and by fusermount3, and the daemon then ends; a daemon killed
+// umount(2) and by fusermount3, and the daemon then ends; a signal ends
+// it at once; a daemon killed
 // during it leaves no walker behind; and it writes nothing.
 #include <signal.h>
 #include <sys/mount.h>
@@ -171,6 +172,31 @@ TEST_P(WarmWalk, TheMountUnmountsAtAnyInstantOfTheWalk) {
         ASSERT_TRUE(r.ok()) << r.Describe();
       }
       EXPECT_TRUE(sb.UnmountedElsewhere(20));
+    }
+  }
+}
+
+// SIGTERM or SIGINT at any instant of the walk ends the daemon at once,
+// cleanly: a request of the walk's that a worker had read when the loop
+// ended must not hold the daemon in its wait for the walk (it did: the
+// page dropper's copy of /dev/fuse kept the connection, so the request
+// was never aborted, and the daemon waited for a child it could not end).
+TEST_P(WarmWalk, ASignalAtAnyInstantOfTheWalkEndsTheDaemonAtOnce) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 100, 200);
+  for (int sig : {SIGTERM, SIGINT}) {
+    for (int delay : {0, 5, 20, 60, 150}) {
+      SCOPED_TRACE(std::string(strsignal(sig)) + " after " +
+                   std::to_string(delay) + " ms");
+      Sandbox sb(lower, Options({}));
+      ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      ASSERT_EQ(::kill(sb.daemon_pid(), sig), 0);
+      EXPECT_TRUE(sb.UnmountedElsewhere(5));
+      const std::string log = sb.DaemonLog();
+      EXPECT_NE(log.find("unmounted " + sb.mountpoint()), std::string::npos)
+          << log;
+      EXPECT_EQ(log.find("did not end"), std::string::npos) << log;
     }
   }
 }
