@@ -92,6 +92,7 @@ std::string PrivateMountNamespace() {
   // Dies with the daemon; holds nothing of the daemon's (not /dev/fuse, so
   // a killed daemon still ends its mount; not its locks).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_NAME, "acqfs-warm");  // its argv is still the daemon's
   if (::getppid() != parent) ::_exit(1);
   ::syscall(SYS_close_range, kReportFd + 1, ~0U, 0);
   // Below the agent's processes, but not starved by a busy machine as

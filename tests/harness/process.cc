@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -86,7 +87,24 @@ std::vector<pid_t> PidsWithArgument(const std::string& arg) {
       }
     }
   }
-  return pids;
+  // A forked child has its parent's argv (a daemon's warm walk,
+  // fuse/warm_walk.h): it is part of the process that matched, not another.
+  std::vector<pid_t> own;
+  for (pid_t pid : pids) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    pid_t parent = 0;
+    if (close != std::string::npos) {
+      std::istringstream rest(line.substr(close + 2));
+      std::string state;
+      rest >> state >> parent;
+    }
+    if (std::find(pids.begin(), pids.end(), parent) == pids.end())
+      own.push_back(pid);
+  }
+  return own;
 }
 
 bool WaitForChild(pid_t pid, int* status, double seconds) {

@@ -29,7 +29,8 @@ std::vector<std::string> ProcessArgs(pid_t pid);
 bool KillIfAlive(pid_t pid, const std::string& expected);
 
 // Live processes one of whose argv elements equals `arg` exactly (e.g. a
-// mount point given to a daemon on its command line).
+// mount point given to a daemon on its command line), leaving out a child
+// of another one found (a forked child keeps its parent's argv).
 std::vector<pid_t> PidsWithArgument(const std::string& arg);
 
 // Waits up to `seconds` for the child `pid` to end and stores its wait
