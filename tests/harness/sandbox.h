@@ -64,8 +64,8 @@ class Sandbox {
   ::testing::AssertionResult Unmount(bool by_name = false);
   // The test unmounted the sandbox by other means (umount(2),
   // fusermount3, a signal to the daemon): checks that the daemon exits
-  // within `seconds` and that the mount is gone then, and leaves nothing for the destructor's `acqfs
-  // umount`. Cleans up forcibly on failure.
+  // within `seconds` and that the mount is gone then, and leaves nothing for
+  // the destructor's `acqfs umount`. Cleans up forcibly on failure.
   ::testing::AssertionResult UnmountedElsewhere(double seconds);
   // Mounts the same lower, state dir and name again after Unmount().
   ::testing::AssertionResult Remount();
