@@ -254,6 +254,24 @@ Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
   }
 }
 
+Result<std::string> FGetXattr(int fd, const std::string& key,
+                              const std::string& shown) {
+  std::string buf;
+  for (;;) {
+    ssize_t n = ::fgetxattr(fd, key.c_str(), nullptr, 0);
+    if (n < 0) return Error::Errno("fgetxattr " + key, shown);
+    buf.resize(n);
+    if (n == 0) return buf;
+    n = ::fgetxattr(fd, key.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == ERANGE) continue;
+      return Error::Errno("fgetxattr " + key, shown);
+    }
+    buf.resize(n);
+    return buf;
+  }
+}
+
 Status SetXattr(const std::string& xpath, const std::string& key,
                 const std::string& value, int flags, const std::string& shown,
                 bool follow) {

@@ -82,6 +82,9 @@ Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
 // ENODATA is reported as an error with err == ENODATA.
 Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
                              const std::string& shown, bool follow = false);
+// The same through an open descriptor (not O_PATH).
+Result<std::string> FGetXattr(int fd, const std::string& key,
+                              const std::string& shown);
 // Sets an xattr through an open descriptor (a nameless O_TMPFILE inode has
 // no path to name it by).
 Status FSetXattr(int fd, const std::string& key, const std::string& value,

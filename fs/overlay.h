@@ -312,7 +312,11 @@ class Overlay {
   Result<UniqueFd> OpenAccess(const std::string& rel, int flags);
   Result<FileLease> CacheOpened(Node* node, Result<OpenFile> f);
   struct XattrTarget;
-  Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer);
+  // `borrow`: the directory's descriptor comes from the calling thread's
+  // DirFd cache (valid until its next DirFd call; tree_mu_ held).
+  Result<XattrTarget> XattrTargetOf(Node* node, const Layer& layer,
+                                    bool borrow = false);
+  FileLease UpperFileOf(Node* node);
   Result<UniqueFd> OpenAttrTarget(Node* node, int fh_fd);
   // Runs the xattr change `op` on the upper object of `node` through the
   // quota (Quota::Charged); returns `*done`, the change's own status, when
@@ -358,8 +362,9 @@ class Overlay {
   mode_t daemon_umask_ = 022;     // set once in Create
   FileCache files_{64};           // its own lock
   KeptStore kept_{&layers_, 64};  // its own lock
-  // Moves on with every exclusive tree lock; 0 is never used (it means "do
-  // not cache" to Layer::DirFd).
+  // Moves on with every change that may rename, replace or remove a
+  // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
+  // used (it means "do not cache" to Layer::DirFd).
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 

@@ -23,20 +23,33 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
 
 Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
                                      int fh_fd) {
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   std::string shown =
       node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setattr"));
-  auto target = OpenAttrTarget(node, fh_fd);
-  if (!target) return target.error();
-  // A truncate goes through the node's cached writable descriptor when
-  // there is one (it works whatever the file's mode now says).
+  ACQFS_TRY(MakeChangeable(node));
+  // The node's cached writable descriptor, when there is one, is its upper
+  // copy open: everything is changed through it (a truncate works whatever
+  // the file's mode now says), with no path to resolve. Else an O_PATH
+  // descriptor of the upper copy, changed through its /proc entry.
   FileLease cached = files_.Find(node, true, true);
-  if (cached) fh_fd = cached.get();
-  int fd = target->get();
+  UniqueFd target;
+  int fd;
+  if (cached) {
+    fd = cached.get();
+    fh_fd = fd;
+  } else {
+    auto t = OpenAttrTarget(node, fh_fd);
+    if (!t) return t.error();
+    target = std::move(*t);
+    fd = target.get();
+  }
   std::string proc = "/proc/self/fd/" + std::to_string(fd);
-  if (req.set_mode && ::chmod(proc.c_str(), req.mode & 07777) != 0)
+  auto set_mode = [&](mode_t mode) {
+    return cached ? ::fchmod(fd, mode) : ::chmod(proc.c_str(), mode);
+  };
+  if (req.set_mode && set_mode(req.mode & 07777) != 0)
     return Error::Errno("chmod", shown);
   if (req.set_uid || req.set_gid) {
     uid_t u = req.set_uid ? req.uid : static_cast<uid_t>(-1);
@@ -89,7 +102,7 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
   auto st = sys::Fstat(fd, shown);
   if (!st) return st.error();
   if (mode_t drop = st->st_mode & req.clear_setid; drop != 0) {
-    if (::chmod(proc.c_str(), st->st_mode & 07777 & ~drop) != 0)
+    if (set_mode(st->st_mode & 07777 & ~drop) != 0)
       return Error::Errno("chmod (clear set-id bits)", shown);
     st = sys::Fstat(fd, shown);
     if (!st) return st.error();
@@ -112,7 +125,8 @@ struct Overlay::XattrTarget {
 };
 
 Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
-                                                    const Layer& layer) {
+                                                    const Layer& layer,
+                                                    bool borrow) {
   XattrTarget t;
   if (node->unlinked) {
     // The kept data's own descriptor, through its /proc entry (followed).
@@ -126,26 +140,48 @@ Result<Overlay::XattrTarget> Overlay::XattrTargetOf(Node* node,
   }
   std::string path = PathLocked(node);
   const bool root = node == table_.root();
-  auto dir = layer.OpenDir(root ? "" : sys::Dirname(path));
-  if (!dir) return dir.error();
-  t.path = sys::XattrPath(dir->get(), root ? "" : sys::Basename(path));
-  t.dir = std::move(*dir);
+  const std::string dir_rel = root ? "" : sys::Dirname(path);
+  int dirfd;
+  if (borrow) {
+    auto fd = layer.DirFd(dir_rel, Gen(), &t.dir);
+    if (!fd) return fd.error();
+    dirfd = *fd;
+  } else {
+    auto fd = layer.OpenDir(dir_rel);
+    if (!fd) return fd.error();
+    t.dir = std::move(*fd);
+    dirfd = t.dir.get();
+  }
+  t.path = sys::XattrPath(dirfd, root ? "" : sys::Basename(path));
   t.shown = layer.Shown(path);
   return t;
+}
+
+// The node's cached readable descriptor of its upper copy, if any: a
+// regular file's xattrs are read through it (fgetxattr), with no path to
+// resolve. The kernel asks for security.capability before every chown and
+// the first write of each file.
+FileLease Overlay::UpperFileOf(Node* node) {
+  if (!S_ISREG(node->type) || node->unlinked ||
+      &LayerOf(node) != &layers_.upper)
+    return nullptr;
+  return files_.Find(node, false, true);
 }
 
 Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "getxattr", name);
   SharedLock l(tree_mu_);
-  auto t = XattrTargetOf(node, LayerOf(node));
+  if (FileLease f = UpperFileOf(node))
+    return sys::FGetXattr(f.get(), name, layers_.upper.Shown(PathLocked(node)));
+  auto t = XattrTargetOf(node, LayerOf(node), /*borrow=*/true);
   if (!t) return t.error();
   return sys::GetXattr(t->path, name, t->shown, t->follow);
 }
 
 Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   SharedLock l(tree_mu_);
-  auto t = XattrTargetOf(node, LayerOf(node));
+  auto t = XattrTargetOf(node, LayerOf(node), /*borrow=*/true);
   if (!t) return t.error();
   auto names = sys::ListXattrs(t->path, t->shown, t->follow);
   if (!names) return names.error();
@@ -159,7 +195,7 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
                          const std::string& value, int flags) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(EPERM, "setxattr", name);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setxattr"));
   ACQFS_TRY(MakeChangeable(node));
@@ -196,7 +232,7 @@ Status Overlay::XattrCharged(Node* node, const XattrTarget& t,
 Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "removexattr", name);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "removexattr"));
   ACQFS_TRY(MakeChangeable(node));

@@ -97,7 +97,7 @@ Status Overlay::MakeChangeable(Node* node) {
 }
 
 Status Overlay::CopyUp(Node* node) {
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   return EnsureUpper(node);
 }
 

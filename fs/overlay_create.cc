@@ -123,7 +123,7 @@ Status Overlay::Publish(Node* parent, const std::string& name, bool is_dir,
 Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
                              Creds creds) {
   Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(Publish(
       parent, name, true, &creds, mode, [&](int d, const std::string& n) {
@@ -135,7 +135,7 @@ Result<Node*> Overlay::Mkdir(Node* parent, const std::string& name, mode_t mode,
 Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
                              dev_t rdev, Creds creds) {
   Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (LayerFormat::IsWhiteout(mode, rdev))  // would read back as one
     return Error::Of(EPERM, "mknod 0/0 character device", shown);
@@ -149,7 +149,7 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
 Result<Node*> Overlay::Symlink(Node* parent, const std::string& name,
                                const std::string& target, Creds creds) {
   Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   ACQFS_TRY(
       Publish(parent, name, false, &creds, 0, [&](int d, const std::string& n) {
@@ -168,7 +168,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
   Node* node = nullptr;
   OpenFile file;
   {
-    ExclusiveLock l(tree_mu_, tree_gen_);
+    ExclusiveLock l(tree_mu_);
     std::string shown =
         layers_.upper.Shown(sys::Join(PathLocked(parent), name));
     // Read-write whatever the caller asked for, so that the file cache can
@@ -197,7 +197,7 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
 
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
   if (node->unlinked) return Error::Of(ENOENT, "link", shown);

@@ -102,7 +102,7 @@ Result<FileLease> Overlay::FileFor(Node* node, bool write) {
       SharedLock l(tree_mu_);
       if (!write || !copies()) return OpenDataLocked(node, write);
     }
-    ExclusiveLock l(tree_mu_, tree_gen_);
+    ExclusiveLock l(tree_mu_);
     return OpenDataLocked(node, write);
   }();
   if (!f) return f.error();

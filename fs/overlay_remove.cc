@@ -51,7 +51,8 @@ Status Overlay::Rmdir(Node* parent, const std::string& name) {
 Status Overlay::Remove(Node* parent, const std::string& name,
                        const Removal& how) {
   Reaper reap(&table_);
-  ExclusiveLock l(tree_mu_, tree_gen_);
+  // Only a removed directory retires the cached directory descriptors.
+  ExclusiveLock l(tree_mu_, tree_gen_, /*reshapes=*/how.dir);
   auto child = LookupLocked(parent, name, false);
   if (!child) return child.error();
   Node* node = *child;

@@ -38,7 +38,8 @@ struct MountConfig {
   // off, `-o warm_limit=N` bounds its entries (0: off).
   bool warm = true;
   uint64_t warm_limit = 1000000;
-  bool debug = false;  // libfuse request tracing
+  unsigned warm_threads = 2;  // `-o warm_threads=N`, 1 to 16
+  bool debug = false;         // libfuse request tracing
   // The sandbox's policy (hidden paths, read-only paths, quota), or null.
   std::shared_ptr<const Policy> policy;
 };

@@ -19,10 +19,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "common/sys.h"
@@ -120,7 +124,7 @@ std::string PrivateMountNamespace() {
   }
   Report("START " + std::to_string(static_cast<uint64_t>(st.st_dev)));
   WarmWalkResult r =
-      warm_walk_internal::Walk(root, o.max_entries, o.max_seconds);
+      warm_walk_internal::Walk(root, o.max_entries, o.max_seconds, o.threads);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
   Report("END " + std::to_string(r.entries) + " " + std::to_string(r.dirs) +
@@ -132,32 +136,94 @@ std::string PrivateMountNamespace() {
 
 namespace warm_walk_internal {
 
-WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds) {
-  WarmWalkResult r;
-  const double start = Now();
-  static thread_local std::vector<char> buf(128 * 1024);
-  // Depth first, each directory's subdirectories in name order: the order
-  // of git's index, so the walk is ahead of a `git status` started at once.
-  std::vector<std::string> pending = {"."};
+namespace {
+
+// The directories still to list, shared by the walk's threads: a stack, so
+// each directory's subdirectories, pushed in reverse name order, are taken
+// in name order (depth first, the order of git's index).
+class PendingDirs {
+ public:
+  PendingDirs(uint64_t max_entries, double deadline)
+      : max_entries_(max_entries), deadline_(deadline) {}
+
+  // The next directory to list; false when the walk is over (nothing left
+  // and no thread listing, or a bound reached; `ended` then says which).
+  bool Take(std::string* rel) {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      if (ended_.empty()) {
+        if (Now() > deadline_)
+          ended_ = "time limit";
+        else if (entries_ >= max_entries_)
+          ended_ = "entry limit";
+        else if (stack_.empty() && busy_ == 0)
+          ended_ = "done";
+      }
+      if (!ended_.empty()) {
+        cv_.notify_all();
+        return false;
+      }
+      if (!stack_.empty()) {
+        *rel = std::move(stack_.back());
+        stack_.pop_back();
+        busy_++;
+        return true;
+      }
+      cv_.wait(l);
+    }
+  }
+
+  // Ends the listing of the directory `rel` Take gave: its entries and its
+  // subdirectories (in any order).
+  void Done(const std::string& rel, uint64_t entries,
+            std::vector<std::string>* subdirs) {
+    std::sort(subdirs->begin(), subdirs->end(), std::greater<std::string>());
+    std::lock_guard<std::mutex> l(mu_);
+    busy_--;
+    dirs_++;
+    entries_ += entries;
+    for (std::string& s : *subdirs)
+      stack_.push_back(rel == "." ? std::move(s) : rel + "/" + s);
+    cv_.notify_all();
+  }
+  void Failed() {  // the directory Take gave could not be opened
+    std::lock_guard<std::mutex> l(mu_);
+    busy_--;
+    cv_.notify_all();
+  }
+
+  void Fill(WarmWalkResult* r) {
+    std::lock_guard<std::mutex> l(mu_);
+    r->entries = entries_;
+    r->dirs = dirs_;
+    r->ended = ended_;
+  }
+
+ private:
+  const uint64_t max_entries_;
+  const double deadline_;
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::vector<std::string> stack_ = {"."};
+  unsigned busy_ = 0;  // threads listing a directory Take gave
+  uint64_t entries_ = 0, dirs_ = 0;
+  std::string ended_;
+};
+
+void ListDirs(int root, PendingDirs* pending) {
+  std::vector<char> buf(128 * 1024);
   std::vector<std::string> subdirs;
-  r.ended = "done";
-  while (!pending.empty()) {
-    if (Now() - start > max_seconds) {
-      r.ended = "time limit";
-      break;
-    }
-    if (r.entries >= max_entries) {
-      r.ended = "entry limit";
-      break;
-    }
-    std::string rel = std::move(pending.back());
-    pending.pop_back();
+  std::string rel;
+  while (pending->Take(&rel)) {
     int fd = ::openat(root, rel.c_str(),
                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;  // gone or changed since its listing
+    if (fd < 0) {  // gone or changed since its listing
+      pending->Failed();
+      continue;
+    }
     UniqueFd owned(fd);
-    r.dirs++;
     subdirs.clear();
+    uint64_t entries = 0;
     for (;;) {
       long n = ::syscall(SYS_getdents64, fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
@@ -169,15 +235,33 @@ WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds) {
         if (name[0] == '.' &&
             (name[1] == 0 || (name[1] == '.' && name[2] == 0)))
           continue;
-        r.entries++;
+        entries++;
         if (d->d_type == DT_DIR && std::strcmp(name, ".git") != 0)
           subdirs.emplace_back(name);
       }
     }
-    std::sort(subdirs.begin(), subdirs.end(), std::greater<std::string>());
-    for (std::string& s : subdirs)
-      pending.push_back(rel == "." ? std::move(s) : rel + "/" + s);
+    pending->Done(rel, entries, &subdirs);
   }
+}
+
+}  // namespace
+
+WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds,
+                    unsigned threads) {
+  const double start = Now();
+  PendingDirs pending(max_entries, start + max_seconds);
+  std::vector<std::thread> others;
+  for (unsigned i = 1; i < threads; i++) {
+    try {
+      others.emplace_back(ListDirs, root, &pending);
+    } catch (const std::system_error&) {
+      break;  // fewer threads, the same walk
+    }
+  }
+  ListDirs(root, &pending);
+  for (std::thread& t : others) t.join();
+  WarmWalkResult r;
+  pending.Fill(&r);
   r.seconds = Now() - start;
   return r;
 }

@@ -13,7 +13,8 @@
 // and kills the child, which releases the copy, which ends the session.
 //
 // Bounds: at most `max_entries` entries and `max_seconds` seconds; one
-// directory descriptor and one 128 KiB buffer at a time; the child runs at
+// directory descriptor and one 128 KiB buffer a thread (`threads` of them,
+// default 2) at a time; the child runs at
 // nice 10, so the agent's own processes come first for the CPU. It skips
 // directories named .git. It never writes.
 //
@@ -39,6 +40,10 @@ struct WarmWalkOptions {
   std::string mountpoint;
   uint64_t max_entries = 1000000;
   double max_seconds = 30;
+  // Threads of the child listing side by side: the daemon answers their
+  // READDIRPLUS requests on as many workers (default: 2, this machine's
+  // cores; docs/benchmarks.md).
+  unsigned threads = 2;
 };
 
 // What the child reports when it ends (also logged by the daemon).
@@ -80,7 +85,9 @@ class WarmWalk {
 namespace warm_walk_internal {
 // The walk itself, as the child runs it, on the directory `root` (used by
 // the tests without a mount). Stops at the bounds. Reads only.
-WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds);
+// `threads` list directories side by side (at least one: the caller's).
+WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds,
+                    unsigned threads = 1);
 // Is a mount of device `dev` in `mountinfo` (the text of
 // /proc/self/mountinfo)? A FUSE device names one connection.
 bool Mounted(const std::string& mountinfo, dev_t dev);

@@ -91,11 +91,49 @@ TEST_F(WarmWalkTree, StopsAtItsEntryBound) {
   EXPECT_LT(r.dirs, 21u);
 }
 
+TEST_F(WarmWalkTree, ThreadsSideBySideListEveryDirectoryExactlyOnce) {
+  // A tree wide and deep enough that the threads take turns: every count
+  // is the single-threaded walk's.
+  int files = 0;
+  for (int a = 0; a < 12; a++) {
+    const std::string da = "a" + std::to_string(a);
+    Dir(da);
+    for (int b = 0; b < 6; b++) {
+      const std::string db = da + "/b" + std::to_string(b);
+      Dir(db);
+      for (int i = 0; i < a % 4; i++, files++)
+        File(db + "/f" + std::to_string(i));
+    }
+  }
+  const uint64_t dirs = 1 + 12 + 12 * 6, entries = 12 + 12 * 6 + files;
+  for (unsigned threads : {1u, 2u, 4u, 16u}) {
+    WarmWalkResult r = warm_walk_internal::Walk(Root(), 1000000, 60, threads);
+    EXPECT_EQ(r.ended, "done") << threads;
+    EXPECT_EQ(r.dirs, dirs) << threads;
+    EXPECT_EQ(r.entries, entries) << threads;
+  }
+}
+
+TEST_F(WarmWalkTree, ThreadsStopAtTheEntryBoundEachAtMostOneDirectoryOver) {
+  for (int d = 0; d < 40; d++) {
+    Dir("d" + std::to_string(d));
+    for (int i = 0; i < 10; i++)
+      File("d" + std::to_string(d) + "/f" + std::to_string(i));
+  }
+  WarmWalkResult r = warm_walk_internal::Walk(Root(), 50, 60, 4);
+  EXPECT_EQ(r.ended, "entry limit");
+  EXPECT_GE(r.entries, 50u);
+  EXPECT_LE(r.entries, 50u + 4 * 10);
+  EXPECT_LT(r.dirs, 41u);
+}
+
 TEST_F(WarmWalkTree, StopsAtItsTimeBound) {
   Dir("a");
-  WarmWalkResult r = warm_walk_internal::Walk(Root(), 1000000, -1);
-  EXPECT_EQ(r.ended, "time limit");
-  EXPECT_EQ(r.dirs, 0u);
+  for (unsigned threads : {1u, 3u}) {
+    WarmWalkResult r = warm_walk_internal::Walk(Root(), 1000000, -1, threads);
+    EXPECT_EQ(r.ended, "time limit");
+    EXPECT_EQ(r.dirs, 0u);
+  }
 }
 
 TEST_F(WarmWalkTree, ADirectoryRemovedBeforeItsTurnIsPassedOver) {

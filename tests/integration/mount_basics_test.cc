@@ -287,7 +287,9 @@ TEST(MountCliErrors, BadOptionValuesAreRefusedAndNothingIsCreated) {
   const std::string lower = tmp.MakeDir("lower");
   const std::string mnt = tmp.MakeDir("mnt");
   const std::string state = tmp.Sub("state");
-  for (const char* opt : {"timeout=abc", "threads=0", "threads=2x", "nosuch"}) {
+  for (const char* opt :
+       {"timeout=abc", "threads=0", "threads=2x", "nosuch", "warm_threads=0",
+        "warm_threads=17", "warm_threads=2x"}) {
     CommandResult r = RunCommand({AcqfsBinary(), "mount", lower, mnt, "--name",
                                   "x", "--state-dir", state, "-o", opt},
                                  30);

@@ -257,6 +257,75 @@ t("touch", lambda: m(D + "/touched"))
 
 ACQFS_IN_BOTH_FILE_MODES(CreationModes);
 
+// ------------------------------------------------------------ reshaping
+
+// Directories renamed, removed and made again under the same names, with
+// files created, changed and read in them between each step, as fast as
+// one process can: the daemon keeps the directories it last used open
+// (Layer::DirFd), and a create, chmod, chown, utimes or xattr in a
+// directory that has since been renamed or removed would land in the old
+// one (a file that vanishes, or shows in the wrong directory). The
+// listings and contents must be the disk's, in a merged lower directory as
+// in a new one, at depth.
+class ReshapedDirectories : public PosixOracle {
+ protected:
+  std::string LowerSetup() const override {
+    return PosixOracle::LowerSetup() +
+           "os.makedirs('h/sub/deep')\n"
+           "open('h/sub/file', 'w').write('lower\\n')\n"
+           "open('h/sub/deep/f', 'w').write('lower deep\\n')\n";
+  }
+};
+
+TEST_P(ReshapedDirectories, CreateInTheDirectoryNowAtThatName) {
+  const std::string code = R"(
+def put(p, data):
+    with open(p, "w") as f:
+        f.write(data)
+    os.chmod(p, 0o640)
+    os.utime(p, (1000000, 2000000))
+    os.setxattr(p, "user.k", data.encode()) if hasattr(os, "setxattr") else None
+def show(top):
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for n in sorted(files):
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            # The lower's own files were made apart (their times differ).
+            when = "" if n in ("file", "f") else st.st_mtime
+            print(p, "%o" % st.st_mode, when, open(p).read().strip())
+for i in range(30):
+    for top in ("t/n", "h/sub", "h/sub/deep"):
+        os.makedirs(top, exist_ok=True)
+        put(top + "/a%d" % i, "first %d" % i)
+        os.rename(top, top + ".old%d" % i)
+        os.mkdir(top)
+        put(top + "/b%d" % i, "second %d" % i)
+        os.chmod(top + "/b%d" % i, 0o600)
+        os.unlink(top + "/b%d" % i)
+        os.rmdir(top)
+        os.mkdir(top)
+        put(top + "/c%d" % i, "third %d" % i)
+        print(top, sorted(os.listdir(top)))
+        # A directory renamed over an empty one, then made again.
+        os.mkdir(top + ".e")
+        os.rename(top, top + ".e")
+        os.mkdir(top)
+        put(top + "/d%d" % i, "fourth %d" % i)
+        print(top, sorted(os.listdir(top)), sorted(os.listdir(top + ".e")))
+        shutil.rmtree(top + ".e")
+show("t")
+show("h")
+)";
+  const std::string out =
+      Same("directories reshaped between creates", code, kRoot);
+  SameTrees("after reshaping");
+  EXPECT_NE(out.find("h/sub/deep/d29 100640"), std::string::npos) << out;
+  EXPECT_NE(out.find("h/sub.old0/deep/f"), std::string::npos) << out;
+}
+
+ACQFS_IN_BOTH_FILE_MODES(ReshapedDirectories);
+
 class SetIdBits : public PosixOracle {
  protected:
   std::string LowerSetup() const override {
