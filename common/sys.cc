@@ -235,41 +235,43 @@ Result<std::vector<std::string>> ListXattrs(const std::string& xpath,
   return names;
 }
 
-Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
-                             const std::string& shown, bool follow) {
-  auto get = follow ? ::getxattr : ::lgetxattr;
+namespace {
+// An xattr's value by `get(buf, size)` (a getxattr call, size 0 asking for
+// the length), retried while the value grows between the two calls.
+template <typename Get>
+Result<std::string> ReadXattr(const Get& get, const char* op,
+                              const std::string& key,
+                              const std::string& shown) {
   std::string buf;
   for (;;) {
-    ssize_t n = get(xpath.c_str(), key.c_str(), nullptr, 0);
-    if (n < 0) return Error::Errno("lgetxattr " + key, shown);
+    ssize_t n = get(nullptr, 0);
+    if (n < 0) return Error::Errno(op + (" " + key), shown);
     buf.resize(n);
     if (n == 0) return buf;
-    n = get(xpath.c_str(), key.c_str(), buf.data(), buf.size());
+    n = get(buf.data(), buf.size());
     if (n < 0) {
       if (errno == ERANGE) continue;
-      return Error::Errno("lgetxattr " + key, shown);
+      return Error::Errno(op + (" " + key), shown);
     }
     buf.resize(n);
     return buf;
   }
 }
+}  // namespace
+
+Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
+                             const std::string& shown, bool follow) {
+  auto get = follow ? ::getxattr : ::lgetxattr;
+  return ReadXattr(
+      [&](void* b, size_t n) { return get(xpath.c_str(), key.c_str(), b, n); },
+      "lgetxattr", key, shown);
+}
 
 Result<std::string> FGetXattr(int fd, const std::string& key,
                               const std::string& shown) {
-  std::string buf;
-  for (;;) {
-    ssize_t n = ::fgetxattr(fd, key.c_str(), nullptr, 0);
-    if (n < 0) return Error::Errno("fgetxattr " + key, shown);
-    buf.resize(n);
-    if (n == 0) return buf;
-    n = ::fgetxattr(fd, key.c_str(), buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == ERANGE) continue;
-      return Error::Errno("fgetxattr " + key, shown);
-    }
-    buf.resize(n);
-    return buf;
-  }
+  return ReadXattr(
+      [&](void* b, size_t n) { return ::fgetxattr(fd, key.c_str(), b, n); },
+      "fgetxattr", key, shown);
 }
 
 Status SetXattr(const std::string& xpath, const std::string& key,
