@@ -311,9 +311,12 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
   if (int rc = CheckMountpoint(a, *t, **sandbox, *f)) return rc;
   if (gitbridge::IsGitCheckout(t->lower)) {
     if (Status s = gitbridge::CheckRemoteFree(t->lower, t->name, paths.bridge);
-        !s)
+        !s) {
+      if (s.err() != EEXIST)  // a checkout acqfs cannot open as git
+        return Fail(kExitBadInput, "mount: lower directory", s.error());
       return Fail(kExitBadInput, "mount: " + s.error().op, t->lower,
                   "remove it or choose another --name");
+    }
   }
   if (int rc = ChooseNamespace(*t, config, &(*sandbox)->meta())) return rc;
   return ChoosePolicy(a, *t, config, &(*sandbox)->meta());

@@ -56,6 +56,24 @@ Error GitError(int rc, const std::string& op, const std::string& path);
 int GitOpenRepository(git_repository** out, const std::string& path,
                       unsigned flags);
 
+// What a failed GitOpenRepository of the checkout `path` means, taken right
+// after it (the last error is per thread):
+// - kNoRepository: `path` holds no repository (libgit2's "could not find
+//   repository"); for acqfs, a lower that is not a git checkout;
+// - kRefused: a repository is there and libgit2 will not open it, e.g. one
+//   another user owns ("dubious ownership", which libgit2 1.5.1 reports as a
+//   missing safe.directory), a damaged config or HEAD.
+enum class GitOpenFailure { kNoRepository, kRefused };
+GitOpenFailure ClassifyGitOpenFailure(int rc);
+
+// The Error for a failed GitOpenRepository of the checkout `path`, taken
+// right after it: GitError(rc, op, path), except for a checkout or git
+// directory whose owner is neither this process's effective uid nor, as
+// root, the SUDO_UID that git and libgit2 also trust. That one is EPERM and
+// says whom it belongs to and the ways out: run as that user (or through
+// sudo from it), or add the checkout to safe.directory, as git requires.
+Error GitOpenError(int rc, const std::string& op, const std::string& path);
+
 // Holds libgit2 initialised for its lifetime (git_libgit2_init/shutdown are
 // reference counted, so nesting is fine).
 class GitLibrary {

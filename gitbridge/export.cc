@@ -442,7 +442,8 @@ Result<std::vector<std::string>> UnfetchedRefs(const HostRepo& host,
 
 bool IsGitCheckout(const std::string& dir) {
   GitLibrary lib;
-  return HostRepo::Open(dir).ok();
+  auto host = HostRepo::Open(dir);
+  return host.ok() || host.err() != ENOENT;
 }
 
 Status PrepareBridge(const ExportConfig& c) {

@@ -101,7 +101,10 @@ Result<PendingWork> Pending(const ExportConfig& config);
 // `acqfs ls`).
 Result<std::vector<std::string>> Unfetched(const ExportConfig& config);
 
-// Is `dir` a git checkout acqfs can bridge?
+// Is `dir` the top level of a git checkout? Also true for one libgit2
+// refuses to open (another user's, a damaged config): the git operations
+// that follow then fail and say why, so such a checkout is never taken for
+// a plain directory whose work needs no export.
 bool IsGitCheckout(const std::string& dir);
 
 // Creates the bridge repository (alternates to the host's objects) and

@@ -185,7 +185,14 @@ Result<HostRepo> HostRepo::Open(const std::string& workdir) {
   git_repository* raw = nullptr;
   int rc = GitOpenRepository(&raw, workdir, GIT_REPOSITORY_OPEN_NO_SEARCH);
   GitRepository repo(raw);
-  if (rc < 0) return GitError(rc, "open git checkout", workdir);
+  if (rc < 0) {
+    if (ClassifyGitOpenFailure(rc) == GitOpenFailure::kNoRepository)
+      return GitError(rc, "open git checkout", workdir);  // ENOENT
+    // A repository libgit2 will not open is never "no repository".
+    Error e = GitOpenError(rc, "open git checkout", workdir);
+    if (e.err == ENOENT) e.err = EIO;
+    return e;
+  }
   if (git_repository_is_bare(repo.get()))
     return Error::Of(ENOENT, "not a git checkout (bare repository)", workdir);
   return HostRepo(std::move(repo), workdir);

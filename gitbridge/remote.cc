@@ -135,9 +135,56 @@ class HostLock {
 Result<GitRepository> OpenHost(const std::string& workdir) {
   git_repository* raw = nullptr;
   int rc = GitOpenRepository(&raw, workdir, GIT_REPOSITORY_OPEN_NO_SEARCH);
-  if (rc < 0) return GitError(rc, "open git repository", workdir);
+  if (rc < 0) return GitOpenError(rc, "open git repository", workdir);
   return GitRepository(raw);
 }
+
+// Root changing the remotes of a checkout another user owns (one git trusts:
+// root through sudo from that user, or a safe.directory entry): libgit2
+// writes the new config by renaming a lock file over it, so the file would
+// become root's and its owner could no longer change their own config.
+// Record() notes the owner and mode of <commondir>/config; Restore() gives
+// them back after the edit. The file is opened beneath the common directory
+// without following a symlink, and only a regular file of one link changes.
+class ConfigOwner {
+ public:
+  void Record(const std::string& commondir) {
+    if (::geteuid() != 0) return;
+    auto dir = sys::OpenDirPath(commondir, O_PATH);
+    if (!dir) return;
+    auto fd = sys::OpenBeneath(dir->get(), "config", O_RDONLY | O_NONBLOCK, 0,
+                               commondir + "config");
+    if (!fd) return;
+    auto st = sys::Fstat(fd->get(), commondir + "config");
+    if (!st || !S_ISREG(st->st_mode) || st->st_uid == 0) return;
+    before_ = *st;
+    commondir_ = commondir;
+  }
+  Status Restore() const {
+    if (!before_) return Ok();
+    const std::string shown = commondir_ + "config";
+    auto dir = sys::OpenDirPath(commondir_, O_PATH);
+    if (!dir) return dir.error();
+    auto fd =
+        sys::OpenBeneath(dir->get(), "config", O_RDONLY | O_NONBLOCK, 0, shown);
+    if (!fd) return fd.error();
+    auto st = sys::Fstat(fd->get(), shown);
+    if (!st) return st.error();
+    if (!S_ISREG(st->st_mode) || st->st_nlink != 1) return Ok();
+    if ((st->st_uid != before_->st_uid || st->st_gid != before_->st_gid) &&
+        ::fchown(fd->get(), before_->st_uid, before_->st_gid) != 0)
+      return Error::Errno("give the host's git config back to its owner",
+                          shown);
+    if ((st->st_mode & 07777) != (before_->st_mode & 07777) &&
+        ::fchmod(fd->get(), before_->st_mode & 07777) != 0)
+      return Error::Errno("restore the mode of the host's git config", shown);
+    return Ok();
+  }
+
+ private:
+  std::optional<struct stat> before_;
+  std::string commondir_;
+};
 
 // Runs `edit` on the host repository with HostLock held and termination
 // signals held back; the repository is opened once the lock is held, so
@@ -154,9 +201,13 @@ auto WithHostLocked(const std::string& workdir, Edit&& edit)
   HostLock lock;
   ACQFS_TRY(lock.Take(dir));
   HoldTerminationSignals hold;
+  ConfigOwner owner;
+  owner.Record(dir);
   auto repo = OpenHost(workdir);
   if (!repo) return repo.error();
-  return edit(repo->get());
+  auto result = edit(repo->get());
+  if (Status s = owner.Restore(); !s) return s.error();
+  return result;
 }
 
 // The URL of an existing remote, or "" when there is none.

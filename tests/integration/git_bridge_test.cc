@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/binaries.h"
+#include "harness/mounts.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -1041,6 +1042,76 @@ TEST(GitBridgeNoRepo, ExportOfADirectoryThatIsNotACheckoutSaysSo) {
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
   EXPECT_NE(r.err.find("no git repository to export to"), std::string::npos)
       << r.Describe();
+}
+
+// A checkout another user owns, used by root (rootful containers of a
+// user's checkout, issue 17): libgit2 refuses it as git does ("dubious
+// ownership"), which libgit2 1.5.1 reports as a missing safe.directory
+// (GIT_ENOTFOUND). It used to be taken for a plain directory: the mount
+// came up without the remote, export said "no git repository to export
+// to", and umount exited 0 without exporting. Now every command refuses,
+// naming the owner and the ways out; as git does, root through sudo from
+// the owner (SUDO_UID) and a safe.directory entry are trusted, and the
+// host's .git/config keeps its owner when root adds the remote.
+TEST(GitBridgeOwner, AnotherUsersCheckoutIsRefusedNotTakenForAPlainDirectory) {
+  ASSERT_EQ(::geteuid(), 0u) << "needs root (as CI has)";
+  TempDir t;
+  ASSERT_EQ(::chmod(t.path().c_str(), 0755), 0);
+  const std::string lower = t.Sub("theirs");
+  ASSERT_TRUE(MakeLowerRepo(lower));
+  ASSERT_TRUE(ChownTree(lower, 1000, 1000));
+  const std::string home = t.MakeDir("home");
+  const std::string state = t.MakeDir("state");
+  const std::string mnt = t.MakeDir("mnt");
+  const TreeSnapshot host0 = Snapshot(lower, SnapshotOptions::Everything());
+  auto acqfs = [&](std::vector<std::string> args, EnvAdditions env = {}) {
+    args.insert(args.begin(), AcqfsBinary());
+    args.insert(args.end(), {"--state-dir", state});
+    env.push_back({"HOME", home});
+    return RunCommand(args, 60, "", env);
+  };
+  auto refused_for_owner = [&](const CommandResult& r, int code) {
+    EXPECT_EQ(r.exit_code, code) << r.Describe();
+    for (const char* part : {"is owned by uid 1000", "runs as uid 0",
+                             "dubious ownership", "safe.directory"})
+      EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n"
+                                                     << r.Describe();
+  };
+  CommandResult m = acqfs({"mount", lower, mnt, "--name", "theirs"});
+  refused_for_owner(m, 1);
+  EXPECT_FALSE(FindMount(mnt).has_value()) << "mounted despite the refusal";
+  EXPECT_TRUE(
+      SnapshotsEqual(host0, Snapshot(lower, SnapshotOptions::Everything())));
+
+  // Through sudo from the owner: trusted, as git trusts it.
+  const EnvAdditions sudo = {{"SUDO_UID", "1000"}};
+  m = acqfs({"mount", lower, mnt, "--name", "theirs"}, sudo);
+  ASSERT_TRUE(m.ok()) << m.Describe();
+  struct stat st;
+  ASSERT_EQ(::stat((lower + "/.git/config").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u) << ".git/config changed owner with the remote";
+  EXPECT_EQ(st.st_gid, 1000u);
+  ASSERT_TRUE(WriteFile(mnt + "/from-root.txt", "root's work\n"));
+  // Without it, export and umount refuse and keep the work for later.
+  refused_for_owner(acqfs({"export", "theirs"}), 2);
+  CommandResult u = acqfs({"umount", "theirs"});
+  EXPECT_NE(u.exit_code, 0) << u.Describe();
+  EXPECT_NE(u.err.find("dubious ownership"), std::string::npos) << u.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  // Trusted by a safe.directory entry of the caller's own git config.
+  ASSERT_TRUE(
+      WriteFile(home + "/.gitconfig", "[safe]\n\tdirectory = " + lower + "\n"));
+  CommandResult e = acqfs({"export", "theirs", "--json"});
+  ASSERT_TRUE(e.ok()) << e.Describe();
+  CommandResult fetch = RunGit(lower, {"fetch", "-q", "sandbox-theirs"}, home);
+  ASSERT_TRUE(fetch.ok()) << fetch.Describe();
+  EXPECT_EQ(
+      RunGit(lower, {"show", "sandbox-theirs/acqfs-worktree:from-root.txt"},
+             home)
+          .out,
+      "root's work\n");
+  ASSERT_EQ(::stat((lower + "/.git/config").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
 }
 
 // Export of a mounted sandbox at work: a path changed between the scan and
