@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/binaries.h"
 #include "harness/process.h"
 #include "integration/mount_fixture.h"
 
@@ -465,6 +467,71 @@ INSTANTIATE_TEST_SUITE_P(Modes, Unlinked, ::testing::Values("", "handles"),
 
 // `-o nosync_copyup` skips only the copy-up's fsync: the copy is the same
 // and the host's file is untouched.
+// A copy of the mount in another mount namespace (rootless podman's pause
+// process copies the user's mounts when it starts after the mount; here
+// `unshare --mount`) keeps the FUSE connection, and so the daemon, alive
+// after the unmount here: `acqfs umount` used to wait 15 s and fail with
+// "Connection timed out (wait for daemon N)", the sandbox could not be
+// mounted again, and the copy went on serving writes the export would not
+// see. Now umount ends the daemon (SIGTERM, its clean shutdown), says so,
+// and the copy answers ENOTCONN.
+using ForeignCopy = MountTest;
+TEST_F(ForeignCopy, UmountEndsADaemonThatAnotherNamespacesCopyKeepsAlive) {
+  const std::string file = M(lower::kFileA);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    ::execlp("unshare", "unshare", "--mount", "--propagation", "private",
+             "sleep", "600", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      int st;
+      ::waitpid(pid, &st, 0);
+    }
+  } reap{holder};
+  // Wait until the child is sleep, in its own mount namespace.
+  const std::string ns = "/proc/" + std::to_string(holder) + "/ns/mnt";
+  struct stat mine, theirs;
+  ASSERT_EQ(::stat("/proc/self/ns/mnt", &mine), 0);
+  bool ready = false;
+  for (int i = 0; i < 500 && !ready; i++) {
+    std::vector<std::string> args = ProcessArgs(holder);
+    ready = !args.empty() && args[0] == "sleep" &&
+            ::stat(ns.c_str(), &theirs) == 0 && theirs.st_ino != mine.st_ino;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(ready) << "unshare --mount did not start";
+  const std::string in_copy = "nsenter --target " + std::to_string(holder) +
+                              " --mount cat " + ShellQuote(file);
+  ASSERT_TRUE(RunShell(in_copy, 30).ok()) << "the copy does not serve";
+
+  const pid_t daemon = sandbox().daemon_pid();
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandResult u =
+      RunCommand({AcqfsBinary(), "umount", sandbox().name(), "--state-dir",
+                  sandbox().state_dir(), "--no-export"},
+                 60);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_TRUE(u.ok()) << u.Describe();
+  EXPECT_NE(u.err.find("another mount namespace"), std::string::npos)
+      << u.Describe();
+  EXPECT_LT(took, 10.0);
+  EXPECT_TRUE(WaitForProcessExit(daemon, 5)) << "the daemon lives on";
+  CommandResult after = RunShell(in_copy, 30);
+  EXPECT_FALSE(after.ok()) << after.Describe();
+  EXPECT_NE(after.err.find("Transport endpoint is not connected"),
+            std::string::npos)
+      << after.Describe();
+  EXPECT_TRUE(sandbox().UnmountedElsewhere(5));
+  EXPECT_TRUE(sandbox().Remount()) << "the sandbox cannot be mounted again";
+}
+
 class UnsyncedCopyUp : public MountTest {
  protected:
   SandboxOptions Options() const override {
