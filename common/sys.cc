@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/dir_walk.h"
+#include "common/owner_access.h"
 
 namespace acqfs::sys {
 
@@ -259,43 +260,72 @@ Result<std::string> ReadXattr(const Get& get, const char* op,
 }
 }  // namespace
 
+// A user.* xattr needs read permission on the object to be read and write
+// permission to be changed: refused that on a file of the sandbox's own, a
+// daemon that is not root tries again with the owner's bit added
+// (common/owner_access.h). `call` returns the syscall's result.
+template <class Call>
+auto AsOwnerOnRefusal(const std::string& xpath, bool follow, int fd,
+                      mode_t need, Call call) -> decltype(call()) {
+  auto r = call();
+  if (r || r.err() != EACCES || !owner_access::Enabled()) return r;
+  auto retry = [&] { r = call(); };
+  if (fd >= 0)
+    owner_access::Retry(fd, need, retry);
+  else
+    owner_access::RetryAt(xpath, follow, need, retry);
+  return r;
+}
+
 Result<std::string> GetXattr(const std::string& xpath, const std::string& key,
                              const std::string& shown, bool follow) {
   auto get = follow ? ::getxattr : ::lgetxattr;
-  return ReadXattr(
-      [&](void* b, size_t n) { return get(xpath.c_str(), key.c_str(), b, n); },
-      "lgetxattr", key, shown);
+  return AsOwnerOnRefusal(xpath, follow, -1, S_IRUSR, [&] {
+    return ReadXattr(
+        [&](void* b, size_t n) {
+          return get(xpath.c_str(), key.c_str(), b, n);
+        },
+        "lgetxattr", key, shown);
+  });
 }
 
 Result<std::string> FGetXattr(int fd, const std::string& key,
                               const std::string& shown) {
-  return ReadXattr(
-      [&](void* b, size_t n) { return ::fgetxattr(fd, key.c_str(), b, n); },
-      "fgetxattr", key, shown);
+  return AsOwnerOnRefusal("", false, fd, S_IRUSR, [&] {
+    return ReadXattr(
+        [&](void* b, size_t n) { return ::fgetxattr(fd, key.c_str(), b, n); },
+        "fgetxattr", key, shown);
+  });
 }
 
 Status SetXattr(const std::string& xpath, const std::string& key,
                 const std::string& value, int flags, const std::string& shown,
                 bool follow) {
   auto set = follow ? ::setxattr : ::lsetxattr;
-  if (set(xpath.c_str(), key.c_str(), value.data(), value.size(), flags) != 0)
-    return Error::Errno("lsetxattr " + key, shown);
-  return Ok();
+  return AsOwnerOnRefusal(xpath, follow, -1, S_IWUSR, [&]() -> Status {
+    if (set(xpath.c_str(), key.c_str(), value.data(), value.size(), flags) != 0)
+      return Error::Errno("lsetxattr " + key, shown);
+    return Ok();
+  });
 }
 
 Status FSetXattr(int fd, const std::string& key, const std::string& value,
                  int flags, const std::string& shown) {
-  if (::fsetxattr(fd, key.c_str(), value.data(), value.size(), flags) != 0)
-    return Error::Errno("fsetxattr " + key, shown);
-  return Ok();
+  return AsOwnerOnRefusal("", false, fd, S_IWUSR, [&]() -> Status {
+    if (::fsetxattr(fd, key.c_str(), value.data(), value.size(), flags) != 0)
+      return Error::Errno("fsetxattr " + key, shown);
+    return Ok();
+  });
 }
 
 Status RemoveXattr(const std::string& xpath, const std::string& key,
                    const std::string& shown, bool follow) {
   auto remove = follow ? ::removexattr : ::lremovexattr;
-  if (remove(xpath.c_str(), key.c_str()) != 0)
-    return Error::Errno("lremovexattr " + key, shown);
-  return Ok();
+  return AsOwnerOnRefusal(xpath, follow, -1, S_IWUSR, [&]() -> Status {
+    if (remove(xpath.c_str(), key.c_str()) != 0)
+      return Error::Errno("lremovexattr " + key, shown);
+    return Ok();
+  });
 }
 
 Status Renameat2(int olddir, const std::string& oldname, int newdir,

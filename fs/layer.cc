@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/owner_access.h"
 #include "common/sys.h"
 
 namespace acqfs {
@@ -286,6 +287,9 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   l.format = LayerFormat(ns);
   l.privileged = ::geteuid() == 0;
   l.tmp_path = work + "/" + LayerFormat::kTempDirName;
+  // A mode a killed daemon left widened (common/owner_access.h) is
+  // restored before anything reads the upper.
+  ACQFS_TRY(owner_access::Repair(l.upper.root(), l.work.root(), work));
   // Leftovers of an interrupted copy-up, and the kept data of the last
   // mount, are junk: remove them. The directory itself stays (emptied), so
   // the room it has grown is kept (ext4 directories never shrink): kept data

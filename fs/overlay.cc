@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "common/owner_access.h"
 #include "common/sys.h"
 #include "fs/overlay_internal.h"
 
@@ -19,7 +20,9 @@ namespace acqfs {
 
 Overlay::Overlay(Layers layers) : layers_(std::move(layers)) {}
 
-Overlay::~Overlay() = default;
+Overlay::~Overlay() {
+  if (owns_owner_access_) owner_access::Disable();
+}
 
 Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   std::unique_ptr<Overlay> ov(new Overlay(std::move(layers)));
@@ -29,6 +32,13 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   auto ust = sys::Fstat(l.upper.root(), l.upper.root_path());
   if (!ust) return ust.error();
   ov->layers_.store_on_host_dev = lst->st_dev == ust->st_dev;
+  // A daemon that is not root does what the kernel let the caller do on
+  // the sandbox's files whose mode denies it (common/owner_access.h); only
+  // with the layers claimed (a work area to journal in).
+  if (!l.privileged && l.tmp.is_valid()) {
+    ACQFS_TRY(owner_access::Enable(l.upper.root(), l.work.root()));
+    ov->owns_owner_access_ = true;
+  }
   // The daemon's umask, which its own creation calls apply (FixNewMode
   // undoes it): read once, before any request is served.
   ov->daemon_umask_ = ::umask(022);

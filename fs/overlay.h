@@ -310,6 +310,7 @@ class Overlay {
   // `write`, which may copy up).
   Result<OpenFile> OpenDataLocked(Node* node, bool write);
   Result<UniqueFd> OpenAccess(const std::string& rel, int flags);
+  Result<UniqueFd> OpenKept(Node* node, int flags);
   Result<FileLease> CacheOpened(Node* node, Result<OpenFile> f);
   struct XattrTarget;
   // `borrow`: the directory's descriptor comes from the calling thread's
@@ -359,9 +360,10 @@ class Overlay {
 
   Layers layers_;
   std::unique_ptr<Quota> quota_;
-  mode_t daemon_umask_ = 022;     // set once in Create
-  FileCache files_{64};           // its own lock
-  KeptStore kept_{&layers_, 64};  // its own lock
+  mode_t daemon_umask_ = 022;       // set once in Create
+  bool owns_owner_access_ = false;  // set once in Create: it enabled it
+  FileCache files_{64};             // its own lock
+  KeptStore kept_{&layers_, 64};    // its own lock
   // Moves on with every change that may rename, replace or remove a
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
   // used (it means "do not cache" to Layer::DirFd).

@@ -4,6 +4,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "common/owner_access.h"
 #include "common/sys.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
@@ -77,9 +78,20 @@ Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
     }
     if (rc != 0) {
       int f = ::open(proc.c_str(), O_WRONLY | O_CLOEXEC);
-      if (f < 0) return Error::Errno("open for truncate", shown);
-      UniqueFd owned(f);
-      auto r = truncate(f);
+      Result<UniqueFd> opened =
+          f >= 0 ? Result<UniqueFd>(UniqueFd(f))
+                 : Result<UniqueFd>(Error::Errno("open for truncate", shown));
+      // A file the daemon's user owns with a mode that denies it writing
+      // (the kernel let the caller truncate: common/owner_access.h).
+      if (!opened && opened.err() == EACCES) {
+        owner_access::Retry(fd, S_IWUSR, [&] {
+          int w = ::open(proc.c_str(), O_WRONLY | O_CLOEXEC);
+          if (w >= 0) opened = UniqueFd(w);
+        });
+      }
+      if (!opened) return opened.error();
+      UniqueFd owned = std::move(*opened);
+      auto r = truncate(owned.get());
       if (!r) return r.error();
       if (*r != 0) return Error::Of(static_cast<int>(-*r), "truncate", shown);
     }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/owner_access.h"
 #include "common/sys.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
@@ -53,13 +54,65 @@ Result<std::string> Overlay::ReadLink(Node* node) {
 
 // ---------------------------------------------------------------- data
 
+namespace {
+
+// The owner bits an open with `flags` needs.
+mode_t NeededBits(int flags) {
+  switch (flags & O_ACCMODE) {
+    case O_RDONLY:
+      return S_IRUSR;
+    case O_WRONLY:
+      return S_IWUSR;
+    default:
+      return S_IRUSR | S_IWUSR;
+  }
+}
+
+// After an open with `flags` of the object `path_fd` (O_PATH) was refused
+// with `refused`: the open again with the owner bits it needs, when the
+// daemon (not root) owns the file (common/owner_access.h), else `refused`.
+Result<UniqueFd> ReopenAsOwner(int path_fd, int flags, const Error& refused) {
+  if (refused.err != EACCES) return refused;
+  Result<UniqueFd> out = refused;
+  const std::string proc = "/proc/self/fd/" + std::to_string(path_fd);
+  owner_access::Retry(path_fd, NeededBits(flags), [&] {
+    int fd = sys::OpenRelievingPressure([&] {
+      return ::open(proc.c_str(), (flags & ~O_NOFOLLOW) | O_CLOEXEC);
+    });
+    if (fd >= 0) out = UniqueFd(fd);
+  });
+  return out;
+}
+
+}  // namespace
+
 // Opens `rel` in the upper with `flags`, for data access. A writer whose
 // read-write open is refused (a mode that denies the daemon's user reading,
-// when it is not root) gets a write-only descriptor.
+// when it is not root) gets a write-only descriptor; one refused even that
+// (a file created read-only, still open for writing) is opened by
+// widening its mode for the open (common/owner_access.h).
 Result<UniqueFd> Overlay::OpenAccess(const std::string& rel, int flags) {
   auto fd = layers_.upper.Open(rel, flags | O_NOFOLLOW);
   if (!fd && fd.err() == EACCES && (flags & O_ACCMODE) == O_RDWR)
     fd = layers_.upper.Open(rel, (flags & ~O_ACCMODE) | O_WRONLY | O_NOFOLLOW);
+  if (!fd && fd.err() == EACCES && owner_access::Enabled()) {
+    if (auto p = layers_.upper.Open(rel, O_PATH | O_NOFOLLOW))
+      fd = ReopenAsOwner(p->get(), flags, fd.error());
+  }
+  return fd;
+}
+
+// Opens an unlinked file's kept data with `flags` (O_RDONLY or O_RDWR),
+// on the same terms as OpenAccess.
+Result<UniqueFd> Overlay::OpenKept(Node* node, int flags) {
+  auto fd = kept_.Open(node->kept(), flags);
+  if (!fd && fd.err() == EACCES && (flags & O_ACCMODE) == O_RDWR)
+    fd = kept_.Open(node->kept(), O_WRONLY);
+  if (!fd && fd.err() == EACCES && owner_access::Enabled() &&
+      !node->kept().in_lower()) {
+    if (auto p = kept_.Open(node->kept(), O_PATH | O_NOFOLLOW))
+      fd = ReopenAsOwner(p->get(), flags, fd.error());
+  }
   return fd;
 }
 
@@ -69,9 +122,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   if (node->unlinked) {
     if (write) ACQFS_TRY(MakeChangeable(node));
     f.from_lower = node->kept().in_lower();
-    fd = kept_.Open(node->kept(), write ? O_RDWR : O_RDONLY);
-    if (!fd && write && fd.err() == EACCES)
-      fd = kept_.Open(node->kept(), O_WRONLY);
+    fd = OpenKept(node, write ? O_RDWR : O_RDONLY);
   } else if (write) {
     std::string path = PathLocked(node);
     ACQFS_TRY(CheckWritable(path, false, "open for writing"));
@@ -81,7 +132,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
     std::string path = PathLocked(node);
     f.from_lower = !node->upper;
     fd = node->upper
-             ? layers_.upper.Open(path, O_RDONLY | O_NOFOLLOW)
+             ? OpenAccess(path, O_RDONLY)
              : layers_.LowerLayer(node->lower_layer()).OpenForReading(path);
   }
   if (!fd) return fd.error();

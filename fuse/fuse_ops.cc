@@ -388,30 +388,35 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   });
 }
 
-// Handle-less, CREATE is answered ENOSYS: the kernel then creates files
-// with MKNOD and opens them itself, and as no OPEN is ever answered
-// otherwise it sends no RELEASE for them either. (A CREATE's handle is
-// RELEASEd until the kernel has seen an OPEN answered ENOSYS, which in a
-// fresh mount filled by `tar x` is never: one request per file.)
+// CREATE is answered in both file modes, never ENOSYS: the kernel's
+// fallback for ENOSYS (MKNOD, then an ordinary open of the new file) loses
+// FMODE_CREATED, so the VFS checks the new file's mode against the caller
+// and a non-root open(O_CREAT|O_EXCL|O_RDWR, 0444), git's way of writing
+// loose objects, fails with EACCES where ext4 succeeds. Handle-less, the
+// open Create counts is given back at once and the reply carries fh 0:
+// the kernel RELEASEs it (until it has seen an OPEN answered ENOSYS,
+// after which it sends no RELEASE at all), and a RELEASE of fh 0 is a
+// no-op (OpRelease).
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               struct fuse_file_info* fi) {
-  if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
+    const bool counted = !HandleLess(Ctx(req));
     auto r = ov->Create(NodeOf(req, parent), name, mode,
                         OpenFlags(req, fi->flags), CredsOf(req));
     if (!r) return ReplyError(req, r.error());
     Node* node = r->first;
+    if (!counted) ov->ReleaseOpen(node);
     auto st = ov->GetAttr(node);
     if (!st) {
-      ov->ReleaseOpen(node);
+      if (counted) ov->ReleaseOpen(node);
       ov->Forget(node, 1);
       return ReplyError(req, st.error());
     }
-    SetOpenInfo(fi, kCountedOpen);
+    SetOpenInfo(fi, counted ? kCountedOpen : 0);
     fuse_entry_param e;
     FillEntry(req, node, *st, &e);
-    if (fuse_reply_create(req, &e, fi) != 0) ov->ReleaseOpen(node);
+    if (fuse_reply_create(req, &e, fi) != 0 && counted) ov->ReleaseOpen(node);
   });
 }
 

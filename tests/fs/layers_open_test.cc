@@ -1,9 +1,16 @@
 // Tests of Layers::Open: the directories it opens and the work area it
 // prepares.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/owner_access.h"
 #include "fs/layer.h"
 #include "harness/layer_tree.h"
 
@@ -151,6 +158,161 @@ TEST(LayersOpen, RecordsTheNamespace) {
                        acqfs::test::OpenLayers(t, XattrNamespace::kTrusted));
   EXPECT_EQ(l.format.ns(), XattrNamespace::kTrusted);
   EXPECT_EQ(l.format.OpaqueKey(), "trusted.overlay.opaque");
+}
+
+// ---------------------------------------------------------------- owner_access
+
+mode_t ModeOf(const std::string& path) { return Lstat(path).st_mode & 07777; }
+
+std::string JournalOf(const TempTree& t) {
+  return t.work() + "/" + owner_access::kJournalName;
+}
+
+// The record a widening of `path` (`rel` in the upper) from `mode` writes.
+std::string RecordFor(const std::string& path, mode_t mode,
+                      const std::string& rel) {
+  struct stat st = Lstat(path);
+  char head[96];
+  std::snprintf(head, sizeof head, "%o %llu %llu ", mode,
+                static_cast<unsigned long long>(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  return head + rel + std::string(1, '\0');
+}
+
+// A daemon killed while a file's mode was widened left the journal: the
+// next claim of the layers puts the mode back and removes the journal.
+TEST(LayersOpen, RestoresAModeAKilledDaemonLeftWidened) {
+  TempTree t;
+  MakeDir(t.upper() + "/dir with space");
+  const std::string f = t.upper() + "/dir with space/obj\nname";
+  MakeFile(f, "blob");
+  ASSERT_EQ(::chmod(f.c_str(), 0644), 0);
+  MakeDir(t.upper() + "/d");
+  ASSERT_EQ(::chmod((t.upper() + "/d").c_str(), 0700), 0);
+  MakeFile(JournalOf(t), RecordFor(f, 0444, "dir with space/obj\nname"));
+  { ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t)); }
+  EXPECT_EQ(ModeOf(f), 0444u);
+  EXPECT_FALSE(Exists(JournalOf(t)));
+  // A directory widened from 0 (its xattrs were read).
+  MakeFile(JournalOf(t), RecordFor(t.upper() + "/d", 0, "d"));
+  { ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t)); }
+  EXPECT_EQ(ModeOf(t.upper() + "/d"), 0u);
+  ASSERT_EQ(::chmod((t.upper() + "/d").c_str(), 0700), 0);
+}
+
+// What the journal names is left alone unless it is the same object with
+// exactly the widened mode; a record cut short or malformed, a path out of
+// the upper or through a symlink restores nothing; the journal goes
+// either way.
+TEST(LayersOpen, ARepairChangesNothingElse) {
+  const std::string nul(1, '\0');
+  struct Case {
+    std::string label;
+    mode_t before;  // of upper/f
+    std::function<std::string(const TempTree&)> journal;
+  };
+  auto rec = [](mode_t mode, const std::string& rel) {
+    return [=](const TempTree& t) {
+      return RecordFor(t.upper() + "/f", mode, rel);
+    };
+  };
+  const std::vector<Case> cases = {
+      {"restored already", 0444, rec(0444, "f")},
+      {"changed since", 0755, rec(0444, "f")},
+      {"a group bit too", 0640, rec(0400, "f")},
+      {"another inode at the name", 0644,
+       [&](const TempTree&) { return "444 1 1 f" + nul; }},
+      {"cut short", 0644,
+       [&](const TempTree& t) {
+         std::string r = RecordFor(t.upper() + "/f", 0444, "f");
+         return r.substr(0, r.size() - 1);
+       }},
+      {"not octal", 0644,
+       [&](const TempTree& t) {
+         std::string r = RecordFor(t.upper() + "/f", 0444, "f");
+         return "4x4" + r.substr(3);
+       }},
+      {"no path", 0644,
+       [&](const TempTree& t) {
+         std::string r = RecordFor(t.upper() + "/f", 0444, "f");
+         return r.substr(0, r.size() - 2) + nul;
+       }},
+      {"leaves the upper", 0644, rec(0444, "../outside")},
+      {"a symlink to f", 0644, rec(0444, "link")},
+      {"empty", 0644, [](const TempTree&) { return std::string(); }},
+      {"two NULs", 0644,
+       [&](const TempTree& t) {
+         return RecordFor(t.upper() + "/f", 0444, "f") + nul;
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    TempTree t;
+    MakeFile(t.upper() + "/f", "data");
+    ASSERT_EQ(::chmod((t.upper() + "/f").c_str(), c.before), 0);
+    ASSERT_EQ(::symlink("f", (t.upper() + "/link").c_str()), 0);
+    MakeFile(t.root() + "/outside", "host");
+    ASSERT_EQ(::chmod((t.root() + "/outside").c_str(), 0644), 0);
+    MakeFile(JournalOf(t), c.journal(t));
+    ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
+    EXPECT_EQ(ModeOf(t.upper() + "/f"), c.before);
+    EXPECT_EQ(ModeOf(t.root() + "/outside"), 0644u);
+    EXPECT_FALSE(Exists(JournalOf(t)));
+  }
+}
+
+// The widening itself (as the test's own user, who owns the files): while
+// the retry runs the mode has the owner bit and the journal names the
+// file; afterwards the mode is back, the journal empty and the stat
+// sequence two on. Nothing is widened when it is off, for a bit the mode
+// has, for the host, a symlink, or a file of another user.
+TEST(OwnerAccess, WidensForOneRetryAndPutsTheModeBack) {
+  TempTree t;
+  MakeFile(t.upper() + "/obj", "");
+  ASSERT_EQ(::chmod((t.upper() + "/obj").c_str(), 0444), 0);
+  MakeFile(t.lower() + "/host", "");
+  ASSERT_EQ(::chmod((t.lower() + "/host").c_str(), 0444), 0);
+  ASSERT_EQ(::symlink("obj", (t.upper() + "/link").c_str()), 0);
+  ASSERT_OK_AND_ASSIGN(Layers l, acqfs::test::OpenLayers(t));
+  auto open_path = [](const std::string& p) {
+    return acqfs::UniqueFd(::open(p.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  };
+  acqfs::UniqueFd obj = open_path(t.upper() + "/obj");
+  bool ran = false;
+  EXPECT_FALSE(owner_access::Retry(obj.get(), S_IWUSR, [&] { ran = true; }));
+  EXPECT_FALSE(ran) << "widened while off";
+
+  ASSERT_TRUE(owner_access::Enable(l.upper.root(), l.work.root()).ok());
+  const uint64_t seq = owner_access::Seq();
+  mode_t during = 0;
+  std::string journal_during;
+  EXPECT_TRUE(owner_access::Retry(obj.get(), S_IWUSR, [&] {
+    during = ModeOf(t.upper() + "/obj");
+    journal_during = ReadFile(JournalOf(t));
+    EXPECT_TRUE(owner_access::Raced(seq));
+  }));
+  EXPECT_EQ(during, 0644u);
+  EXPECT_EQ(journal_during, RecordFor(t.upper() + "/obj", 0444, "obj"));
+  EXPECT_EQ(ModeOf(t.upper() + "/obj"), 0444u);
+  EXPECT_EQ(ReadFile(JournalOf(t)), "");
+  EXPECT_EQ(owner_access::Seq(), seq + 2);
+  EXPECT_FALSE(owner_access::Raced(owner_access::Seq()));
+
+  ran = false;
+  auto mark = [&] { ran = true; };
+  EXPECT_FALSE(owner_access::Retry(obj.get(), S_IRUSR, mark)) << "has it";
+  acqfs::UniqueFd host = open_path(t.lower() + "/host");
+  EXPECT_FALSE(owner_access::Retry(host.get(), S_IWUSR, mark)) << "the host";
+  EXPECT_EQ(ModeOf(t.lower() + "/host"), 0444u);
+  acqfs::UniqueFd link = open_path(t.upper() + "/link");
+  EXPECT_FALSE(owner_access::Retry(link.get(), S_IWUSR, mark)) << "symlink";
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown((t.upper() + "/obj").c_str(), 65534, 65534), 0);
+    EXPECT_FALSE(owner_access::Retry(obj.get(), S_IWUSR, mark)) << "not ours";
+    EXPECT_EQ(ModeOf(t.upper() + "/obj"), 0444u);
+  }
+  EXPECT_FALSE(ran);
+  owner_access::Disable();
 }
 
 }  // namespace

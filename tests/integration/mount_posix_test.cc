@@ -257,6 +257,51 @@ t("touch", lambda: m(D + "/touched"))
 
 ACQFS_IN_BOTH_FILE_MODES(CreationModes);
 
+using CreatedReadOnly = PosixOracle;
+
+// A file created by open(O_CREAT) is open for writing whatever mode it is
+// created with (git writes each loose object with O_CREAT|O_EXCL|O_RDWR and
+// 0444); opening it again afterwards is checked against that mode. Here by
+// uid 65534 in a root daemon's mount (allow_other, the kernel checking
+// permissions); an ordinary user's own mount, where the daemon is subject
+// to the same modes, is Unprivileged.ReadOnlyFilesStayWritableThroughTheir-
+// Descriptors.
+TEST_P(CreatedReadOnly, IsWritableThroughTheOpenThatCreatedIt) {
+  std::string code = R"(
+os.mkdir("t/ro", 0o777)
+os.chmod("t/ro", 0o777)
+os.umask(0o022)
+def create(name, flags, mode, data=b"blob\n"):
+    fd = os.open("t/ro/" + name, flags, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+for mo in (0o444, 0o400, 0o000, 0o555):
+    t("excl rdwr %o" % mo, lambda: create("x%o" % mo,
+      os.O_CREAT | os.O_EXCL | os.O_RDWR, mo))
+    t("  mode", lambda: m("t/ro/x%o" % mo))
+    t("  reopen for writing", lambda: os.close(os.open("t/ro/x%o" % mo, os.O_WRONLY)))
+    t("  again excl", lambda: create("x%o" % mo,
+      os.O_CREAT | os.O_EXCL | os.O_RDWR, mo))
+    t("wronly trunc %o" % mo, lambda: create("w%o" % mo,
+      os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mo))
+    t("  again, existing", lambda: create("w%o" % mo,
+      os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mo))
+    t("rdonly %o" % mo, lambda: os.close(os.open("t/ro/r%o" % mo,
+      os.O_CREAT | os.O_RDONLY, mo)))
+    t("  mode", lambda: m("t/ro/r%o" % mo))
+t("read back", lambda: open("t/ro/x444").read().strip())
+)";
+  Same("read-only creation as uid 65534", code, kNobody);
+  SameTrees("after creating read-only files");
+  EXPECT_NE(listing().find("t/ro/x444 100444"), std::string::npos) << listing();
+}
+
+ACQFS_IN_BOTH_FILE_MODES(CreatedReadOnly);
+
 // ------------------------------------------------------------ reshaping
 
 // Directories renamed, removed and made again under the same names, with

@@ -165,6 +165,144 @@ TEST_F(Unprivileged, MountWorkloadAndKernelOracleAsNobody) {
   EXPECT_TRUE(SnapshotsEqual(fuse_view, kernel_view, 40));
 }
 
+// Both scripts below start with this: they work in argv[1]; err(f) is "ok",
+// "ok VALUE" or the errno's name.
+constexpr char kPyPrelude[] = R"(
+import errno, os, sys
+os.chdir(sys.argv[1])
+def err(f):
+    try:
+        r = f()
+        return "ok" if r is None else "ok " + str(r)
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+)";
+
+// A file created read-only stays writable through the descriptor that
+// created it, as does one made read-only by fchmod after it was opened;
+// reopening it is refused. So on ext4, so in an ordinary user's mount, also
+// after the daemon's file cache (512 descriptors) dropped the descriptor it
+// served them with: the daemon, not root, reopens its own 0444 file by
+// widening its mode for the open (fs/owner_open.h). git writes every loose
+// object this way. The same script runs as nobody in a plain directory of
+// the same file system and in the mount, in both file modes; the outputs
+// must be the same.
+constexpr char kReadOnlyWrites[] = R"(
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+os.umask(0o022)
+N = 1200
+made = [os.open("ro%d" % i, os.O_CREAT | os.O_EXCL | os.O_RDWR,
+                0o200 if i % 3 == 0 else 0o444) for i in range(N)]
+print("writes", sum(err(lambda: os.write(fd, b"object %d\n" % i)) != "EACCES"
+                    for i, fd in enumerate(made)), "of", N)
+print("reads", sum(os.pread(fd, 64, 0).startswith(b"object")
+                   for fd in made), "of", N)
+late = os.open("late", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(late, b"before\n")
+os.fchmod(late, 0o400)
+others = [os.open("o%d" % i, os.O_CREAT | os.O_RDWR, 0o644) for i in range(N)]
+for fd in others:
+    os.write(fd, b"x")
+    os.close(fd)
+print("write after fchmod", err(lambda: os.write(late, b"after\n")))
+print("truncate after fchmod", err(lambda: os.ftruncate(late, 10)))
+os.unlink("ro1")
+print("write unlinked", err(lambda: os.pwrite(made[1], b"OBJECT", 0)))
+print("read unlinked", err(lambda: os.pread(made[1], 6, 0)))
+print("reopen ro2 for writing", err(lambda: os.close(os.open("ro2", os.O_WRONLY))))
+print("reopen ro3 for reading", err(lambda: os.close(os.open("ro3", os.O_RDONLY))))
+for fd in made + [late]:
+    os.close(fd)
+for name in ("ro2", "ro3", "late"):
+    st = os.stat(name)
+    print(name, oct(st.st_mode), st.st_size)
+os.mkdir("shut")
+with open("shut/inside", "w") as f:
+    f.write("in\n")
+with open("zero", "w") as f:
+    f.write("zero\n")
+os.chmod("shut", 0)
+os.chmod("zero", 0)
+)";
+
+// After a remount (so the daemon looks every name up afresh): a file and a
+// directory of mode 0 are listed and stat'ed with their mode, refuse what
+// ext4 refuses their owner, and can be chmod'ed back and removed. The
+// daemon reads their user.overlay.* xattrs to look them up, which their
+// mode denies it.
+constexpr char kModeZero[] = R"(
+mine = lambda: sorted(n for n in os.listdir(".") if n in ("late", "shut", "zero"))
+print("listed", mine())
+for name in ("shut", "zero"):
+    print(name, err(lambda: oct(os.lstat(name).st_mode)))
+print("open zero", err(lambda: os.close(os.open("zero", os.O_RDONLY))))
+print("list shut", err(lambda: os.listdir("shut")))
+print("stat shut/inside", err(lambda: os.lstat("shut/inside")))
+print("chmod shut", err(lambda: os.chmod("shut", 0o755)))
+print("chmod zero", err(lambda: os.chmod("zero", 0o644)))
+print("read", open("shut/inside").read().strip(), open("zero").read().strip())
+os.chmod("shut", 0o500)
+print("rm in read-only dir", err(lambda: os.unlink("shut/inside")))
+os.chmod("shut", 0o700)
+os.unlink("shut/inside")
+os.rmdir("shut")
+os.unlink("zero")
+print("gone", mine())
+)";
+
+TEST_F(Unprivileged, ReadOnlyFilesStayWritableThroughTheirDescriptors) {
+  const std::string disk = tmp_.MakeDir("disk", 0755, kNobody, kNogroup);
+  CommandResult want =
+      RunCommand(AsNobody({"python3", "-c",
+                           std::string(kPyPrelude) + kReadOnlyWrites, disk}),
+                 120);
+  ASSERT_TRUE(want.ok()) << want.Describe();
+  ASSERT_NE(want.out.find("writes 1200 of 1200"), std::string::npos)
+      << want.out;
+  CommandResult want_zero = RunCommand(
+      AsNobody({"python3", "-c", std::string(kPyPrelude) + kModeZero, disk}),
+      120);
+  ASSERT_TRUE(want_zero.ok()) << want_zero.Describe();
+  for (bool handles : {false, true}) {
+    SCOPED_TRACE(handles ? "-o handles" : "handle-less");
+    SandboxOptions options;
+    options.name = handles ? "ro-handles" : "ro";
+    options.command_prefix = AsNobody({});
+    options.owner_uid = kNobody;
+    options.owner_gid = kNogroup;
+    options.acqfs_bin = acqfs_;
+    if (handles) options.extra_mount_args = {"-o", "handles"};
+    // The first unmount leaves files of mode 0, which export (like git
+    // add) cannot read.
+    options.extra_umount_args = {"--no-export"};
+    Sandbox sandbox(lower_, options);
+    ASSERT_TRUE(sandbox.mounted()) << sandbox.mount_failure();
+    CommandResult got = RunCommand(
+        AsNobody({"python3", "-c", std::string(kPyPrelude) + kReadOnlyWrites,
+                  sandbox.mountpoint()}),
+        120);
+    EXPECT_TRUE(got.ok()) << got.Describe();
+    EXPECT_EQ(got.out, want.out);
+    ASSERT_TRUE(sandbox.Unmount());
+    ASSERT_TRUE(sandbox.Remount());
+    CommandResult zero = RunCommand(
+        AsNobody({"python3", "-c", std::string(kPyPrelude) + kModeZero,
+                  sandbox.mountpoint()}),
+        120);
+    EXPECT_TRUE(zero.ok()) << zero.Describe();
+    EXPECT_EQ(zero.out, want_zero.out);
+    ASSERT_TRUE(sandbox.Unmount());
+    // The modes in the upper are the ones asked for, and no journal is left.
+    EXPECT_EQ(Lstat(sandbox.U("ro2")).st_mode & 07777, 0444u);
+    EXPECT_EQ(Lstat(sandbox.U("ro3")).st_mode & 07777, 0200u);
+    EXPECT_EQ(Lstat(sandbox.U("late")).st_mode & 07777, 0400u);
+    const std::string journal = sandbox.work() + "/acqfs-modes";
+    EXPECT_TRUE(!Exists(journal) || ReadFile(journal).empty());
+  }
+}
+
 // An ordinary user's mount is for that user only unless --allow-other is
 // given, which needs `user_allow_other` in /etc/fuse.conf: without it the
 // request is refused before anything is created, naming the file. Each case
