@@ -20,6 +20,7 @@ packages=(
   fio gnuplot-nox                          # benchmarks
   python3.11 libpython3.11-testsuite       # tests/soak: Python's own tests
   python3-minimal                          # /usr/bin/python3: the oracle tests' scripts
+  podman runc busybox-static uidmap        # tests/container: podman on sandboxes
 )
 
 missing=()
