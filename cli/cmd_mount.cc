@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/liveness.h"
+#include "cli/podman_namespace.h"
 #include "cli/policy_args.h"
 #include "cli/sandbox.h"
 #include "cli/state.h"
@@ -216,6 +217,28 @@ int CheckMountpoint(const MountArgs& a, const MountTarget& t,
   return 0;
 }
 
+// A rootless Podman namespace of this user that was made before the mount
+// and would not receive it (cli/podman_namespace.h): a container given the
+// mountpoint would see the empty directory under it and write there,
+// outside the sandbox. Refused unless --ignore-podman-namespace.
+int CheckPodmanNamespace(const MountArgs& a, const MountTarget& t) {
+  if (a.ignore_podman_namespace) return 0;
+  const auto missing = PausesMissingMountAt(::getuid(), t.mountpoint);
+  if (missing.empty()) return 0;
+  const PodmanPause* pause = &missing.front();
+  return Fail(
+      kExitBadInput, "mount: mountpoint", t.mountpoint,
+      "rootless Podman's namespace, kept by your process " +
+          std::to_string(pause->pid) + " (" + pause->command +
+          ") since before this mount, would not see it: a container given "
+          "this mountpoint would see the empty directory under it and "
+          "write outside the sandbox. Mount before your first podman "
+          "command, or end that namespace with `podman system migrate` "
+          "(it stops your running containers) and mount again, or mount "
+          "under a shared mount (`podman unshare` then shows it); pass "
+          "--ignore-podman-namespace when no container will use it");
+}
+
 // Creates the sandbox's folder (`*created` tells whether this call did) and
 // takes its lock, which the daemon inherits.
 int CreateAndLock(const MountTarget& t, const Sandbox& sandbox, bool* created,
@@ -309,6 +332,7 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
   const SandboxPaths& paths = (*sandbox)->paths();
   if (int rc = CheckSandbox(*t, &**sandbox, f)) return rc;
   if (int rc = CheckMountpoint(a, *t, **sandbox, *f)) return rc;
+  if (int rc = CheckPodmanNamespace(a, *t)) return rc;
   if (gitbridge::IsGitCheckout(t->lower)) {
     if (Status s = gitbridge::CheckRemoteFree(t->lower, t->name, paths.bridge);
         !s) {

@@ -469,6 +469,9 @@ int Runner::PrepareMountpoint() {
 int Runner::Mount() {
   std::vector<std::string> args = {
       "mount", lower_, mountpoint_, "--name", a_.name, "--state-dir", state_};
+  // The mount is for the command run starts, in a namespace run makes after
+  // it; a Podman namespace does not matter to it.
+  args.push_back("--ignore-podman-namespace");
   if (a_.allow_other) args.push_back("--allow-other");
   if (a_.no_allow_other) args.push_back("--no-allow-other");
   for (const auto& o : a_.options) args.push_back("-o" + o);

@@ -33,6 +33,9 @@ struct MountArgs {
   // (cli/allow_other.h)
   bool allow_other = false, no_allow_other = false;
   bool name_given = false;  // --name was on the command line (even as "")
+  // --ignore-podman-namespace: mount even though a rootless Podman
+  // namespace made earlier would not see it (cli/podman_namespace.h)
+  bool ignore_podman_namespace = false;
   PolicyArgs policy;
 };
 int RunMount(const MountArgs& a);

@@ -21,37 +21,6 @@
 namespace acqfs::cli {
 namespace {
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string UnescapeMountField(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      const std::string oct = s.substr(i + 1, 3);
-      if (oct.find_first_not_of("01234567") == oct.npos) {
-        out += static_cast<char>(std::strtoul(oct.c_str(), nullptr, 8));
-        i += 3;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
-
-// "maj:min" (in `base`; mountinfo writes decimal) into a dev_t.
-bool ParseDev(const std::string& text, int base, dev_t* out) {
-  auto colon = text.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 >= text.size())
-    return false;
-  char* end = nullptr;
-  unsigned long maj = std::strtoul(text.c_str(), &end, base);
-  if (end != text.c_str() + colon) return false;
-  unsigned long min = std::strtoul(text.c_str() + colon + 1, &end, base);
-  if (end != text.c_str() + text.size()) return false;
-  *out = makedev(maj, min);
-  return true;
-}
-
 // A directory of a live upper layer may go, or turn into something else,
 // between reading its parent and opening it.
 bool Vanished(int err) {
@@ -96,23 +65,10 @@ const char* MountStateJsonName(MountState state) {
 
 std::vector<MountEntry> MountsAt(const std::string& mountpoint) {
   std::vector<MountEntry> found;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // id parent maj:min root mountpoint opts [optional...] - fstype source ...
-    std::istringstream ss(line);
-    std::string dev, root, mp;
-    MountEntry e;
-    if (!(ss >> e.id >> e.parent >> dev >> root >> mp)) continue;
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream rest(line.substr(dash + 3));
-    rest >> e.fstype;
-    e.mountpoint = UnescapeMountField(mp);
-    if (e.mountpoint != mountpoint) continue;
-    if (!ParseDev(dev, 10, &e.dev)) continue;
-    found.push_back(std::move(e));
-  }
+  auto table = ReadMountInfo("/proc/self/mountinfo");
+  if (!table) return found;
+  for (auto& e : *table)
+    if (e.mountpoint == mountpoint) found.push_back(std::move(e));
   return found;
 }
 
@@ -215,7 +171,7 @@ std::optional<DaemonRecord> ReadDaemonRecord(const std::string& pid_path) {
   r.pid = static_cast<pid_t>(pid);
   std::string dev_text;
   dev_t dev;
-  if (in >> dev_text && ParseDev(dev_text, 10, &dev)) {
+  if (in >> dev_text && ParseMajorMinor(dev_text, 10, &dev)) {
     r.mount_dev = dev;
     long id = 0;
     if (in >> id && id > 0) r.mount_id = static_cast<int>(id);

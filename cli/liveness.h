@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/mountinfo.h"
 #include "cli/state.h"
 #include "common/error.h"
 
@@ -50,15 +51,6 @@ enum class MountState { kNotMounted, kMounted, kStale };
 const char* MountStateName(MountState state);
 // "not-mounted", "mounted", "stale" (for JSON).
 const char* MountStateJsonName(MountState state);
-
-// One line of /proc/self/mountinfo.
-struct MountEntry {
-  int id = 0;              // the mount's id (statx STATX_MNT_ID)
-  int parent = 0;          // the id of the mount it is mounted on
-  std::string mountpoint;  // unescaped
-  std::string fstype;      // e.g. "fuse.acqfs"
-  dev_t dev = 0;           // st_dev of the mounted filesystem
-};
 
 // Every mount whose mountpoint is `mountpoint` (absolute, canonical), in
 // the order of the mount table (bottom to top for mounts stacked there);

@@ -56,6 +56,10 @@ void AddMount(CLI::App& app, MountArgs& m) {
   c->add_flag("--no-allow-other", m.no_allow_other,
               "Only the user who mounts may use the mount (the default "
               "for an ordinary user)");
+  c->add_flag("--ignore-podman-namespace", m.ignore_podman_namespace,
+              "Mount even though a rootless Podman namespace of yours, made "
+              "before this mount, would not see it (no container will use "
+              "the mount)");
   c->add_option("-o", m.options,
                 "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
                 "handles, nosync_copyup, nowarm, warm_limit=ENTRIES, debug, "

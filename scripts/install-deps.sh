@@ -21,6 +21,7 @@ packages=(
   python3.11 libpython3.11-testsuite       # tests/soak: Python's own tests
   python3-minimal                          # /usr/bin/python3: the oracle tests' scripts
   podman runc busybox-static uidmap        # tests/container: podman on sandboxes
+  docker.io                                # tests/container: dockerd of the test's own
 )
 
 missing=()

@@ -1,15 +1,19 @@
-// Containers with an acqfs sandbox as their workspace, end to end (issue 17):
-// Podman, rootful, runs a container as root and as uid 1000 on a sandbox
-// of a host checkout; the container edits, creates, deletes and renames
-// files, builds with make, commits on a branch with git and leaves
-// uncommitted work. Then `acqfs export` and the host's `git fetch` bring back
-// the branch and the working-tree commit, the upper layer holds the files
-// with the container user's owner, and the host checkout is byte-identical.
-// Four containers at once on four sandboxes of one checkout all finish and
-// export, and `acqfs ls` lists the four.
+// Containers with an acqfs sandbox as their workspace, end to end (issue 17).
+// Rootful, with podman as root and with a Docker daemon of the test's own:
+// a container as root and one as uid 1000 on a sandbox of a host checkout
+// edit, create, delete and rename files, build with make, commit on a
+// branch with git and leave uncommitted work. Then `acqfs export` and the
+// host's `git fetch` bring back the branch and the working-tree commit, the
+// upper layer holds the files with the container user's owner, and the
+// host checkout is byte-identical. Four containers at once on four
+// sandboxes of one checkout all finish and export, and `acqfs ls` lists the
+// four. Rootless podman, as an ordinary user: the container's root, and
+// --userns=keep-id with and without --allow-other; and the refusal of a
+// mount that a Podman namespace made earlier would not see.
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,11 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "container/docker.h"
 #include "container/podman.h"
 #include "harness/binaries.h"
 #include "harness/command.h"
 #include "harness/fs_util.h"
 #include "harness/lower_repo.h"
+#include "harness/mounts.h"
+#include "harness/process.h"
 #include "harness/sandbox.h"
 #include "harness/snapshot.h"
 #include "harness/temp_dir.h"
@@ -83,42 +90,65 @@ std::string Git(const std::string& repo, const std::vector<std::string>& args,
   return r.out;
 }
 
-// The container tests' own store and image, made once for the program.
+// The container tests' own stores and images, made once for the program:
+// rootful podman, and a Docker daemon of the test's own (docker.h).
 Podman* store = nullptr;
+Docker* docker = nullptr;
 
-class PodmanEnvironment : public ::testing::Environment {
+class EngineEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     ASSERT_EQ(::geteuid(), 0u) << "rootful podman needs root (as CI has)";
-    store_ = std::make_unique<Podman>();
-    CommandResult r = store_->MakeImage();
+    podman_ = std::make_unique<Podman>();
+    CommandResult r = podman_->MakeImage();
     ASSERT_TRUE(r.ok()) << r.Describe();
-    store = store_.get();
+    store = podman_.get();
+    docker_ = std::make_unique<Docker>();
+    ASSERT_EQ(docker_->failure(), "");
+    CommandResult d = docker_->MakeImage();
+    ASSERT_TRUE(d.ok()) << d.Describe();
+    docker = docker_.get();
   }
   void TearDown() override {
     store = nullptr;
-    store_.reset();
+    docker = nullptr;
+    docker_.reset();
+    podman_.reset();
   }
 
  private:
-  std::unique_ptr<Podman> store_;
+  std::unique_ptr<Podman> podman_;
+  std::unique_ptr<Docker> docker_;
 };
 const auto* const kEnvironment =
-    ::testing::AddGlobalTestEnvironment(new PodmanEnvironment);
+    ::testing::AddGlobalTestEnvironment(new EngineEnvironment);
+
+// The rootful engine a test parameter names; nullptr when it could not be
+// set up (the environment reported why).
+ContainerEngine* Engine(const std::string& name) {
+  if (name == "docker") return docker;
+  return store;
+}
 
 struct Who {
+  const char* engine;  // "podman", "docker"
   const char* label;
   uid_t uid;
   gid_t gid;
   const char* user;  // --user, "" for root
 };
 // For test names and messages (ctest shows the parameter).
-void PrintTo(const Who& w, std::ostream* os) { *os << w.label; }
+void PrintTo(const Who& w, std::ostream* os) {
+  *os << w.engine << "_" << w.label;
+}
 
-class RootfulPodman : public ::testing::TestWithParam<Who> {
+// Rootful: podman as root, and docker (whose daemon is root), on a root
+// mount, which is open to every user by default.
+class Rootful : public ::testing::TestWithParam<Who> {
  protected:
   void SetUp() override {
-    ASSERT_NE(store, nullptr) << "the image could not be made";
+    engine_ = Engine(GetParam().engine);
+    ASSERT_NE(engine_, nullptr) << "the image could not be made";
     ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
     home_ = tmp_.MakeDir("home");
     lower_ = tmp_.Sub("host");
@@ -127,15 +157,16 @@ class RootfulPodman : public ::testing::TestWithParam<Who> {
   }
 
   TempDir tmp_;
+  ContainerEngine* engine_ = nullptr;
   std::string home_, lower_;
 };
 
-TEST_P(RootfulPodman, EditsBuildsCommitsAndExports) {
+TEST_P(Rootful, EditsBuildsCommitsAndExports) {
   const Who who = GetParam();
   const SnapshotOptions outside = SnapshotOptions::CheckoutOutsideGit();
   const TreeSnapshot files0 = Snapshot(lower_, outside);
   SandboxOptions options;
-  options.name = std::string("pod-") + who.label;
+  options.name = std::string(who.engine) + "-" + who.label;
   // The checkout of a user whom root serves: as `sudo acqfs ...` from that
   // user, which git (and so acqfs) trusts with another user's checkout.
   if (who.uid != 0)
@@ -151,7 +182,7 @@ TEST_P(RootfulPodman, EditsBuildsCommitsAndExports) {
   spec.workspace = s.mountpoint();
   spec.user = who.user;
   spec.script = kContainerWork;
-  CommandResult run = store->Run(spec);
+  CommandResult run = engine_->Run(spec);
   ASSERT_TRUE(run.ok()) << run.Describe() << "\n--- daemon.log ---\n"
                         << s.DaemonLog();
 
@@ -226,8 +257,11 @@ g commit -q -m "box )sh" +
 )sh";
 }
 
-TEST(RootfulPodmanMany, FourContainersBuildOnFourSandboxesOfOneCheckout) {
-  ASSERT_NE(store, nullptr) << "the image could not be made";
+class RootfulMany : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RootfulMany, FourContainersBuildOnFourSandboxesOfOneCheckout) {
+  ContainerEngine* engine = Engine(GetParam());
+  ASSERT_NE(engine, nullptr) << "the image could not be made";
   constexpr int kBoxes = 4;
   TempDir tmp;
   ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
@@ -249,11 +283,12 @@ TEST(RootfulPodmanMany, FourContainersBuildOnFourSandboxesOfOneCheckout) {
   for (int i = 0; i < kBoxes; i++)
     threads.emplace_back([&, i] {
       ContainerRun spec;
-      spec.name = "acqfs-test-four-" + std::to_string(i);
+      spec.name = std::string("acqfs-test-") + GetParam() + "-four-" +
+                  std::to_string(i);
       spec.workspace = boxes[i]->mountpoint();
       spec.script = BoxWork(i);
       spec.timeout_seconds = 300;
-      runs[i] = store->Run(spec);
+      runs[i] = engine->Run(spec);
     });
   for (auto& t : threads) t.join();
   for (int i = 0; i < kBoxes; i++)
@@ -331,6 +366,23 @@ class RootlessPodman : public ::testing::Test {
     if (in >> pause && pause > 0) ::kill(pause, SIGKILL);
     if (fuse_mode_ >= 0) ::chmod("/dev/fuse", static_cast<mode_t>(fuse_mode_));
   }
+  // Podman run by the user, with a store the user owns.
+  PodmanUser User() const {
+    PodmanUser user;
+    user.prefix = AsUser();
+    user.uid = uid_;
+    user.gid = gid_;
+    return user;
+  }
+  // A sandbox the user mounts, with its directories the user's.
+  SandboxOptions UserSandbox(const std::string& name) const {
+    SandboxOptions options;
+    options.name = name;
+    options.command_prefix = AsUser();
+    options.owner_uid = uid_;
+    options.owner_gid = gid_;
+    return options;
+  }
   std::vector<std::string> AsUser() const {
     return {"setpriv",
             "--reuid=" + std::to_string(uid_),
@@ -349,20 +401,12 @@ class RootlessPodman : public ::testing::Test {
 };
 
 TEST_F(RootlessPodman, TheContainersRootIsTheUserAndItsWorkComesBack) {
-  SandboxOptions options;
-  options.name = "rootless";
-  options.command_prefix = AsUser();
-  options.owner_uid = uid_;
-  options.owner_gid = gid_;
+  SandboxOptions options = UserSandbox("rootless");
   Sandbox s(lower_, options);
   ASSERT_TRUE(s.mounted()) << s.mount_failure();
   const TreeSnapshot host0 = Snapshot(lower_, SnapshotOptions::Everything());
   {
-    PodmanUser user;
-    user.prefix = AsUser();
-    user.uid = uid_;
-    user.gid = gid_;
-    Podman podman(user);
+    Podman podman(User());
     CommandResult image = podman.MakeImage();
     ASSERT_TRUE(image.ok()) << image.Describe();
     ContainerRun spec;
@@ -400,11 +444,215 @@ TEST_F(RootlessPodman, TheContainersRootIsTheUserAndItsWorkComesBack) {
       "left uncommitted\n");
 }
 
+// A tmpfs of the test's at `dir` (in the machine's mount namespace), owned
+// by uid:gid, made shared or private; detached in every outcome.
+class TestTmpfs {
+ public:
+  TestTmpfs(const std::string& dir, unsigned long propagation, uid_t uid,
+            gid_t gid)
+      : dir_(dir) {
+    const std::string opts =
+        "mode=0755,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
+    if (::mount("acqfs-test", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0)
+      return;
+    mounted_ = true;
+    ok_ = ::mount(nullptr, dir.c_str(), nullptr, propagation, nullptr) == 0;
+  }
+  ~TestTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false, ok_ = false;
+};
+
+// What a container sees in /workspace, one name per line.
+constexpr char kListWorkspace[] = "ls -A /workspace";
+
+// Podman's namespace made before the mount: rootless Podman's pause process
+// keeps the mount namespace its first command made. A sandbox mounted after
+// it on a private mount is not in it, so a container would see the empty
+// directory beneath the mountpoint and write there, outside the sandbox:
+// `acqfs mount` refuses it, says what to change and writes nothing;
+// --ignore-podman-namespace mounts anyway (and the container does see the
+// empty directory: the refusal's reason, shown). Under a shared mount the
+// mount propagates into the namespace, and is allowed: the container works
+// in the sandbox.
+TEST_F(RootlessPodman, ANamespaceMadeBeforeTheMountIsRefusedUnlessItGetsIt) {
+  // Both places exist before podman's namespace copies the mount table.
+  TestTmpfs priv(tmp_.MakeDir("private"), MS_PRIVATE, uid_, gid_);
+  TestTmpfs shared(tmp_.MakeDir("shared"), MS_SHARED, uid_, gid_);
+  ASSERT_TRUE(priv.ok());
+  ASSERT_TRUE(shared.ok());
+  const std::string priv_mnt = tmp_.MakeDir("private/mnt", 0755, uid_, gid_);
+  const std::string shared_mnt = tmp_.MakeDir("shared/mnt", 0755, uid_, gid_);
+  const std::string state = tmp_.MakeDir("state", 0755, uid_, gid_);
+  Podman podman(User());
+  CommandResult image = podman.MakeImage();  // starts the pause process
+  ASSERT_TRUE(image.ok()) << image.Describe();
+  std::ifstream pid_file(xdg_ + "/libpod/tmp/pause.pid");
+  pid_t pause = 0;
+  ASSERT_TRUE(pid_file >> pause) << "podman started no pause process";
+
+  std::vector<std::string> mount = AsUser();
+  mount.insert(mount.end(), {AcqfsBinary(), "mount", lower_, priv_mnt, "--name",
+                             "early", "--state-dir", state});
+  CommandResult refused = RunCommand(mount, 60);
+  EXPECT_EQ(refused.exit_code, 1) << refused.Describe();
+  EXPECT_NE(refused.err.find("rootless Podman's namespace, kept by your "
+                             "process " +
+                             std::to_string(pause) + " (catatonit -P)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("podman system migrate"), std::string::npos);
+  EXPECT_NE(refused.err.find("--ignore-podman-namespace"), std::string::npos);
+  struct stat st;
+  EXPECT_NE(::lstat((state + "/early").c_str(), &st), 0)
+      << "the refused mount made its sandbox folder";
+  ASSERT_FALSE(FindMount(priv_mnt).has_value());
+
+  {
+    SandboxOptions options = UserSandbox("ignored");
+    options.mountpoint = priv_mnt;
+    options.extra_mount_args = {"--ignore-podman-namespace"};
+    options.extra_umount_args = {"--no-export"};
+    Sandbox s(lower_, options);
+    ASSERT_TRUE(s.mounted()) << s.mount_failure();
+    ContainerRun spec;
+    spec.name = "acqfs-test-ignored";
+    spec.workspace = priv_mnt;
+    spec.script = kListWorkspace;
+    CommandResult run = podman.Run(spec);
+    ASSERT_TRUE(run.ok()) << run.Describe();
+    EXPECT_EQ(run.out, "") << "the container saw the sandbox after all: the "
+                              "refusal above was wrong";
+    EXPECT_TRUE(s.Unmount());
+  }
+
+  SandboxOptions options = UserSandbox("propagated");
+  options.mountpoint = shared_mnt;
+  Sandbox s(lower_, options);
+  ASSERT_TRUE(s.mounted()) << s.mount_failure();
+  ContainerRun spec;
+  spec.name = "acqfs-test-propagated";
+  spec.workspace = shared_mnt;
+  spec.script = "cat /workspace/src/a.txt; echo from-podman > /workspace/p.txt";
+  CommandResult run = podman.Run(spec);
+  ASSERT_TRUE(run.ok()) << run.Describe() << "\n--- daemon.log ---\n"
+                        << s.DaemonLog();
+  EXPECT_EQ(run.out, "alpha\n");
+  EXPECT_EQ(ReadFile(s.U("p.txt")), "from-podman\n");
+  EXPECT_TRUE(s.Unmount());
+}
+
+// --userns=keep-id: the container runs as the user's own uid, and the
+// runtime works as a subordinate uid of the user's, which FUSE lets in only
+// when the mount has allow_other. So keep-id on a mount without
+// --allow-other fails at the start, loudly (never a container that runs on
+// an empty or unreadable directory), and on one with it the container works
+// as the user: what it makes is the user's in the upper layer and comes back
+// through export. --allow-other needs user_allow_other in /etc/fuse.conf, so
+// this runs as root in a private mount namespace whose /etc/fuse.conf is a
+// file of the test's (bind-mounted; the host's is never changed), where the
+// user mounts both sandboxes and then runs podman (whose namespace, made
+// there after the mounts, holds them).
+TEST_F(RootlessPodman, KeepIdNeedsAllowOtherAndThenWorksAsTheUser) {
+  Podman podman(User());
+  CommandResult image = podman.MakeImage();
+  ASSERT_TRUE(image.ok()) << image.Describe();
+  {  // MakeImage's pause process copied the machine's mount table: end it,
+     // so that podman in the namespace below makes one there.
+    std::ifstream in(xdg_ + "/libpod/tmp/pause.pid");
+    pid_t pause = 0;
+    ASSERT_TRUE(in >> pause);
+    ASSERT_EQ(::kill(pause, SIGKILL), 0);
+    for (int i = 0; i < 500 && ::kill(pause, 0) == 0; i++) {
+      std::ifstream stat("/proc/" + std::to_string(pause) + "/stat");
+      std::string pid, comm, state;
+      if (stat >> pid >> comm >> state && state == "Z") break;  // unreaped
+      ::usleep(10000);
+    }
+  }
+  const std::string conf = tmp_.Sub("fuse.conf");
+  ASSERT_TRUE(WriteFile(conf, "user_allow_other\n"));
+  ASSERT_EQ(::chmod(conf.c_str(), 0644), 0);
+  const std::string closed = tmp_.MakeDir("closed", 0755, uid_, gid_);
+  const std::string open = tmp_.MakeDir("open", 0755, uid_, gid_);
+  const std::string state = tmp_.MakeDir("state", 0755, uid_, gid_);
+  ContainerRun on_closed;
+  on_closed.name = "acqfs-test-keepid-closed";
+  on_closed.workspace = closed;
+  on_closed.userns = "keep-id";
+  on_closed.script = "ls /workspace";
+  ContainerRun on_open;
+  on_open.name = "acqfs-test-keepid-open";
+  on_open.workspace = open;
+  on_open.userns = "keep-id";
+  on_open.script = std::string("id -u > /workspace/uid.txt\n") + kContainerWork;
+  const std::string as_user = ShellJoin(AsUser());
+  const std::string acqfs = as_user + " " + ShellQuote(AcqfsBinary());
+  const std::string st = " --state-dir " + ShellQuote(state);
+  std::string script = "set -u\n";
+  script += "mount --bind " + ShellQuote(conf) + " /etc/fuse.conf || exit 99\n";
+  script += acqfs + " mount " + ShellQuote(lower_) + " " + ShellQuote(closed) +
+            " --name closed" + st + " || exit 98\n";
+  script += acqfs + " mount " + ShellQuote(lower_) + " " + ShellQuote(open) +
+            " --name keepid --allow-other" + st + " || exit 97\n";
+  script += ShellJoin(podman.RunLine(on_closed)) + " >&2; echo closed=$?\n";
+  script += ShellJoin(podman.RunLine(on_open)) + " >&2; echo open=$?\n";
+  script += acqfs + " umount closed --no-export" + st + " || exit 96\n";
+  script += acqfs + " umount keepid" + st + " || exit 95\n";
+  CommandResult r = RunCommand(
+      {"unshare", "--mount", "--propagation", "private", "sh", "-c", script},
+      400);
+  for (const char* name : {"closed", "keepid"}) {
+    const pid_t pid = ReadPidFile(state + "/" + name + "/daemon.pid");
+    if (pid > 0 && IsProcessAlive(pid)) {
+      ADD_FAILURE() << "the script left daemon " << pid << " running";
+      ::kill(pid, SIGKILL);
+    }
+  }
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  EXPECT_NE(r.out.find("closed=1"), std::string::npos)
+      << "keep-id on a mount without --allow-other did not fail\n"
+      << r.Describe();
+  EXPECT_NE(r.err.find("/workspace"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ermission denied"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("open=0"), std::string::npos) << r.Describe();
+  const std::string upper = SandboxUpper(state, "keepid");
+  EXPECT_EQ(ReadFile(upper + "/uid.txt"), std::to_string(uid_) + "\n");
+  for (const char* rel : {"uid.txt", "made.txt", "wip.txt", "out/all.txt"}) {
+    struct stat sb;
+    ASSERT_EQ(::lstat((upper + "/" + rel).c_str(), &sb), 0) << rel;
+    EXPECT_EQ(sb.st_uid, uid_) << rel;
+    EXPECT_EQ(sb.st_gid, gid_) << rel;
+  }
+  std::vector<std::string> fetch = AsUser();
+  fetch.insert(fetch.end(),
+               {"git", "-C", lower_, "fetch", "-q", "sandbox-keepid"});
+  CommandResult f = RunCommand(fetch, 60);
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  EXPECT_EQ(
+      Git(lower_, {"show", "sandbox-keepid/acqfs-worktree:wip.txt"}, home_),
+      "left uncommitted\n");
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Users, RootfulPodman,
-    ::testing::Values(Who{"root", 0, 0, ""},
-                      Who{"user1000", 1000, 1000, "1000:1000"}),
-    [](const auto& info) { return std::string(info.param.label); });
+    Users, Rootful,
+    ::testing::Values(Who{"podman", "root", 0, 0, ""},
+                      Who{"podman", "user1000", 1000, 1000, "1000:1000"},
+                      Who{"docker", "root", 0, 0, ""},
+                      Who{"docker", "user1000", 1000, 1000, "1000:1000"}),
+    [](const auto& info) {
+      return std::string(info.param.engine) + "_" + info.param.label;
+    });
+INSTANTIATE_TEST_SUITE_P(Engines, RootfulMany,
+                         ::testing::Values("podman", "docker"),
+                         [](const auto& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace acqfs::test

@@ -4,10 +4,12 @@
 # the shell and the tools, the host's git and make with the shared libraries
 # they load, and a passwd naming root and an ordinary user 1000.
 #
-#   make-image.sh IMAGE [PODMAN_ARGS...]
+#   make-image.sh IMAGE [ENGINE_ARGS...]
 #
-# PODMAN_ARGS go before `import` (the tests pass --runtime and
-# --cgroup-manager, and --root/--runroot for a private store). Prints nothing
+# The engine is podman, or docker when ACQFS_IMAGE_ENGINE=docker.
+# ENGINE_ARGS go before `import` (the tests pass podman --runtime and
+# --cgroup-manager and --root/--runroot for a private store, and docker -H
+# for a daemon of the test's own). Prints nothing
 # on success; exits non-zero, naming what is missing, otherwise.
 set -euo pipefail
 die() { echo "make-image.sh: $*" >&2; exit 1; }
@@ -17,7 +19,13 @@ shift
 
 busybox=/bin/busybox
 [[ -x $busybox ]] || die "$busybox is missing (apt-get install busybox-static)"
-command -v podman >/dev/null || die "podman is missing (apt-get install podman)"
+engine=${ACQFS_IMAGE_ENGINE:-podman}
+case ${engine##*/} in
+  podman) package=podman; quiet=(--quiet) ;;
+  docker) package=docker.io; quiet=() ;;
+  *) die "ACQFS_IMAGE_ENGINE=$engine: not podman or docker" ;;
+esac
+command -v "$engine" >/dev/null || die "$engine is missing (apt-get install $package)"
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/acqfs-image.XXXXXX")
 trap 'rm -rf "$root"' EXIT
@@ -58,5 +66,6 @@ nogroup:x:65534:
 GR
 chown 1000:1000 "$root/home/user" 2>/dev/null || true
 
-tar -C "$root" --numeric-owner -cf - . | podman "$@" import --quiet - "$image" >/dev/null \
-  || die "podman import of $image failed"
+tar -C "$root" --numeric-owner -cf - . |
+  "$engine" "$@" import "${quiet[@]}" - "$image" >/dev/null ||
+  die "$engine import of $image failed"

@@ -9,20 +9,18 @@
 // driver keeps the store plain directories, which the TempDir that holds
 // them removes. Each run names its container; the destructor removes every
 // container of the store, whatever the outcome.
-// Thread-safety: Run() may be called from several threads at once (each
-// call spawns its own podman); construction and destruction on one thread.
+// Thread-safety: as ContainerEngine.
 #ifndef ACQFS_TESTS_CONTAINER_PODMAN_H_
 #define ACQFS_TESTS_CONTAINER_PODMAN_H_
 
 #include <string>
 #include <vector>
 
+#include "container/engine.h"
 #include "harness/command.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::test {
-
-inline constexpr char kTestImage[] = "localhost/acqfs-container-test:1";
 
 struct PodmanUser {
   // Words put before podman (e.g. setpriv to an ordinary user), and the
@@ -34,27 +32,21 @@ struct PodmanUser {
   gid_t gid = static_cast<gid_t>(-1);
 };
 
-struct ContainerRun {
-  std::string name;       // the container's name (unique per run)
-  std::string workspace;  // host directory bound at /workspace
-  std::string user;       // --user, "" for the image's (root)
-  std::string userns;     // --userns, "" for podman's default
-  std::string script;     // run by the image's busybox sh with -c
-  int timeout_seconds = 180;
-};
-
-class Podman {
+class Podman : public ContainerEngine {
  public:
   explicit Podman(PodmanUser user = {});
-  ~Podman();
+  ~Podman() override;
   Podman(const Podman&) = delete;
   Podman& operator=(const Podman&) = delete;
 
-  // Builds kTestImage into this store with make-image.sh.
-  CommandResult MakeImage();
-  CommandResult Run(const ContainerRun& run) const;
+  const char* name() const override { return "podman"; }
+  CommandResult MakeImage() override;
   // podman ARGS with this store's options.
-  std::vector<std::string> Command(const std::vector<std::string>& args) const;
+  std::vector<std::string> Command(
+      const std::vector<std::string>& args) const override;
+
+ protected:
+  EnvAdditions env() const override { return user_.env; }
 
  private:
   const PodmanUser user_;

@@ -37,7 +37,9 @@ Sandbox::Sandbox(std::string lower, SandboxOptions options)
   state_dir_ = options_.state_dir.empty()
                    ? tmp_.MakeDir("state", 0755, uid, gid)
                    : options_.state_dir;
-  mountpoint_ = tmp_.MakeDir("mnt", 0755, uid, gid);
+  mountpoint_ = options_.mountpoint.empty()
+                    ? tmp_.MakeDir("mnt", 0755, uid, gid)
+                    : options_.mountpoint;
   Mount();
 }
 

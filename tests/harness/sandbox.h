@@ -33,6 +33,9 @@ struct SandboxOptions {
   gid_t owner_gid = static_cast<gid_t>(-1);
   std::string acqfs_bin;  // "" means AcqfsBinary()
   std::vector<std::string> extra_mount_args;
+  // An existing directory to mount on ("" makes "mnt" in the sandbox's
+  // TempDir, owned by owner_uid:owner_gid).
+  std::string mountpoint;
   // An existing state directory to use ("" makes one in the sandbox's
   // TempDir), e.g. on a small file system of the test's.
   std::string state_dir;
