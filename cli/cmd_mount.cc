@@ -221,8 +221,9 @@ int CheckMountpoint(const MountArgs& a, const MountTarget& t,
 // and would not receive it (cli/podman_namespace.h): a container given the
 // mountpoint would see the empty directory under it and write there,
 // outside the sandbox. Refused unless --ignore-podman-namespace.
+// Root's Podman is rootful: it keeps no pause process.
 int CheckPodmanNamespace(const MountArgs& a, const MountTarget& t) {
-  if (a.ignore_podman_namespace) return 0;
+  if (a.ignore_podman_namespace || ::getuid() == 0) return 0;
   const auto missing = PausesMissingMountAt(::getuid(), t.mountpoint);
   if (missing.empty()) return 0;
   const PodmanPause* pause = &missing.front();

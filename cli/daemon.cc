@@ -83,7 +83,11 @@ void WritePidFile(const std::string& path, const std::string& mountpoint) {
     if (!r.mount_dev && !mounts.empty())
       r.mount_dev = mounts.back().dev;  // the topmost fuse.acqfs one: ours
   }
-  if (Status s = WriteFileAtomically(path, FormatDaemonRecord(r), 0644); !s)
+  // A record of this process and its mount, neither of which outlives the
+  // machine: readers need a whole version, not one that survives a crash.
+  if (Status s = WriteFileAtomically(path, FormatDaemonRecord(r), 0644,
+                                     Durability::kWhileRunning);
+      !s)
     spdlog::error("pid file: {}", s.error().Message());
 }
 

@@ -1,6 +1,7 @@
 #include "cli/podman_namespace.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +82,8 @@ std::vector<PodmanPause> FindPodmanPauses(uid_t uid, const std::string& proc) {
   std::sort(pids.begin(), pids.end());
   for (pid_t pid : pids) {
     const std::string base = proc + "/" + std::to_string(pid);
+    struct stat st;  // owned by the process's effective uid: a cheap filter
+    if (::stat(base.c_str(), &st) != 0 || st.st_uid != uid) continue;
     const auto comm = ReadProcFile(base + "/comm");
     if (!comm || (comm->rfind("catatonit", 0) != 0 &&
                   comm->rfind("podman pause", 0) != 0))

@@ -30,13 +30,15 @@ Status SyncDir(const std::string& dir) {
   return Ok();
 }
 
-// Writes `content` to `fd` (the file `shown`) and makes it durable.
-Status WriteAndSync(int fd, std::string_view content,
-                    const std::string& shown) {
+// Writes `content` to `fd` (the file `shown`) and, kDurable, makes it
+// durable.
+Status WriteAndSync(int fd, std::string_view content, const std::string& shown,
+                    Durability durability = Durability::kDurable) {
   ACQFS_TRY(sys::PwriteAll(fd, content.data(), content.size(), 0, shown));
   if (::ftruncate(fd, static_cast<off_t>(content.size())) != 0)
     return Error::Errno("ftruncate", shown);
-  if (::fsync(fd) != 0) return Error::Errno("fsync", shown);
+  if (durability == Durability::kDurable && ::fsync(fd) != 0)
+    return Error::Errno("fsync", shown);
   return Ok();
 }
 
@@ -51,7 +53,7 @@ Status ReplaceWithTemp(int fd, const std::string& temp, const std::string& path,
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view content,
-                           mode_t mode) {
+                           mode_t mode, Durability durability) {
   const std::string dir = DirOf(path);
   const std::string temp =
       (dir == "/" ? "" : dir) + "/" + sys::TempName("." + NameOf(path) + ".");
@@ -60,14 +62,14 @@ Status WriteFileAtomically(const std::string& path, std::string_view content,
   if (!fd) return Error::Errno("create", temp);
   Status s = Ok();
   if (::fchmod(fd.get(), mode & 07777) != 0) s = Error::Errno("chmod", temp);
-  if (s) s = WriteAndSync(fd.get(), content, temp);
+  if (s) s = WriteAndSync(fd.get(), content, temp, durability);
   if (s && ::rename(temp.c_str(), path.c_str()) != 0)
     s = Error::Errno("rename", path);
   if (!s) {
     ::unlink(temp.c_str());  // best effort: the error above is the one told
     return s;
   }
-  return SyncDir(dir);
+  return durability == Durability::kDurable ? SyncDir(dir) : Ok();
 }
 
 }  // namespace acqfs

@@ -17,13 +17,22 @@
 
 namespace acqfs {
 
+// How far a replacement must last. kDurable: across a crash of the machine
+// (the file and the directory are fsync'ed). kWhileRunning: only for the
+// processes that read it meanwhile, for a record of something that cannot
+// outlive the machine's power (a daemon's pid and mount): the rename alone
+// still shows them one whole version, old or new, and no fsync waits for
+// the disk.
+enum class Durability { kDurable, kWhileRunning };
+
 // Replaces the file `path` (created when missing) with `content` and the
 // permission bits `mode` exactly (the umask does not apply). The temporary
 // file is ".<name>.<random>" beside it, created exclusively; on failure it
 // is removed and `path` keeps its old content. Errors name the operation
 // and the path (the temporary file's for the steps on it).
 Status WriteFileAtomically(const std::string& path, std::string_view content,
-                           mode_t mode);
+                           mode_t mode,
+                           Durability durability = Durability::kDurable);
 
 // The same steps for a temporary file the caller made and holds open (a
 // lock file such as git's config.lock, which must be taken before the

@@ -7,10 +7,16 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 namespace acqfs {
+
+void GitLibrary::KeepForProcess() {
+  static std::once_flag once;
+  std::call_once(once, [] { git_libgit2_init(); });
+}
 
 Error GitError(int rc, const std::string& op, const std::string& path) {
   const git_error* e = git_error_last();

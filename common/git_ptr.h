@@ -75,13 +75,25 @@ GitOpenFailure ClassifyGitOpenFailure(int rc);
 Error GitOpenError(int rc, const std::string& op, const std::string& path);
 
 // Holds libgit2 initialised for its lifetime (git_libgit2_init/shutdown are
-// reference counted, so nesting is fine).
+// reference counted, so nesting is fine). The first one in a process also
+// keeps libgit2 initialised until the process ends: Debian's libgit2 1.5
+// (built with mbedTLS) parses the whole CA bundle,
+// /etc/ssl/certs/ca-certificates.crt, at every first init, about 9 ms here,
+// which a command that opens repositories one after another (acqfs mount
+// did four times) would otherwise pay each time (docs/benchmarks.md, W1).
 class GitLibrary {
  public:
-  GitLibrary() { git_libgit2_init(); }
+  GitLibrary() {
+    KeepForProcess();
+    git_libgit2_init();
+  }
   ~GitLibrary() { git_libgit2_shutdown(); }
   GitLibrary(const GitLibrary&) = delete;
   GitLibrary& operator=(const GitLibrary&) = delete;
+
+ private:
+  // One git_libgit2_init, once per process, never shut down.
+  static void KeepForProcess();
 };
 
 // Hex form of an object id.

@@ -71,6 +71,26 @@ TEST_F(AtomicFileTest, CreatesTheFileWithItsContentAndExactMode) {
   EXPECT_EQ(Entries(), std::vector<std::string>{"meta.json"});
 }
 
+// kWhileRunning (a daemon's pid record) skips the fsyncs, not the rename:
+// a reader still finds one whole version, with its mode, and nothing else
+// is left beside it.
+TEST_F(AtomicFileTest, AWhileRunningRecordIsStillReplacedWhole) {
+  const std::string path = dir_ + "/daemon.pid";
+  ASSERT_TRUE(
+      WriteFileAtomically(path, "1\n", 0644, Durability::kWhileRunning));
+  struct stat before;
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  Status s = WriteFileAtomically(path, "42\n0:77\n9\n", 0640,
+                                 Durability::kWhileRunning);
+  ASSERT_TRUE(s.ok()) << s.error().Message();
+  EXPECT_EQ(Read(path), "42\n0:77\n9\n");
+  EXPECT_EQ(Mode(path), 0640u);
+  struct stat after;
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino);  // renamed into place
+  EXPECT_EQ(Entries(), std::vector<std::string>{"daemon.pid"});
+}
+
 TEST_F(AtomicFileTest, ReplacesTheContentAndModeOfAnExistingFile) {
   const std::string path = dir_ + "/daemon.pid";
   ASSERT_TRUE(WriteFileAtomically(path, "a much longer old content\n", 0644));
