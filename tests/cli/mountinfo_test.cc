@@ -211,7 +211,7 @@ int CheckPropagationInOwnNamespace(const std::string& shared,
 }
 
 TEST(PodmanPause, AMountReachesItsNamespaceOnlyUnderASharedMount) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount (as CI has)";
+  ASSERT_EQ(::geteuid(), 0u) << "needs root to mount (as CI has)";
   TempDir tmp;
   const std::string shared = tmp.MakeDir("shared");
   const std::string private_path = tmp.MakeDir("private");
