@@ -383,6 +383,13 @@ class RootlessPodman : public ::testing::Test {
     options.owner_gid = gid_;
     return options;
   }
+  // The user's own `git fetch REMOTE` in the host checkout.
+  void FetchAsUser(const std::string& remote) const {
+    std::vector<std::string> fetch = AsUser();
+    fetch.insert(fetch.end(), {"git", "-C", lower_, "fetch", "-q", remote});
+    CommandResult f = RunCommand(fetch, 60);
+    ASSERT_TRUE(f.ok()) << f.Describe();
+  }
   std::vector<std::string> AsUser() const {
     return {"setpriv",
             "--reuid=" + std::to_string(uid_),
@@ -429,11 +436,7 @@ TEST_F(RootlessPodman, TheContainersRootIsTheUserAndItsWorkComesBack) {
   // umount ends the daemon that the pause process's copy keeps alive, and
   // exports.
   ASSERT_TRUE(s.Unmount());
-  std::vector<std::string> fetch = AsUser();
-  fetch.insert(fetch.end(),
-               {"git", "-C", lower_, "fetch", "-q", "sandbox-rootless"});
-  CommandResult f = RunCommand(fetch, 60);
-  ASSERT_TRUE(f.ok()) << f.Describe();
+  ASSERT_NO_FATAL_FAILURE(FetchAsUser("sandbox-rootless"));
   EXPECT_EQ(
       Git(lower_,
           {"log", "-1", "--format=%an %s", "sandbox-rootless/from-container"},
@@ -629,11 +632,7 @@ TEST_F(RootlessPodman, KeepIdNeedsAllowOtherAndThenWorksAsTheUser) {
     EXPECT_EQ(sb.st_uid, uid_) << rel;
     EXPECT_EQ(sb.st_gid, gid_) << rel;
   }
-  std::vector<std::string> fetch = AsUser();
-  fetch.insert(fetch.end(),
-               {"git", "-C", lower_, "fetch", "-q", "sandbox-keepid"});
-  CommandResult f = RunCommand(fetch, 60);
-  ASSERT_TRUE(f.ok()) << f.Describe();
+  ASSERT_NO_FATAL_FAILURE(FetchAsUser("sandbox-keepid"));
   EXPECT_EQ(
       Git(lower_, {"show", "sandbox-keepid/acqfs-worktree:wip.txt"}, home_),
       "left uncommitted\n");
