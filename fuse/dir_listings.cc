@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace acqfs {
@@ -21,6 +22,48 @@ void DirListing::Add(std::string_view name, unsigned char type, uint64_t ino) {
   names_.push_back('\0');
 }
 
+uint64_t DirListing::CookieOf(std::string_view name) {
+  // FNV-1a, 64 bits: fixed, so a cookie means the same in every listing.
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  h ^= h >> 29;  // FNV's low bits mix poorly; folded before the range
+  constexpr uint64_t kMax = (1ull << 63) - 1;  // off_t stays positive
+  return 3 + h % (kMax - 2);
+}
+
+void DirListing::Seal() {
+  if (slots_.size() <= 3) return;
+  std::vector<std::pair<uint64_t, Slot>> keyed;
+  keyed.reserve(slots_.size() - 2);
+  for (size_t i = 2; i < slots_.size(); i++)
+    keyed.emplace_back(CookieOf(at(i).name), slots_[i]);
+  std::sort(keyed.begin(), keyed.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < keyed.size(); i++) slots_[i + 2] = keyed[i].second;
+}
+
+uint64_t DirListing::CookieAt(size_t i) const {
+  if (i < 2) return i + 1;
+  return CookieOf(at(i).name);
+}
+
+size_t DirListing::IndexAfter(uint64_t off) const {
+  if (off < 2) return std::min<size_t>(off, slots_.size());
+  // The first entry past the first two whose cookie exceeds `off`.
+  size_t lo = std::min<size_t>(2, slots_.size()), hi = slots_.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (CookieOf(at(mid).name) <= off)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 Status ListInto(Overlay* ov, Node* dir, DirListing* out) {
   auto list = ov->ReadDir(dir);
   if (!list) return list.error();
@@ -31,6 +74,7 @@ Status ListInto(Overlay* ov, Node* dir, DirListing* out) {
   out->Add(".", DT_DIR, dir->ino);
   out->Add("..", DT_DIR, ov->ParentIno(dir));
   for (const auto& e : *list) out->Add(e.name, e.type, e.ino);
+  out->Seal();
   out->listed = true;
   return Ok();
 }

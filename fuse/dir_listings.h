@@ -1,7 +1,19 @@
 // Directory listings as READDIR serves them, in both file modes.
 //
-// DirListing is one directory's merged listing, "." and ".." first, with
-// entry i at READDIR offset i (the offset of the next entry is i + 1).
+// DirListing is one directory's merged listing, "." and ".." first, the
+// rest in the order of their cookies. An entry's READDIR offset (d_off, the
+// position after it) is its cookie: 1 for ".", 2 for "..", else a 63-bit
+// hash of its name, so it means the same in every listing of the directory
+// made since. A READDIR at offset `off` goes on at the first entry whose
+// cookie is larger, in whichever listing serves it: a listing made afresh
+// after a create or unlink (another open's, the kernel's readdir cache
+// giving way to the daemon mid-way) still returns every entry that was
+// neither added nor removed exactly once, as POSIX asks and ext4's hash
+// cookies do. An index into one listing (the offset until 2026-12-03) did
+// not: names made before a reader's position moved the rest along, so it
+// saw entries twice or not at all (OneDirectoryRace.*). Two names with one
+// hash would lose the second at a resume between them: one chance in 2^63
+// per pair.
 //   - With directory handles (-o handles), each OPENDIR makes one, owned by
 //     the kernel's handle from a successful reply to RELEASEDIR (fh holds
 //     its address: HandleOf at OPENDIR, BorrowHandle per READDIR, TakeHandle
@@ -70,6 +82,15 @@ class DirListing {
     names_.reserve(names_.size() + name_bytes + entries);
   }
   void Add(std::string_view name, unsigned char type, uint64_t ino);
+  // Puts the entries after the first two in the order of their cookies
+  // (ListInto does, once it has added every entry).
+  void Seal();
+  // The READDIR offset that follows entry i, and the entry a READDIR at
+  // offset `off` starts at (size() when none is left).
+  uint64_t CookieAt(size_t i) const;
+  size_t IndexAfter(uint64_t off) const;
+  // A name's cookie: 3 to 2^63 - 1, the same in every listing.
+  static uint64_t CookieOf(std::string_view name);
 
  private:
   struct Slot {

@@ -570,8 +570,11 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   }
   std::vector<char> buf(size);
   size_t used = 0;
-  for (size_t i = static_cast<size_t>(off); i < dh->size(); i++) {
+  // Offsets are the listing's cookies (fuse/dir_listings.h), not indexes.
+  for (size_t i = dh->IndexAfter(static_cast<uint64_t>(off)); i < dh->size();
+       i++) {
     const DirListing::Entry ent = dh->at(i);
+    const off_t next = static_cast<off_t>(dh->CookieAt(i));
     char* p = buf.data() + used;
     size_t room = size - used;
     size_t len;
@@ -579,20 +582,20 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
       struct stat st {};
       st.st_ino = ent.ino;
       st.st_mode = DTTOIF(ent.type);
-      len = fuse_add_direntry(req, p, room, ent.name.data(), &st, i + 1);
+      len = fuse_add_direntry(req, p, room, ent.name.data(), &st, next);
     } else if (i < 2) {  // "." and "..": no lookup
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
       e.attr.st_ino = ent.ino;
       e.attr.st_mode = S_IFDIR;
-      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, i + 1);
+      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, next);
     } else {
       struct stat st;
       auto node = ov->Lookup(dir, std::string(ent.name), &st);
       if (!node) continue;  // vanished since opendir
       fuse_entry_param e;
       FillEntry(req, *node, st, &e);
-      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, i + 1);
+      len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, next);
       if (len > room) ov->Forget(*node, 1);
     }
     if (len > room) break;

@@ -31,6 +31,8 @@ struct FuseContext {
   // Asked for: answer OPEN with ENOSYS, so the kernel sends no OPEN or
   // RELEASE for files and reads and writes arrive without a handle.
   bool no_open = false;
+  // Add FUSE_PARALLEL_DIROPS to the INIT reply (fuse/mount.cc).
+  bool parallel_dirops = true;
   // Drops the pages of refused delayed writes (null: not running). Set
   // before the loop starts.
   PageDropper* page_dropper = nullptr;

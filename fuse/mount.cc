@@ -164,12 +164,25 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
   const uint32_t want = FUSE_HANDLE_KILLPRIV | FUSE_HANDLE_KILLPRIV_V2;
   if ((ctx->init_offered & want) == want)
     ctx->init_flags_added = want & ~out.flags;
+  // Lookups and listings of one directory side by side. libfuse 3.14's
+  // reply never carries FUSE_PARALLEL_DIROPS, whatever the daemon wants
+  // (FUSE_CAP_PARALLEL_DIROPS in conn->want is dropped), so the kernel
+  // took a mutex of the directory's around every LOOKUP and READDIR in it
+  // (fuse_lock_inode): a thread's lookup waited for another's in the same
+  // directory. The Overlay needs no such help: lookups run under its
+  // shared tree lock and change the node table under the table's mutex,
+  // as lookups in different directories always have
+  // (docs/architecture.md, "Locking").
+  if (ctx->parallel_dirops && (ctx->init_offered & FUSE_PARALLEL_DIROPS))
+    ctx->init_flags_added |= FUSE_PARALLEL_DIROPS & ~out.flags;
   out.flags |= ctx->init_flags_added;
   spdlog::info(
-      "fuse init: the reply gains flags {:#x} (the kernel offered "
-      "{:#x}); set-id bits are cleared by {}",
+      "fuse init: the reply gains flags {:#x} (the kernel offered {:#x}); "
+      "set-id bits are cleared by {}; lookups in one directory {}",
       ctx->init_flags_added, ctx->init_offered,
-      ctx->init_flags_added ? "the daemon" : "the kernel");
+      (out.flags & FUSE_HANDLE_KILLPRIV_V2) ? "the daemon" : "the kernel",
+      (out.flags & FUSE_PARALLEL_DIROPS) ? "run side by side"
+                                          : "are serialized by the kernel");
   std::vector<struct iovec> patched(iov, iov + count);
   patched[1].iov_base = &out;
   return ::writev(fd, patched.data(), count);
@@ -199,6 +212,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->no_open = true;
   } else if (o == "handles") {
     c->no_open = false;
+  } else if (o == "parallel_dirops") {
+    c->parallel_dirops = true;
+  } else if (o == "noparallel_dirops") {
+    c->parallel_dirops = false;
   } else if (o == "nosync_copyup") {
     c->sync_copy_up = false;
   } else if (o == "warm") {
@@ -333,6 +350,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   ctx.timeout = config.timeout;
   ctx.writeback_cache = config.writeback_cache;
   ctx.no_open = config.no_open;
+  ctx.parallel_dirops = config.parallel_dirops;
   ctx.debug = config.debug;
 
   ArgsOwner args;

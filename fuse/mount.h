@@ -34,6 +34,10 @@ struct MountConfig {
   // death, but not a machine crash.
   bool sync_copy_up = true;
   unsigned max_threads = 4;
+  // Lookups and listings of one directory on several workers at once
+  // (FUSE_PARALLEL_DIROPS, which the daemon adds to libfuse's INIT reply);
+  // `-o noparallel_dirops` leaves the kernel to serialize them.
+  bool parallel_dirops = true;
   // The warm walk after mount (fuse/warm_walk.h): `-o nowarm` turns it
   // off, `-o warm_limit=N` bounds its entries (0: off).
   bool warm = true;
@@ -51,7 +55,8 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
-// "nosync_copyup", "warm", "nowarm", "warm_limit=N") to `config`.
+// "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
+// "parallel_dirops", "noparallel_dirops") to `config`.
 // EINVAL, naming the option, when it is unknown or its value is not a valid
 // number.
 Status ApplyMountOption(const std::string& option, MountConfig* config);

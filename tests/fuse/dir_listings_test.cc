@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cerrno>
 #include <memory>
 #include <string>
@@ -187,6 +189,74 @@ TEST(DirListing, KeepsEveryNameTypeAndNumberInOrder) {
   l.Add("again", DT_LNK, 5);
   EXPECT_EQ(l.at(0).name, "again");
   EXPECT_EQ(l.at(0).type, DT_LNK);
+}
+
+// A listing of `names` as ListInto makes one: ".", "..", then sealed.
+DirListing Listing(const std::vector<std::string>& names) {
+  DirListing l;
+  l.Add(".", DT_DIR, 1);
+  l.Add("..", DT_DIR, 2);
+  uint64_t ino = 10;
+  for (const std::string& n : names) l.Add(n, DT_REG, ino++);
+  l.Seal();
+  return l;
+}
+
+// What a reader gets that reads `first` entries of `a`, then goes on at the
+// offset it was given in `b` (a listing made afresh after changes).
+std::vector<std::string> ReadAcross(const DirListing& a, size_t first,
+                                    const DirListing& b) {
+  std::vector<std::string> got;
+  size_t i = a.IndexAfter(0);
+  uint64_t off = 0;
+  for (; i < a.size() && got.size() < first; i++) {
+    got.emplace_back(a.at(i).name);
+    off = a.CookieAt(i);
+  }
+  for (size_t j = b.IndexAfter(off); j < b.size(); j++)
+    got.emplace_back(b.at(j).name);
+  return got;
+}
+
+TEST(DirListing, AReaderGoingOnInANewerListingSeesEveryUnchangedNameOnce) {
+  std::vector<std::string> before, after;
+  for (int i = 0; i < 300; i++) before.push_back("f" + std::to_string(i));
+  // Made since: 200 new names; 50 of the old ones removed.
+  for (int i = 0; i < 300; i++)
+    if (i % 6 != 0) after.push_back("f" + std::to_string(i));
+  for (int i = 0; i < 200; i++) after.push_back("new" + std::to_string(i));
+  const DirListing a = Listing(before), b = Listing(after);
+  for (size_t first : {0, 1, 2, 3, 57, 150, 299, 302}) {
+    std::vector<std::string> got = ReadAcross(a, first, b);
+    std::map<std::string, int> seen;
+    for (const std::string& n : got) seen[n]++;
+    for (int i = 0; i < 300; i++) {
+      const std::string n = "f" + std::to_string(i);
+      const int count = seen.count(n) ? seen.at(n) : 0;
+      if (i % 6 != 0) EXPECT_EQ(count, 1) << n << " after " << first;
+      else EXPECT_LE(count, 1) << n << " after " << first;
+    }
+    for (const auto& [n, count] : seen) EXPECT_EQ(count, 1) << n;
+    EXPECT_EQ(seen["."], 1);
+    EXPECT_EQ(seen[".."], 1);
+  }
+}
+
+TEST(DirListing, CookiesAreFixedPositiveAndOrderTheListing) {
+  const DirListing l = Listing({"b", "a", "c", "zz", "longer-name"});
+  EXPECT_EQ(l.at(0).name, ".");
+  EXPECT_EQ(l.at(1).name, "..");
+  EXPECT_EQ(l.CookieAt(0), 1u);
+  EXPECT_EQ(l.CookieAt(1), 2u);
+  for (size_t i = 2; i < l.size(); i++) {
+    EXPECT_EQ(l.CookieAt(i), DirListing::CookieOf(l.at(i).name));
+    EXPECT_GE(l.CookieAt(i), 3u);
+    EXPECT_LT(l.CookieAt(i), 1ull << 63);
+    if (i > 2) EXPECT_LT(l.CookieAt(i - 1), l.CookieAt(i));
+    EXPECT_EQ(l.IndexAfter(l.CookieAt(i - 1)), i);
+  }
+  EXPECT_EQ(l.IndexAfter(l.CookieAt(l.size() - 1)), l.size());
+  EXPECT_EQ(DirListing::CookieOf("a"), DirListing::CookieOf(std::string("a")));
 }
 
 TEST(DirHandle, TheHandleNamesTheListingAndTakingItBackFreesIt) {
