@@ -182,7 +182,7 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
       ctx->init_flags_added, ctx->init_offered,
       (out.flags & FUSE_HANDLE_KILLPRIV_V2) ? "the daemon" : "the kernel",
       (out.flags & FUSE_PARALLEL_DIROPS) ? "run side by side"
-                                          : "are serialized by the kernel");
+                                         : "are serialized by the kernel");
   std::vector<struct iovec> patched(iov, iov + count);
   patched[1].iov_base = &out;
   return ::writev(fd, patched.data(), count);

@@ -7,9 +7,8 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include <cerrno>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -233,8 +232,10 @@ TEST(DirListing, AReaderGoingOnInANewerListingSeesEveryUnchangedNameOnce) {
     for (int i = 0; i < 300; i++) {
       const std::string n = "f" + std::to_string(i);
       const int count = seen.count(n) ? seen.at(n) : 0;
-      if (i % 6 != 0) EXPECT_EQ(count, 1) << n << " after " << first;
-      else EXPECT_LE(count, 1) << n << " after " << first;
+      if (i % 6 != 0)
+        EXPECT_EQ(count, 1) << n << " after " << first;
+      else
+        EXPECT_LE(count, 1) << n << " after " << first;
     }
     for (const auto& [n, count] : seen) EXPECT_EQ(count, 1) << n;
     EXPECT_EQ(seen["."], 1);

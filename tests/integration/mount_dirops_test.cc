@@ -72,15 +72,15 @@ Probe ProbeLookups(const std::string& dir, int threads, double seconds,
       }
       struct stat st;
       for (long i = 0; !stop.load(); i++) {
-        std::string p = dir + "/absent-" + std::to_string(t) + "-" +
-                        std::to_string(i);
+        std::string p =
+            dir + "/absent-" + std::to_string(t) + "-" + std::to_string(i);
         ::lstat(p.c_str(), &st);
       }
     });
   }
   Probe probe;
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::duration<double>(seconds);
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
     std::vector<pid_t> now;
     {
@@ -211,8 +211,8 @@ TEST_P(OneDirectoryRace, CreatesRenamesRemovalsLookupsAndListingsAtOnce) {
                    " times");
           for (auto it = names.begin(); it != names.end();
                it = names.upper_bound(*it))
-            if (names.count(*it) != 1) fail("listing " + tag + ": " + *it +
-                                            " twice");
+            if (names.count(*it) != 1)
+              fail("listing " + tag + ": " + *it + " twice");
         }
       }
     });
@@ -285,8 +285,7 @@ TEST_P(OneDirectoryRace, SeekdirToATelldirPositionAfterChangesGoesOnThere) {
     if (!removed.count(n)) EXPECT_EQ(again.count(n), 1u) << n;
   for (const std::string& n : before)
     EXPECT_EQ(again.count(n), 0u) << n << " came again after seekdir";
-  for (const std::string& n : again)
-    EXPECT_EQ(again.count(n), 1u) << n;
+  for (const std::string& n : again) EXPECT_EQ(again.count(n), 1u) << n;
 }
 
 ACQFS_IN_BOTH_FILE_MODES(OneDirectoryRace);
