@@ -63,7 +63,7 @@ void AddMount(CLI::App& app, MountArgs& m) {
   c->add_option("-o", m.options,
                 "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
                 "handles, nosync_copyup, nowarm, warm_limit=ENTRIES, "
-                "noparallel_dirops, debug, "
+                "warm_threads=N, warm_nice=N, noparallel_dirops, debug, "
                 "allow_other, noallow_other");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");

@@ -230,10 +230,14 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
                        o);
     c->warm_limit = static_cast<uint64_t>(v);
   } else if (const char* w = value("warm_threads=")) {
-    if (!ParseNumber(w, false, &v) || v < 1 || v > 16)
-      return Error::Of(EINVAL, "mount option (warm_threads must be 1 to 16)",
+    if (!ParseNumber(w, false, &v) || v < 1 || v > 64)
+      return Error::Of(EINVAL, "mount option (warm_threads must be 1 to 64)",
                        o);
     c->warm_threads = static_cast<unsigned>(v);
+  } else if (const char* w = value("warm_nice=")) {
+    if (!ParseNumber(w, false, &v) || v > 19)
+      return Error::Of(EINVAL, "mount option (warm_nice must be 0 to 19)", o);
+    c->warm_nice = static_cast<int>(v);
   } else if (o == "debug") {
     c->debug = true;
   } else if (const char* t = value("timeout=")) {
@@ -397,6 +401,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     wo.mountpoint = config.mountpoint;
     wo.max_entries = config.warm_limit;
     wo.threads = config.warm_threads;
+    wo.nice = config.warm_nice;
     // Entries the kernel caches for less than the walk takes are no help.
     wo.max_seconds = std::min(30.0, config.timeout / 2);
     auto w = WarmWalk::Start(wo);

@@ -42,8 +42,12 @@ struct MountConfig {
   // off, `-o warm_limit=N` bounds its entries (0: off).
   bool warm = true;
   uint64_t warm_limit = 1000000;
-  unsigned warm_threads = 2;  // `-o warm_threads=N`, 1 to 16
-  bool debug = false;         // libfuse request tracing
+  // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
+  // walk's listings are not queued behind a parallel `git status`'s
+  // lookups (docs/benchmarks.md, "The warm walk in 32 threads").
+  unsigned warm_threads = 32;
+  int warm_nice = 0;   // `-o warm_nice=N`, 0 to 19: the walk's nice value
+  bool debug = false;  // libfuse request tracing
   // The sandbox's policy (hidden paths, read-only paths, quota), or null.
   std::shared_ptr<const Policy> policy;
 };
@@ -56,7 +60,7 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
 // "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
-// "parallel_dirops", "noparallel_dirops") to `config`.
+// "warm_nice=N", "parallel_dirops", "noparallel_dirops") to `config`.
 // EINVAL, naming the option, when it is unknown or its value is not a valid
 // number.
 Status ApplyMountOption(const std::string& option, MountConfig* config);

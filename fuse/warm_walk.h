@@ -14,9 +14,8 @@
 //
 // Bounds: at most `max_entries` entries and `max_seconds` seconds; one
 // directory descriptor and one 128 KiB buffer a thread (`threads` of them,
-// default 2) at a time; the child runs at
-// nice 10, so the agent's own processes come first for the CPU. It skips
-// directories named .git. It never writes.
+// default 32) at a time; the child runs at the daemon's priority unless
+// `nice` says otherwise. It skips directories named .git. It never writes.
 //
 // Thread-safety: Start once, from the daemon's thread before it serves
 // requests (the child is forked there, while the process has no other
@@ -40,10 +39,15 @@ struct WarmWalkOptions {
   std::string mountpoint;
   uint64_t max_entries = 1000000;
   double max_seconds = 30;
-  // Threads of the child listing side by side: the daemon answers their
-  // READDIRPLUS requests on as many workers (default: 2, this machine's
-  // cores; docs/benchmarks.md).
-  unsigned threads = 2;
+  // Threads of the child listing side by side. Most of them wait for an
+  // answer at any instant: what they buy is enough READDIRPLUS requests in
+  // the kernel's queue that the walk is not stuck behind the lookups of a
+  // parallel `git status` (20 threads), and the daemon's workers never
+  // idle between listings (docs/benchmarks.md, "The warm walk in 32
+  // threads").
+  unsigned threads = 32;
+  // The child's nice value (0: the daemon's own).
+  int nice = 0;
 };
 
 // What the child reports when it ends (also logged by the daemon).
@@ -51,7 +55,9 @@ struct WarmWalkResult {
   uint64_t entries = 0;  // directory entries listed, "." and ".." left out
   uint64_t dirs = 0;     // directories listed
   double seconds = 0;
-  std::string ended;  // "done", "entry limit", "time limit", or an error
+  unsigned threads = 0;  // threads that listed (fewer than asked if one
+                         // could not be made)
+  std::string ended;     // "done", "entry limit", "time limit", or an error
 };
 
 class WarmWalk {

@@ -590,6 +590,7 @@ print_header() {
   ((QUICK)) && mode="quick"
   fs=$(findmnt -n -o FSTYPE,OPTIONS -T "$WORK" 2>/dev/null | awk '{print $1 " (" $2 ")"}' || true)
   [[ -n $fs ]] || fs=$(stat -f -c %T "$WORK")
+  ext4_without_journal && fs+=", without a journal"
   src=$(git -C "$SRC_ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
   [[ -n $(git -C "$SRC_ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]] && src+=" with uncommitted changes"
   cat <<EOF
@@ -605,6 +606,24 @@ print_header() {
 - $RUNS run(s) per workload (median); workloads $(printf '%s\n' "${!WANT[@]}" | sort | paste -sd, -); targets $(printf '%s\n' "${TARGETS[@]}" | sed 's/^fuse$/fuse-overlayfs/' | paste -sd, -)
 EOF
 }
+
+# Is the work directory on an ext4 that has no journal? Such an ext4 skips,
+# when it allocates an inode, every inode of the group freed in the last
+# 60 s (fs/ext4/ialloc.c, recently_deleted: only without a journal), reading
+# each one's deletion time; after a target's rm -rf of 30,000 files a create
+# then costs up to a millisecond of CPU, and the next target's W5 and W6
+# measure the allocator more than the file system under test.
+ext4_without_journal() {
+  local src dev
+  src=$(findmnt -n -o FSTYPE,SOURCE -T "$WORK" 2>/dev/null) || return 1
+  [[ $src == ext4\ /dev/* ]] || return 1
+  dev=${src##*/}
+  [[ -d /proc/fs/ext4/$dev ]] || return 1
+  ! compgen -G "/proc/fs/jbd2/$dev-*" >/dev/null
+}
+if ext4_without_journal && [[ -n ${WANT[W5]:-} || -n ${WANT[W6]:-} ]]; then
+  note "the work directory is on ext4 without a journal: creating files soon after many were deleted is slowed by ext4's allocator (up to ~1 ms a file on this disk), so W5 and W6 read the order of the targets; run them with --work on tmpfs or a journaled ext4 (docs/benchmarks.md, \"W5 on an ext4 without a journal\")"
+fi
 
 HEADER=$(print_header)
 printf '%s\n\n' "$HEADER"
@@ -623,6 +642,14 @@ mapfile -t SBT < <(sandbox_targets)
 # The same, in the order runs take them.
 RUN_T=()
 for t in native kernel fuse acqfs; do has_target "$t" && RUN_T+=("$t"); done
+# run_order R: RUN_T turned by R-1 places, so that over the runs each target
+# follows each other one. A target that runs after another's deletes can
+# find the disk slower for it (see work_fs_note), and a fixed order would
+# charge that to the same target every run.
+run_order() {
+  local n=${#RUN_T[@]} i
+  for ((i = 0; i < n; i++)); do echo "${RUN_T[$(((i + $1 - 1) % n))]}"; done
+}
 
 w1() {
   local r t
@@ -652,7 +679,7 @@ w2() {
   local r t
   has_target native && git -C "$REPO" status >/dev/null   # warm the lower
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       sb_create "$t" "$REPO" ro "w2-r$r"
       timed "w2-r$r-$t-first" "$MNT" git_status
       record W2.first "$t" "$r" "$ELAPSED"
@@ -685,7 +712,7 @@ w3() {
     timed "w3-warmup-$t" "$MNT" read_all   # warm cache: one untimed pass
   done
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       timed "w3-r$r-$t" "${mnt[$t]}" read_all
       record W3.read "$t" "$r" "$ELAPSED"
     done
@@ -703,7 +730,7 @@ build() { make -j2 -s && [[ -x build/app ]]; }
 w4() {
   local r t
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       sb_create "$t" "$CPROJ" copy "w4-r$r"
       settle
       timed "w4-r$r-$t" "$MNT" build
@@ -719,7 +746,7 @@ remove_x() { rm -rf x; }
 w5() {
   local r t
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       sb_create "$t" "$FILESDATA" empty "w5-r$r"
       settle
       timed "w5-r$r-$t-extract" "$MNT" extract
@@ -741,7 +768,7 @@ poke_big() { dd if=/dev/zero of=big.bin bs=1 count=1 conv=notrunc status=none; }
 w6() {
   local r t
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       sb_create "$t" "$FILESDATA" copy "w6-r$r"
       settle
       timed "w6-r$r-$t-append" "$MNT" append_all
@@ -785,7 +812,7 @@ w7() {
     timed "w7-warmup-$t" "$MNT" warm_file   # warm cache
   done
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       wdir=${mnt[$t]}
       [[ $t == native ]] && wdir="$RUN_DIR/native-w7"
       timed "w7-r$r-$t-seqread" "$RUN_DIR" fio_seqread "${mnt[$t]}"
@@ -820,7 +847,7 @@ w8() {
     native_sb=$SB native_dir=$MNT
   fi
   for ((r = 1; r <= RUNS; r++)); do
-    for t in "${RUN_T[@]}"; do
+    for t in $(run_order "$r"); do
       if [[ $t == native ]]; then
         MNT=$native_dir
       else

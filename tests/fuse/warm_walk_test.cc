@@ -106,9 +106,10 @@ TEST_F(WarmWalkTree, ThreadsSideBySideListEveryDirectoryExactlyOnce) {
     }
   }
   const uint64_t dirs = 1 + 12 + 12 * 6, entries = 12 + 12 * 6 + files;
-  for (unsigned threads : {1u, 2u, 4u, 16u}) {
+  for (unsigned threads : {1u, 2u, 4u, 16u, 64u}) {
     WarmWalkResult r = warm_walk_internal::Walk(Root(), 1000000, 60, threads);
     EXPECT_EQ(r.ended, "done") << threads;
+    EXPECT_EQ(r.threads, threads);
     EXPECT_EQ(r.dirs, dirs) << threads;
     EXPECT_EQ(r.entries, entries) << threads;
   }

@@ -289,7 +289,8 @@ TEST(MountCliErrors, BadOptionValuesAreRefusedAndNothingIsCreated) {
   const std::string state = tmp.Sub("state");
   for (const char* opt :
        {"timeout=abc", "threads=0", "threads=2x", "nosuch", "warm_threads=0",
-        "warm_threads=17", "warm_threads=2x"}) {
+        "warm_threads=65", "warm_threads=2x", "warm_nice=20", "warm_nice=-1",
+        "warm_nice=x"}) {
     CommandResult r = RunCommand({AcqfsBinary(), "mount", lower, mnt, "--name",
                                   "x", "--state-dir", state, "-o", opt},
                                  30);

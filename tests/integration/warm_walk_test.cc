@@ -120,7 +120,8 @@ TEST_P(WarmWalk, FillsTheKernelCachesSoPathLookupsSendNoRequest) {
     if (warm) {
       std::string line;
       ASSERT_TRUE(WaitForWalkEnd(sb, &line));
-      EXPECT_NE(line.find("(done)"), std::string::npos) << line;
+      EXPECT_NE(line.find("(done; 32 threads at nice "), std::string::npos)
+          << line;
       EXPECT_NE(line.find(std::to_string(paths.size()) + " entries"),
                 std::string::npos)
           << line;
@@ -224,6 +225,20 @@ TEST_P(WarmWalk, AKilledDaemonLeavesNoWalkerBehind) {
   for (pid_t w : walkers)
     EXPECT_TRUE(WaitForProcessExit(w, 30)) << "walker " << w << " survived";
   EXPECT_TRUE(sb.Unmount()) << "acqfs umount cleans up the stale mount";
+}
+
+// The walk's threads and nice value are the mount's to choose, and the
+// child runs with them (its own report, read back by getpriority).
+TEST_P(WarmWalk, RunsWithTheThreadsAndNiceValueAskedFor) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 10, 30);
+  Sandbox sb(lower, Options({"-o", "warm_threads=5", "-o", "warm_nice=7"}));
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  std::string line;
+  ASSERT_TRUE(WaitForWalkEnd(sb, &line));
+  EXPECT_NE(line.find("(done; 5 threads at nice 7)"), std::string::npos)
+      << line;
+  EXPECT_TRUE(sb.Unmount());
 }
 
 // The walk only reads: the upper stays empty and the lower unchanged.
