@@ -19,6 +19,7 @@
 #include "fs/overlay.h"
 #include "fuse/dir_listings.h"
 #include "fuse/page_dropper.h"
+#include "fuse/warm_walk.h"
 
 namespace acqfs {
 
@@ -36,6 +37,10 @@ struct FuseContext {
   // Drops the pages of refused delayed writes (null: not running). Set
   // before the loop starts.
   PageDropper* page_dropper = nullptr;
+  // The warm walk, told of every request that changes something so that
+  // it gives way to a writing agent (fuse/warm_walk.h); null when it does
+  // not run. Set before the loop starts, cleared after it ends.
+  WarmWalk* warm = nullptr;
   // Set up by INIT when the kernel offers that mode: the listings the
   // handle-less READDIRs read from (no descriptors, a bounded number).
   std::unique_ptr<ListingCache> listings;

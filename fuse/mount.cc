@@ -122,10 +122,12 @@ struct PressureHandlerScope {
 ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
   ssize_t n = ::read(fd, buf, len);
   auto* ctx = static_cast<FuseContext*>(userdata);
-  if (n >= static_cast<ssize_t>(sizeof(fuse_in_header)) &&
-      !ctx->init_replied.load(std::memory_order_relaxed)) {
-    fuse_in_header h;
-    std::memcpy(&h, buf, sizeof h);
+  if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
+  fuse_in_header h;
+  std::memcpy(&h, buf, sizeof h);
+  // Only the agent changes anything (the walk only lists and looks up).
+  if (ctx->warm && ChangesTheFileSystem(h.opcode)) ctx->warm->NoteWrite();
+  if (!ctx->init_replied.load(std::memory_order_relaxed)) {
     if (h.opcode == FUSE_INIT &&
         n >= static_cast<ssize_t>(sizeof h + offsetof(fuse_init_in, flags) +
                                   sizeof(uint32_t))) {
@@ -425,7 +427,9 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   UniqueLoopConfig loop(fuse_loop_cfg_create());
   fuse_loop_cfg_set_max_threads(loop.get(), config.max_threads);
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
+  ctx.warm = warm.get();
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  ctx.warm = nullptr;
   if (warm) warm->Stop();
   if (stop_control) stop_control();
   fuse_session_unmount(se.get());

@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -92,7 +95,8 @@ std::string PrivateMountNamespace() {
   return "";
 }
 
-[[noreturn]] void RunChild(const WarmWalkOptions& o, pid_t parent) {
+[[noreturn]] void RunChild(const WarmWalkOptions& o, pid_t parent,
+                           const std::atomic<int64_t>* last_write_ms) {
   // Dies with the daemon; holds nothing of the daemon's (not /dev/fuse, so
   // a killed daemon still ends its mount; not its locks).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -110,14 +114,14 @@ std::string PrivateMountNamespace() {
   if (o.nice != 0) ::setpriority(PRIO_PROCESS, 0, o.nice);
   std::string why = PrivateMountNamespace();
   if (!why.empty()) {
-    Report("END 0 0 0 0 0 " + why);
+    Report("END 0 0 0 0 0 0 " + why);
     ::_exit(0);
   }
   // Blocks until the daemon has answered INIT.
   int root = ::open(o.mountpoint.c_str(),
                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0) {
-    Report(std::string("END 0 0 0 0 0 open the mount: ") +
+    Report(std::string("END 0 0 0 0 0 0 open the mount: ") +
            std::strerror(errno));
     ::_exit(0);
   }
@@ -125,19 +129,20 @@ std::string PrivateMountNamespace() {
   struct stat st;
   if (::fstatfs(root, &sf) != 0 || sf.f_type != kFuseSuperMagic ||
       ::fstat(root, &st) != 0) {
-    Report("END 0 0 0 0 0 the mountpoint is not a FUSE mount");
+    Report("END 0 0 0 0 0 0 the mountpoint is not a FUSE mount");
     ::_exit(0);
   }
   Report("START " + std::to_string(static_cast<uint64_t>(st.st_dev)));
-  WarmWalkResult r =
-      warm_walk_internal::Walk(root, o.max_entries, o.max_seconds, o.threads);
+  WarmWalkResult r = warm_walk_internal::Walk(
+      root, o.max_entries, o.max_seconds, o.threads, last_write_ms);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, 0);
   Report("END " + std::to_string(r.entries) + " " + std::to_string(r.dirs) +
          " " + secs + " " + std::to_string(r.threads) + " " +
-         std::to_string(errno == 0 ? nice : 0) + " " + r.ended);
+         std::to_string(r.peak) + " " + std::to_string(errno == 0 ? nice : 0) +
+         " " + r.ended);
   ::_exit(0);
 }
 
@@ -152,11 +157,15 @@ namespace {
 // in name order (depth first, the order of git's index).
 class PendingDirs {
  public:
-  PendingDirs(uint64_t max_entries, double deadline)
-      : max_entries_(max_entries), deadline_(deadline) {}
+  PendingDirs(uint64_t max_entries, double deadline,
+              const std::atomic<int64_t>* last_write_ms)
+      : max_entries_(max_entries),
+        deadline_(deadline),
+        last_write_ms_(last_write_ms) {}
 
   // The next directory to list; false when the walk is over (nothing left
   // and no thread listing, or a bound reached; `ended` then says which).
+  // While the agent writes, a thread waits here (holding nothing).
   bool Take(std::string* rel) {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
@@ -172,13 +181,20 @@ class PendingDirs {
         cv_.notify_all();
         return false;
       }
-      if (!stack_.empty()) {
+      const bool writing = Writing();
+      if (!stack_.empty() && !writing) {
         *rel = std::move(stack_.back());
         stack_.pop_back();
         busy_++;
+        peak_ = std::max(peak_, busy_);
         return true;
       }
-      cv_.wait(l);
+      // Waiting for work, or for the agent's writes to pause: then look
+      // again soon, as nothing notifies the end of a pause.
+      if (writing)
+        cv_.wait_for(l, std::chrono::milliseconds(10));
+      else
+        cv_.wait(l);
     }
   }
 
@@ -206,20 +222,30 @@ class PendingDirs {
     r->entries = entries_;
     r->dirs = dirs_;
     r->ended = ended_;
+    r->peak = peak_;
   }
 
  private:
+  bool Writing() const {
+    if (!last_write_ms_) return false;
+    const int64_t w = last_write_ms_->load(std::memory_order_relaxed);
+    return w != 0 && MonotonicMs() - w < kWriterWindowMs;
+  }
+
   const uint64_t max_entries_;
   const double deadline_;
-  std::mutex mu_;  // guards everything below
+  const std::atomic<int64_t>* const last_write_ms_;  // may be null
+  std::mutex mu_;                                    // guards everything below
   std::condition_variable cv_;
   std::vector<std::string> stack_ = {"."};
   unsigned busy_ = 0;  // threads listing a directory Take gave
+  unsigned peak_ = 0;  // the most busy_ has been
   uint64_t entries_ = 0, dirs_ = 0;
   std::string ended_;
 };
 
-void ListDirs(int root, PendingDirs* pending) {
+void ListDirs(int root, PendingDirs* pending,
+              const std::function<void()>* listing) {
   std::vector<char> buf(128 * 1024);
   std::vector<std::string> subdirs;
   std::string rel;
@@ -231,6 +257,7 @@ void ListDirs(int root, PendingDirs* pending) {
       continue;
     }
     UniqueFd owned(fd);
+    if (*listing) (*listing)();
     subdirs.clear();
     uint64_t entries = 0;
     for (;;) {
@@ -255,19 +282,26 @@ void ListDirs(int root, PendingDirs* pending) {
 
 }  // namespace
 
+int64_t MonotonicMs() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds,
-                    unsigned threads) {
+                    unsigned threads, const std::atomic<int64_t>* last_write_ms,
+                    const std::function<void()>& listing) {
   const double start = Now();
-  PendingDirs pending(max_entries, start + max_seconds);
+  PendingDirs pending(max_entries, start + max_seconds, last_write_ms);
   std::vector<std::thread> others;
   for (unsigned i = 1; i < threads; i++) {
     try {
-      others.emplace_back(ListDirs, root, &pending);
+      others.emplace_back(ListDirs, root, &pending, &listing);
     } catch (const std::system_error&) {
       break;  // fewer threads, the same walk
     }
   }
-  ListDirs(root, &pending);
+  ListDirs(root, &pending, &listing);
   for (std::thread& t : others) t.join();
   WarmWalkResult r;
   pending.Fill(&r);
@@ -292,29 +326,72 @@ bool Mounted(const std::string& mountinfo, dev_t dev) {
 
 }  // namespace warm_walk_internal
 
-WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd)
-    : options_(o), child_(child), report_fd_(report_fd) {
+bool ChangesTheFileSystem(uint32_t opcode) {
+  switch (opcode) {
+    case FUSE_SETATTR:
+    case FUSE_SYMLINK:
+    case FUSE_MKNOD:
+    case FUSE_MKDIR:
+    case FUSE_UNLINK:
+    case FUSE_RMDIR:
+    case FUSE_RENAME:
+    case FUSE_LINK:
+    case FUSE_WRITE:
+    case FUSE_SETXATTR:
+    case FUSE_REMOVEXATTR:
+    case FUSE_CREATE:
+    case FUSE_FALLOCATE:
+    case FUSE_RENAME2:
+    case FUSE_COPY_FILE_RANGE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
+                   std::atomic<int64_t>* last_write_ms)
+    : options_(o),
+      last_write_ms_(last_write_ms),
+      child_(child),
+      report_fd_(report_fd) {
   supervisor_ = std::thread([this] { Supervise(); });
 }
 
+void WarmWalk::NoteWrite() {
+  last_write_ms_->store(warm_walk_internal::MonotonicMs(),
+                        std::memory_order_relaxed);
+}
+
 Result<std::unique_ptr<WarmWalk>> WarmWalk::Start(const WarmWalkOptions& o) {
+  static_assert(std::atomic<int64_t>::is_always_lock_free,
+                "shared with the child across processes");
+  void* page =
+      ::mmap(nullptr, sizeof(std::atomic<int64_t>), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return Error::Errno("mmap (warm walk)", o.mountpoint);
+  auto* last_write_ms = new (page) std::atomic<int64_t>(0);
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    return Error::Errno("pipe (warm walk)", o.mountpoint);
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    Error e = Error::Errno("pipe (warm walk)", o.mountpoint);
+    ::munmap(page, sizeof(std::atomic<int64_t>));
+    return e;
+  }
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     Error e = Error::Errno("fork (warm walk)", o.mountpoint);
     ::close(fds[0]);
     ::close(fds[1]);
+    ::munmap(page, sizeof(std::atomic<int64_t>));
     return e;
   }
   if (pid == 0) {
     if (::dup2(fds[1], kReportFd) < 0) ::_exit(1);
-    RunChild(o, parent);
+    RunChild(o, parent, last_write_ms);
   }
   ::close(fds[1]);
-  return std::unique_ptr<WarmWalk>(new WarmWalk(o, pid, fds[0]));
+  return std::unique_ptr<WarmWalk>(new WarmWalk(o, pid, fds[0], last_write_ms));
 }
 
 // Reads the child's report; kills it once the sandbox's mount is gone from
@@ -344,12 +421,12 @@ void WarmWalk::Supervise() {
           std::istringstream f(line.substr(4));
           WarmWalkResult r;
           int nice = 0;
-          f >> r.entries >> r.dirs >> r.seconds >> r.threads >> nice;
+          f >> r.entries >> r.dirs >> r.seconds >> r.threads >> r.peak >> nice;
           std::getline(f >> std::ws, r.ended);
           spdlog::info(
               "warm walk: {} entries in {} directories, {:.3f} s ({}; {} "
-              "threads at nice {})",
-              r.entries, r.dirs, r.seconds, r.ended, r.threads, nice);
+              "threads at nice {}, at most {} listing at once)",
+              r.entries, r.dirs, r.seconds, r.ended, r.threads, nice, r.peak);
           ended = true;
         }
       }
@@ -384,6 +461,10 @@ void WarmWalk::Stop() {
 
 WarmWalk::~WarmWalk() {
   Stop();
+  struct Unmap {
+    void* page;
+    ~Unmap() { ::munmap(page, sizeof(std::atomic<int64_t>)); }
+  } unmap{last_write_ms_};
   // Reaps the child, which SIGKILL ends once nothing holds it in the
   // kernel; after 10 s (the session is still up?) it is left to init.
   for (int i = 0; i < 1000; i++) {

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -57,8 +58,22 @@ struct WarmWalkResult {
   double seconds = 0;
   unsigned threads = 0;  // threads that listed (fewer than asked if one
                          // could not be made)
+  unsigned peak = 0;     // the most of them listing at one instant
   std::string ended;     // "done", "entry limit", "time limit", or an error
 };
+
+// While the agent writes (a request that creates, removes, renames or
+// changes something came in the last kWriterWindowMs), the walk starts no
+// new listing; its threads wait, holding nothing, and go on once the
+// writes pause. The walk helps readers (their lookups find its entries),
+// not writers: a `tar x` started at the mount of a 1,000,000-file checkout
+// waited behind the walk's listings for as long as it ran
+// (docs/benchmarks.md, "The warm walk in 32 threads").
+inline constexpr int64_t kWriterWindowMs = 100;
+
+// Does a request of this FUSE opcode change the file system? (What makes
+// the walk give way, WarmWalk::NoteWrite.)
+bool ChangesTheFileSystem(uint32_t opcode);
 
 class WarmWalk {
  public:
@@ -77,11 +92,21 @@ class WarmWalk {
   // the loop read but never answered keeps the child alive.
   void Stop();
 
+  // A request that changes the file system came in (any thread; a store
+  // to memory the child shares).
+  void NoteWrite();
+
  private:
-  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd);
+  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
+           std::atomic<int64_t>* last_write_ms);
   void Supervise();
 
   const WarmWalkOptions options_;
+  // CLOCK_MONOTONIC milliseconds of the last request that changed
+  // something (0: none yet), in a page shared with the child
+  // (MAP_SHARED, made before the fork; unmapped by the destructor).
+  // Lock-free: any thread of the daemon stores, the child's threads load.
+  std::atomic<int64_t>* const last_write_ms_;
   const pid_t child_;              // written once, before the supervisor starts
   int report_fd_;                  // the supervisor's; closed by it
   std::atomic<bool> stop_{false};  // any thread
@@ -92,8 +117,15 @@ namespace warm_walk_internal {
 // The walk itself, as the child runs it, on the directory `root` (used by
 // the tests without a mount). Stops at the bounds. Reads only.
 // `threads` list directories side by side (at least one: the caller's).
+// While `last_write_ms` (if given) is within kWriterWindowMs of now, no
+// thread starts a listing. `listing` (tests: a slow
+// directory) is called by a thread once it has opened each directory.
 WarmWalkResult Walk(int root, uint64_t max_entries, double max_seconds,
-                    unsigned threads = 1);
+                    unsigned threads = 1,
+                    const std::atomic<int64_t>* last_write_ms = nullptr,
+                    const std::function<void()>& listing = {});
+// CLOCK_MONOTONIC in milliseconds, the clock of `last_write_ms`.
+int64_t MonotonicMs();
 // Is a mount of device `dev` in `mountinfo` (the text of
 // /proc/self/mountinfo)? A FUSE device names one connection.
 bool Mounted(const std::string& mountinfo, dev_t dev);

@@ -6,12 +6,15 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fuse.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 namespace acqfs {
 namespace {
@@ -113,6 +116,65 @@ TEST_F(WarmWalkTree, ThreadsSideBySideListEveryDirectoryExactlyOnce) {
     EXPECT_EQ(r.dirs, dirs) << threads;
     EXPECT_EQ(r.entries, entries) << threads;
   }
+}
+
+// While the agent writes, the walk starts no listing; once the writes
+// pause it goes on, and it lists everything either way.
+TEST_F(WarmWalkTree, GivesWayToAWritingAgentAndGoesOnWhenItStops) {
+  for (int d = 0; d < 100; d++) {
+    Dir("d" + std::to_string(d));
+    for (int i = 0; i < 5; i++)
+      File("d" + std::to_string(d) + "/f" + std::to_string(i));
+  }
+  const uint64_t entries = 100 + 100 * 5;
+  std::atomic<int64_t> last_write{warm_walk_internal::MonotonicMs()};
+  std::atomic<bool> writing{true};
+  std::atomic<int> listed_while_writing{0};
+  // Each listing takes 2 ms, as through a busy mount.
+  auto slow = [&] {
+    if (writing.load()) listed_while_writing++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  std::thread agent([&] {
+    for (int i = 0; i < 60; i++) {  // 300 ms of writes
+      last_write.store(warm_walk_internal::MonotonicMs());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    writing.store(false);
+  });
+  WarmWalkResult r =
+      warm_walk_internal::Walk(Root(), 1000000, 60, 16, &last_write, slow);
+  agent.join();
+  EXPECT_EQ(listed_while_writing.load(), 0);
+  EXPECT_EQ(r.ended, "done");
+  EXPECT_EQ(r.entries, entries);
+  EXPECT_EQ(r.threads, 16u);
+  EXPECT_GE(r.seconds, 0.3);
+  EXPECT_GT(r.peak, 1u);  // once the writes paused, side by side again
+  EXPECT_LE(r.peak, 16u);
+
+  // Writes that ended longer ago than the window hold nobody back.
+  last_write.store(warm_walk_internal::MonotonicMs() - kWriterWindowMs - 1);
+  r = warm_walk_internal::Walk(Root(), 1000000, 60, 16, &last_write, slow);
+  EXPECT_EQ(r.ended, "done");
+  EXPECT_EQ(r.entries, entries);
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+TEST(WarmWalkWrites, EveryRequestThatChangesSomethingAndNoOtherCounts) {
+  for (uint32_t op : {FUSE_SETATTR, FUSE_SYMLINK, FUSE_MKNOD, FUSE_MKDIR,
+                      FUSE_UNLINK, FUSE_RMDIR, FUSE_RENAME, FUSE_RENAME2,
+                      FUSE_LINK, FUSE_WRITE, FUSE_SETXATTR, FUSE_REMOVEXATTR,
+                      FUSE_CREATE, FUSE_FALLOCATE, FUSE_COPY_FILE_RANGE})
+    EXPECT_TRUE(ChangesTheFileSystem(op)) << op;
+  for (uint32_t op :
+       {FUSE_LOOKUP,   FUSE_GETATTR,      FUSE_READLINK,   FUSE_OPEN,
+        FUSE_READ,     FUSE_STATFS,       FUSE_RELEASE,    FUSE_FSYNC,
+        FUSE_GETXATTR, FUSE_LISTXATTR,    FUSE_FLUSH,      FUSE_OPENDIR,
+        FUSE_READDIR,  FUSE_READDIRPLUS,  FUSE_RELEASEDIR, FUSE_ACCESS,
+        FUSE_FORGET,   FUSE_BATCH_FORGET, FUSE_INTERRUPT,  FUSE_INIT,
+        FUSE_LSEEK,    FUSE_IOCTL,        FUSE_POLL})
+    EXPECT_FALSE(ChangesTheFileSystem(op)) << op;
 }
 
 TEST_F(WarmWalkTree, ThreadsStopAtTheEntryBoundEachAtMostOneDirectoryOver) {

@@ -5,6 +5,7 @@
 // umount(2) and by fusermount3, and the daemon then ends; a signal ends
 // it at once; a daemon killed
 // during it leaves no walker behind; and it writes nothing.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -236,8 +237,39 @@ TEST_P(WarmWalk, RunsWithTheThreadsAndNiceValueAskedFor) {
   ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
   std::string line;
   ASSERT_TRUE(WaitForWalkEnd(sb, &line));
-  EXPECT_NE(line.find("(done; 5 threads at nice 7)"), std::string::npos)
+  EXPECT_NE(line.find("(done; 5 threads at nice 7, at most "),
+            std::string::npos)
       << line;
+  EXPECT_TRUE(sb.Unmount());
+}
+
+// An agent that writes right after the mount has the daemon to itself: the
+// walk starts no listing while requests that change something keep coming
+// (fuse/warm_walk.h), and finishes once they pause. One walking thread, so
+// the walk of 3,000 directories outlasts the writer's start.
+TEST_P(WarmWalk, WaitsWhileTheAgentWritesAndFinishesAfterwards) {
+  const std::string lower = tmp_.MakeDir("lower");
+  MakeTree(lower, 1500, 2);
+  Sandbox sb(lower, Options({"-o", "warm_threads=1"}));
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  const auto start = std::chrono::steady_clock::now();
+  int rounds = 0;
+  while (std::chrono::steady_clock::now() - start <
+         std::chrono::milliseconds(1500)) {
+    const std::string f = sb.M("w" + std::to_string(rounds++ % 8));
+    int fd = ::open(f.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << f;
+    ASSERT_EQ(::write(fd, "x", 1), 1);
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::string line;
+  ASSERT_TRUE(WaitForWalkEnd(sb, &line));
+  EXPECT_NE(line.find("(done;"), std::string::npos) << line;
+  const size_t at = line.find("directories, ");
+  ASSERT_NE(at, std::string::npos) << line;
+  const double seconds = std::stod(line.substr(at + 13));
+  EXPECT_GE(seconds, 1.0) << "the walk did not wait for the writes: " << line;
   EXPECT_TRUE(sb.Unmount());
 }
 
