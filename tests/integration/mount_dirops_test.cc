@@ -107,6 +107,11 @@ class OneDirectory : public MountTest {
 };
 
 TEST_F(OneDirectory, TheKernelDoesNotSerializeItsLookups) {
+  // `acqfs mount` returns once the daemon is ready, which can be before
+  // it has answered the kernel's INIT (and logged how): the first request
+  // through the mount waits for that answer.
+  struct stat st;
+  ASSERT_EQ(::lstat(M("shared").c_str(), &st), 0);
   EXPECT_NE(sandbox().DaemonLog().find("lookups in one directory run side "
                                        "by side"),
             std::string::npos)
@@ -124,6 +129,7 @@ TEST_F(OneDirectory, TheKernelDoesNotSerializeItsLookups) {
   o.extra_mount_args = {"-o", "noparallel_dirops"};
   Sandbox serialized(lower(), o);
   ASSERT_TRUE(serialized.mounted()) << serialized.mount_failure();
+  ASSERT_EQ(::lstat(serialized.M("shared").c_str(), &st), 0);
   EXPECT_NE(serialized.DaemonLog().find("are serialized by the kernel"),
             std::string::npos)
       << serialized.DaemonLog();
