@@ -181,8 +181,8 @@ class PendingDirs {
         cv_.notify_all();
         return false;
       }
-      const bool writing = Writing();
-      if (!stack_.empty() && !writing) {
+      const int64_t pause = PauseLeftMs();
+      if (!stack_.empty() && pause == 0) {
         *rel = std::move(stack_.back());
         stack_.pop_back();
         busy_++;
@@ -190,9 +190,9 @@ class PendingDirs {
         return true;
       }
       // Waiting for work, or for the agent's writes to pause: then look
-      // again soon, as nothing notifies the end of a pause.
-      if (writing)
-        cv_.wait_for(l, std::chrono::milliseconds(10));
+      // again when the pause would end, as nothing notifies that.
+      if (pause > 0)
+        cv_.wait_for(l, std::chrono::milliseconds(pause));
       else
         cv_.wait(l);
     }
@@ -226,10 +226,13 @@ class PendingDirs {
   }
 
  private:
-  bool Writing() const {
-    if (!last_write_ms_) return false;
+  // How long the walk still waits for the agent's writes (0: not).
+  int64_t PauseLeftMs() const {
+    if (!last_write_ms_) return 0;
     const int64_t w = last_write_ms_->load(std::memory_order_relaxed);
-    return w != 0 && MonotonicMs() - w < kWriterWindowMs;
+    if (w == 0) return 0;
+    const int64_t left = w + kWriterWindowMs - MonotonicMs();
+    return std::clamp<int64_t>(left, 0, kWriterWindowMs);
   }
 
   const uint64_t max_entries_;
@@ -349,10 +352,14 @@ bool ChangesTheFileSystem(uint32_t opcode) {
   }
 }
 
+void WarmWalk::Unmap::operator()(std::atomic<int64_t>* p) const {
+  ::munmap(p, sizeof *p);
+}
+
 WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
-                   std::atomic<int64_t>* last_write_ms)
+                   SharedTime last_write_ms)
     : options_(o),
-      last_write_ms_(last_write_ms),
+      last_write_ms_(std::move(last_write_ms)),
       child_(child),
       report_fd_(report_fd) {
   supervisor_ = std::thread([this] { Supervise(); });
@@ -370,28 +377,25 @@ Result<std::unique_ptr<WarmWalk>> WarmWalk::Start(const WarmWalkOptions& o) {
       ::mmap(nullptr, sizeof(std::atomic<int64_t>), PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) return Error::Errno("mmap (warm walk)", o.mountpoint);
-  auto* last_write_ms = new (page) std::atomic<int64_t>(0);
+  SharedTime last_write_ms(new (page) std::atomic<int64_t>(0));
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    Error e = Error::Errno("pipe (warm walk)", o.mountpoint);
-    ::munmap(page, sizeof(std::atomic<int64_t>));
-    return e;
-  }
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    return Error::Errno("pipe (warm walk)", o.mountpoint);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     Error e = Error::Errno("fork (warm walk)", o.mountpoint);
     ::close(fds[0]);
     ::close(fds[1]);
-    ::munmap(page, sizeof(std::atomic<int64_t>));
     return e;
   }
   if (pid == 0) {
     if (::dup2(fds[1], kReportFd) < 0) ::_exit(1);
-    RunChild(o, parent, last_write_ms);
+    RunChild(o, parent, last_write_ms.get());
   }
   ::close(fds[1]);
-  return std::unique_ptr<WarmWalk>(new WarmWalk(o, pid, fds[0], last_write_ms));
+  return std::unique_ptr<WarmWalk>(
+      new WarmWalk(o, pid, fds[0], std::move(last_write_ms)));
 }
 
 // Reads the child's report; kills it once the sandbox's mount is gone from
@@ -461,10 +465,6 @@ void WarmWalk::Stop() {
 
 WarmWalk::~WarmWalk() {
   Stop();
-  struct Unmap {
-    void* page;
-    ~Unmap() { ::munmap(page, sizeof(std::atomic<int64_t>)); }
-  } unmap{last_write_ms_};
   // Reaps the child, which SIGKILL ends once nothing holds it in the
   // kernel; after 10 s (the session is still up?) it is left to init.
   for (int i = 0; i < 1000; i++) {

@@ -97,16 +97,23 @@ class WarmWalk {
   void NoteWrite();
 
  private:
-  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
-           std::atomic<int64_t>* last_write_ms);
   void Supervise();
+
+  // Owns the shared mapping of the last write's time.
+  struct Unmap {
+    void operator()(std::atomic<int64_t>* p) const;
+  };
+  using SharedTime = std::unique_ptr<std::atomic<int64_t>, Unmap>;
+
+  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
+           SharedTime last_write_ms);
 
   const WarmWalkOptions options_;
   // CLOCK_MONOTONIC milliseconds of the last request that changed
   // something (0: none yet), in a page shared with the child
-  // (MAP_SHARED, made before the fork; unmapped by the destructor).
+  // (MAP_SHARED, made before the fork, so the child has it too).
   // Lock-free: any thread of the daemon stores, the child's threads load.
-  std::atomic<int64_t>* const last_write_ms_;
+  const SharedTime last_write_ms_;
   const pid_t child_;              // written once, before the supervisor starts
   int report_fd_;                  // the supervisor's; closed by it
   std::atomic<bool> stop_{false};  // any thread
