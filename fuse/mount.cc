@@ -411,6 +411,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
       warm = std::move(*w);
     else
       spdlog::warn("warm walk not started: {}", w.error().Message());
+  } else {
+    // Said in any case, so a reader of the log (the tests' harness, which
+    // waits for the walk's line before a test changes the lower) knows no
+    // walk will come.
+    spdlog::info("warm walk: off ({})",
+                 !config.warm              ? "-o nowarm"
+                 : config.warm_limit == 0 ? "warm_limit=0"
+                                           : "timeout=0");
   }
   auto dropper = PageDropper::Start(fuse_session_fd(se.get()));
   if (!dropper) {

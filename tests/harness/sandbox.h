@@ -41,6 +41,17 @@ struct SandboxOptions {
   std::string state_dir;
   // Words added to every `acqfs umount` (e.g. "--no-export").
   std::vector<std::string> extra_umount_args;
+  // After mounting, wait (up to warm_walk_timeout_seconds) for the daemon
+  // log's line that the warm walk ended, or that there is none. The walk
+  // lists the whole mount right after it comes up, and what it lists the
+  // kernel caches for the entry and attribute timeouts: a test that
+  // changes the lower after mounting would otherwise race it, and may see
+  // a state the host passed through (a file just created, still empty)
+  // for as long as the timeout (architecture.md, "Host edits while
+  // mounted"). Tests of the walk itself, which race it on purpose, say
+  // false.
+  bool wait_for_warm_walk = true;
+  int warm_walk_timeout_seconds = 60;
   int mount_timeout_seconds = 30;
   int umount_timeout_seconds = 60;
 };
@@ -90,6 +101,12 @@ class Sandbox {
   pid_t daemon_pid() const { return daemon_pid_; }
   // daemon.log's content (or a note that it could not be read).
   std::string DaemonLog() const;
+  // Waits up to `seconds` for daemon.log's line, written past byte
+  // `log_offset`, that the warm walk ended or is off ("warm walk: ..."),
+  // and returns that line.
+  ::testing::AssertionResult WaitForWarmWalk(double seconds,
+                                             size_t log_offset = 0,
+                                             std::string* line = nullptr) const;
 
   // Paths of `rel` in the mount, the upper layer and the lower layer.
   std::string M(const std::string& rel) const {
