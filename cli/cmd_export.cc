@@ -36,9 +36,17 @@ void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
                 Short(r.worktree_commit).c_str(),
                 Short(r.worktree_parent).c_str(),
                 static_cast<unsigned long long>(r.changed_paths));
-  if (!r.host_dirty_commit.empty())
-    std::printf("  host's own uncommitted work: %s\n",
-                Short(r.host_dirty_commit).c_str());
+  if (!r.base_commit.empty())
+    std::printf("  base: %s (the host's HEAD when the sandbox was made)\n",
+                Short(r.base_commit).c_str());
+  for (const auto& h : r.host_changed)
+    std::printf("  the host changed it too: %s (%s)\n",
+                QuotePath(h.path).c_str(),
+                gitbridge::DescribeHostChange(h).c_str());
+  if (!r.host_changed_error.empty())
+    std::fprintf(stderr,
+                 "acqfs: export: what the host changed since the base: %s\n",
+                 r.host_changed_error.c_str());
   for (const auto& why : r.refused)
     std::fprintf(stderr, "acqfs: export: refused: %s\n", why.c_str());
   for (const auto& k : r.skipped)
@@ -46,6 +54,17 @@ void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
                  k.host ? "host's working state" : "working tree",
                  QuotePath(k.path).c_str(), k.reason.c_str());
   std::printf("fetch with: %s\n", r.fetch_command.c_str());
+}
+
+nlohmann::json HostChangedJson(const gitbridge::ExportResult& r) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& h : r.host_changed) {
+    nlohmann::json j = {
+        {"path", h.path}, {"change", h.how}, {"host_path", h.host_path}};
+    if (!h.renamed_to.empty()) j["renamed_to"] = h.renamed_to;
+    list.push_back(j);
+  }
+  return list;
 }
 
 void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
@@ -63,7 +82,8 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
                       {"skipped", skipped},
                       {"worktree_commit", r.worktree_commit},
                       {"worktree_parent", r.worktree_parent},
-                      {"host_dirty_commit", r.host_dirty_commit},
+                      {"base_commit", r.base_commit},
+                      {"host_changed", HostChangedJson(r)},
                       {"changed_paths", r.changed_paths},
                       {"nothing_new", r.nothing_new()},
                       {"fetch_command", r.fetch_command}};

@@ -63,6 +63,7 @@ struct Row {
   std::optional<bool> unfetched;  // when git
   PolicyRecord policy;
   std::optional<uint64_t> quota_used;  // when the policy sets a quota
+  gitbridge::GitBase base;
 };
 
 // What the quota counts now (fs/quota.h): the blocks of the upper layer
@@ -135,6 +136,7 @@ Row Describe(const Sandbox& sandbox) {
     if (auto st = sandbox.store().StatsOf(ref)) frozen_bytes += st->bytes;
   if (r.upper_bytes) *r.upper_bytes += frozen_bytes;
   r.policy = meta.policy;
+  r.base = meta.base;
   if (meta.policy.quota_bytes) {
     if (!scan.all) {
       UniqueFd fd(::open(paths.upper.c_str(),
@@ -228,7 +230,7 @@ void PrintJson(const std::vector<Row>& rows) {
     j["last_export_utc"] =
         r.last_export > 0 ? Json(FormatTime(r.last_export, true)) : Json();
     j["unfetched"] = r.unfetched ? Json(*r.unfetched) : Json();
-    if (r.policy.empty()) {
+    if (!r.policy.restricts()) {
       j["policy"] = Json();
     } else {
       j["policy"] = {{"hide", r.policy.hide},
@@ -237,6 +239,8 @@ void PrintJson(const std::vector<Row>& rows) {
                      {"hide_secrets", r.policy.hide_secrets}};
     }
     j["quota_used_bytes"] = r.quota_used ? Json(*r.quota_used) : Json();
+    // What the sandbox started from (docs/git-bridge.md, "The base").
+    j["base"] = r.base.recorded() ? Json(BaseJson(r.base)) : Json();
     out.push_back(std::move(j));
   }
   std::printf("%s\n",

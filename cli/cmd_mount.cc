@@ -29,6 +29,7 @@
 #include "fs/layer.h"
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
+#include "gitbridge/git_base.h"
 #include "gitbridge/remote.h"
 
 namespace acqfs::cli {
@@ -311,7 +312,9 @@ int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
                   "was created with the policy \"" + meta->policy.Summary() +
                       "\"; a remount cannot change it (remount without "
                       "policy options, or `acqfs rm` it and mount anew)");
+    const bool own_git = meta->policy.own_git;  // the mount's, not a flag's
     meta->policy = *rec;
+    meta->policy.own_git = own_git;
   }
   auto policy = meta->policy.Build();
   if (!policy)
@@ -345,6 +348,198 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
   }
   if (int rc = ChooseNamespace(*t, config, &(*sandbox)->meta())) return rc;
   return ChoosePolicy(a, *t, config, &(*sandbox)->meta());
+}
+
+// The base (gitbridge/git_base.h): recorded at the first mount of a sandbox
+// over a git checkout, finished by a mount after one that was interrupted
+// (killed while it copied the host's .git), kept by every later mount.
+// Sets `*index` to the host's index when the daemon is to copy it, and
+// the policy's own-git rule once the sandbox's .git is its own.
+class BaseRecorder {
+ public:
+  BaseRecorder(const MountTarget& t, Sandbox& sandbox)
+      : t_(t), sandbox_(sandbox), base_(sandbox.meta().base) {}
+
+  Status Run(UniqueFd* index) {
+    using State = gitbridge::GitBase::State;
+    if (base_.state == State::kNone) {
+      auto layers = Open(false);
+      if (!layers) return layers.error();
+      auto has = gitbridge::OwnLayersHaveGit(*layers);
+      if (!has) return has.error();
+      if (*has) {
+        // Made before bases: its own layers hold a .git the agent wrote,
+        // over the host's. Its git keeps following the host's; the base
+        // is the host's HEAD now (docs/git-bridge.md, "The base").
+        base_ = gitbridge::GitBase{};
+        ACQFS_TRY(gitbridge::ReadHostRefs(t_.lower, &base_));
+        base_.time_ns = gitbridge::NowNs();
+        base_.index_state = "none";
+        base_.state = State::kRecorded;
+        return sandbox_.Save();
+      }
+      ACQFS_TRY(Begin(index));
+    } else if (base_.state == State::kRecording) {
+      auto layers = Open(false);
+      if (!layers) return layers.error();
+      auto has = gitbridge::OwnLayersHaveGit(*layers);
+      if (!has) return has.error();
+      // Killed before the copy was published: nothing of it was ever
+      // seen, so the base is recorded anew, now.
+      if (!*has) ACQFS_TRY(Begin(index));
+    } else {
+      if (base_.own_git && base_.index_state == "pending")
+        return ResumeIndex(index);
+      return Ok();
+    }
+    // The copy is in the upper: the base is what it says.
+    auto layers = Open(true);
+    if (!layers) return layers.error();
+    ACQFS_TRY(gitbridge::ReadBaseRefs(*layers, &base_));
+    base_.own_git = true;
+    base_.state = State::kRecorded;
+    sandbox_.meta().policy.own_git = true;
+    ACQFS_TRY(sandbox_.Save());
+    if (base_.index_state == "pending" && !*index) return ResumeIndex(index);
+    return Ok();
+  }
+
+ private:
+  // Step one: the instant, the host's index (opened now, so that the
+  // daemon copies this inode whatever the host writes later), written down
+  // before anything is copied; then the copy of the host's .git.
+  Status Begin(UniqueFd* index) {
+    using State = gitbridge::GitBase::State;
+    base_ = gitbridge::GitBase{};
+    base_.state = State::kRecording;
+    base_.time_ns = gitbridge::NowNs();
+    auto fd = gitbridge::OpenHostIndex(t_.lower, &base_.index);
+    if (!fd) return fd.error();
+    base_.index_state = *fd ? "pending" : "none";
+    // The sandbox's copy of the index counts against its quota: one the
+    // copy alone would fill is refused, not mounted full.
+    const uint64_t quota = sandbox_.meta().policy.quota_bytes;
+    if (*fd && quota) {
+      struct stat st;
+      if (::fstat((*fd)->get(), &st) == 0 &&
+          static_cast<uint64_t>(st.st_blocks) * 512 >= quota)
+        return Error::Of(
+            EDQUOT,
+            "the quota (" + FormatBytes(quota) +
+                ") is no larger than the sandbox's copy of the "
+                "host's index (" +
+                FormatBytes(static_cast<uint64_t>(st.st_blocks) * 512) +
+                "); give it more",
+            t_.lower + "/.git/index");
+    }
+    if (*fd) *index = std::move(**fd);
+    ACQFS_TRY(sandbox_.Save());
+    auto layers = Open(false);
+    if (!layers) return layers.error();
+    layers->sync_copy_up = false;  // FreezeGitDir syncs in one pass
+    return gitbridge::FreezeGitDir(*layers, sandbox_.paths().work);
+  }
+
+  // The daemon's copy of the index did not finish: copied now if the
+  // host's index is still the one of the base, else rebuilt from the
+  // base's HEAD (its staged changes are lost; said on stderr).
+  Status ResumeIndex(UniqueFd* index) {
+    auto layers = Open(true);
+    if (!layers) return layers.error();
+    if (HasOwnIndex(*layers)) {
+      base_.index_state = "copied";
+      return sandbox_.Save();
+    }
+    gitbridge::FileIdentity now;
+    auto fd = gitbridge::OpenHostIndex(t_.lower, &now);
+    if (!fd) return fd.error();
+    if (*fd && now == base_.index) {
+      *index = std::move(**fd);
+      return Ok();
+    }
+    ACQFS_TRY(gitbridge::RebuildIndex(*layers, t_.lower, base_.head,
+                                      sandbox_.paths().work));
+    base_.index_state = "rebuilt";
+    std::fprintf(stderr,
+                 "acqfs: mount: sandbox %s: the copy of the host's index "
+                 "made at its first mount was interrupted and the host's "
+                 "index has changed since; the sandbox's index was rebuilt "
+                 "from its HEAD %s (changes staged on the host then are not "
+                 "staged in the sandbox)\n",
+                 t_.name.c_str(), base_.head.c_str());
+    return sandbox_.Save();
+  }
+
+  static bool HasOwnIndex(const Layers& layers) {
+    for (unsigned i = 1; i <= layers.upper_number(); ++i) {
+      struct stat st;
+      bool found = false;
+      const Layer& l = layers.At(i);
+      if (sys::StatAtIfExists(l.root(), ".git/index", &st, &found,
+                              l.Shown(".git/index")) &&
+          found)
+        return true;
+    }
+    return false;
+  }
+
+  Result<Layers> Open(bool own_git) {
+    const SandboxMeta& m = sandbox_.meta();
+    auto layers = Layers::OpenForReading(t_.lower, sandbox_.paths().upper,
+                                         m.xattr_namespace == "trusted"
+                                             ? XattrNamespace::kTrusted
+                                             : XattrNamespace::kUser,
+                                         sandbox_.paths().frozen);
+    if (!layers) return layers.error();
+    PolicyRecord rec = m.policy;
+    rec.own_git = own_git;
+    auto policy = rec.Build();
+    if (!policy) return policy.error();
+    layers->policy = *policy;
+    return layers;
+  }
+
+  const MountTarget& t_;
+  Sandbox& sandbox_;
+  gitbridge::GitBase& base_;
+};
+
+// Where the daemon records that its copy of the base's index is done.
+std::function<Status(const Status&)> IndexInstalled(const MountTarget& t,
+                                                    const Sandbox& sandbox) {
+  const std::string meta_path = sandbox.paths().meta;
+  const std::string lower = t.lower;
+  const std::string upper = sandbox.paths().upper;
+  const std::string work = sandbox.paths().work;
+  return [meta_path, lower, upper, work](const Status& copied) -> Status {
+    auto meta = ReadMeta(meta_path);
+    if (!meta) return meta.error();
+    Status outcome = copied;
+    if (copied) {
+      meta->base.index_state = "copied";
+    } else if (copied.err() != EEXIST) {
+      // The sandbox must not run without an index: one is made from the
+      // base's HEAD.
+      auto layers = Layers::OpenForReading(lower, upper,
+                                           meta->xattr_namespace == "trusted"
+                                               ? XattrNamespace::kTrusted
+                                               : XattrNamespace::kUser);
+      if (!layers) return layers.error();
+      Status r = gitbridge::RebuildIndex(*layers, lower, meta->base.head, work);
+      if (!r) return r;
+      meta->base.index_state = "rebuilt";
+      outcome =
+          Error::Of(copied.err(),
+                    "copy the host's index (rebuilt from HEAD " +
+                        meta->base.head + " instead): " + copied.error().op,
+                    copied.error().path);
+    }
+    // Read, changed and written while a command may do the same (an
+    // export's time): the loser's field is recorded again at the next
+    // mount (ResumeIndex finds the copy).
+    if (Status w = WriteMeta(meta_path, *meta); !w) return w;
+    return outcome;
+  };
 }
 
 }  // namespace
@@ -385,9 +580,22 @@ int RunMount(const MountArgs& a) {
   if (Status s = sandbox.Save(); !s)
     return fail(Fail(kExitFailed, "mount: sandbox metadata", s.error()));
   meta_written = true;
+  UniqueFd base_index;  // the daemon copies it (MountConfig::install_fd)
   if (git) {
     if (Status s = gitbridge::PrepareBridge(sandbox.ExportConfig()); !s)
       return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
+    if (Status s = BaseRecorder(t, sandbox).Run(&base_index); !s)
+      return fail(Fail(s.err() == EDQUOT ? kExitBadInput : kExitFailed,
+                       "mount: the sandbox's base", s.error()));
+    auto policy = meta.policy.Build();
+    if (!policy)
+      return fail(Fail(kExitBadInput, "mount: sandbox policy", policy.error()));
+    config.policy = *policy;
+    if (base_index) {
+      config.install_fd = base_index.get();
+      config.install_rel = ".git/index";
+      config.installed = IndexInstalled(t, sandbox);
+    }
   }
   config.lower = t.lower;
   config.upper = paths.upper;

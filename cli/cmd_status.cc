@@ -39,6 +39,7 @@
 #include "cli/state.h"
 #include "fs/change_scan.h"
 #include "fs/layer.h"
+#include "gitbridge/host_changes.h"
 
 namespace acqfs::cli {
 
@@ -57,7 +58,20 @@ Json ModeJson(mode_t mode) {
   return buf;
 }
 
-Json ChangeJson(const PathChange& c) {
+// The host's changes since the base, by the sandbox's path.
+using HostChanges = std::map<std::string, std::vector<gitbridge::HostChange>>;
+
+Json HostJson(const std::vector<gitbridge::HostChange>& v) {
+  Json list = Json::array();
+  for (const auto& h : v) {
+    Json j = {{"change", h.how}, {"path", h.host_path}};
+    if (!h.renamed_to.empty()) j["renamed_to"] = h.renamed_to;
+    list.push_back(j);
+  }
+  return list;
+}
+
+Json ChangeJson(const PathChange& c, const HostChanges& host) {
   Json meta = Json::array();
   if (c.meta & PathChange::kMode) meta.push_back("mode");
   if (c.meta & PathChange::kOwner) meta.push_back("owner");
@@ -72,19 +86,22 @@ Json ChangeJson(const PathChange& c) {
             {"new_size", c.new_size},
             {"metadata", meta}};
   if (!IsUtf8(c.path)) j["path_quoted"] = QuotePath(c.path);
+  auto h = host.find(c.path);
+  j["host"] = h == host.end() ? Json() : HostJson(h->second);
   return j;
 }
 
 void PrintJson(const std::string& name, const std::string& lower,
-               const PolicyRecord& policy,
-               const std::vector<PathChange>& changes) {
+               const PolicyRecord& policy, const gitbridge::GitBase& base,
+               const std::vector<PathChange>& changes,
+               const HostChanges& host) {
   constexpr PathChange::Kind kKinds[] = {
       PathChange::kAdded, PathChange::kModified, PathChange::kDeleted,
       PathChange::kTypeChanged, PathChange::kMetadata};
   std::map<PathChange::Kind, uint64_t> count;
   Json list = Json::array();
   for (const PathChange& c : changes) {
-    list.push_back(ChangeJson(c));
+    list.push_back(ChangeJson(c, host));
     ++count[c.kind];
   }
   Json counts = Json::object();
@@ -93,7 +110,8 @@ void PrintJson(const std::string& name, const std::string& lower,
             {"lower", lower},
             {"changes", list},
             {"counts", counts}};
-  if (policy.empty()) {
+  j["base"] = base.recorded() ? Json(BaseJson(base)) : Json();
+  if (!policy.restricts()) {
     j["policy"] = Json();
   } else {
     j["policy"] = {{"hide", policy.hide},
@@ -106,12 +124,21 @@ void PrintJson(const std::string& name, const std::string& lower,
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
-void PrintLines(const std::vector<PathChange>& changes, bool nul) {
+void PrintLines(const std::vector<PathChange>& changes, bool nul,
+                const HostChanges& host) {
   for (const PathChange& c : changes) {
     std::string shown = c.path + (IsDirChange(c) ? "/" : "");
     std::string line(1, ChangeCode(c.kind));
     line += ' ';
     line += nul ? shown : QuotePath(shown);
+    // The host changed it too since the base: merging meets it there.
+    auto h = host.find(c.path);
+    if (!nul && h != host.end()) {
+      line += "  (host: ";
+      for (size_t i = 0; i < h->second.size(); ++i)
+        line += (i ? "; " : "") + gitbridge::DescribeHostChange(h->second[i]);
+      line += ")";
+    }
     line += nul ? '\0' : '\n';
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
@@ -136,14 +163,28 @@ int RunStatus(const StatusArgs& a) {
   auto changes = ScanChanges(*layers, options);
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "status", changes.error());
+  HostChanges host;
+  if (meta.base.recorded()) {
+    std::vector<std::string> changed;
+    for (const PathChange& c : *changes)
+      if (c.path != ".git" && c.path.rfind(".git/", 0) != 0)
+        changed.push_back(c.path);
+    auto moved = gitbridge::HostChangesSince(meta.lower, meta.base, changed);
+    // The host's repository cannot be read (gone, another user's): the
+    // changes are still the layers'; say why the marks are missing.
+    if (!moved)
+      Fail(0, "status: what the host changed since the base", moved.error());
+    else
+      for (auto& h : *moved) host[h.path].push_back(std::move(h));
+  }
   if (a.json) {
-    PrintJson(paths.name, meta.lower, meta.policy, *changes);
+    PrintJson(paths.name, meta.lower, meta.policy, meta.base, *changes, host);
   } else {
     // A sandbox with a policy says so first, as a comment line (paths
     // it hides or makes read-only are never listed as changed).
-    if (!meta.policy.empty() && !a.null_terminated)
+    if (meta.policy.restricts() && !a.null_terminated)
       std::printf("# policy: %s\n", meta.policy.Summary().c_str());
-    PrintLines(*changes, a.null_terminated);
+    PrintLines(*changes, a.null_terminated, host);
   }
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     return Fail(kExitFailed, "status", Error::Errno("write", "stdout"));

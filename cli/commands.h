@@ -55,6 +55,14 @@ int RunExport(const ExportArgs& a);
 int ExportAndReport(const std::string& what, const std::string& name,
                     const std::string& state_dir, bool json);
 
+struct ApplyArgs {
+  std::string name, state_dir;
+  std::vector<std::string> paths;
+  bool check = false;
+  bool json = false;
+};
+int RunApply(const ApplyArgs& a);
+
 struct RmArgs {
   std::string name, state_dir;
   bool force = false;

@@ -93,6 +93,19 @@ void AddExport(CLI::App& app, ExportArgs& e) {
   c->add_flag("--json", e.json, "Print the result as JSON");
 }
 
+void AddApply(CLI::App& app, ApplyArgs& a) {
+  auto* c = app.add_subcommand(
+      "apply",
+      "Bring a sandbox's work into the host's working tree as uncommitted "
+      "edits (a 3-way merge per file; all or nothing)");
+  c->add_option("name", a.name, "The sandbox")->required();
+  c->add_option("paths", a.paths,
+                "Only these paths (relative to the checkout's top)");
+  c->add_option("--state-dir", a.state_dir, "State directory");
+  c->add_flag("--check", a.check, "Say what would conflict and change nothing");
+  c->add_flag("--json", a.json, "Print the result as JSON");
+}
+
 void AddRm(CLI::App& app, RmArgs& r) {
   auto* c = app.add_subcommand(
       "rm",
@@ -276,6 +289,7 @@ int main(int argc, char** argv) {
   UmountArgs u;
   ExportArgs e;
   RmArgs r;
+  ApplyArgs ap;
   LsArgs l;
   StatusArgs s;
   DiffArgs d;
@@ -292,6 +306,7 @@ int main(int argc, char** argv) {
   AddUmount(app, u);
   AddExport(app, e);
   AddRm(app, r);
+  AddApply(app, ap);
   AddLs(app, l);
   AddStatus(app, s);
   AddDiff(app, d);
@@ -312,6 +327,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("umount")) return RunUmount(u);
   if (app.got_subcommand("export")) return RunExport(e);
   if (app.got_subcommand("rm")) return RunRm(r);
+  if (app.got_subcommand("apply")) return RunApply(ap);
   if (app.got_subcommand("ls")) return RunLs(l);
   if (app.got_subcommand("status")) return RunStatus(s);
   if (app.got_subcommand("diff")) return RunDiff(d);

@@ -250,6 +250,7 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   auto policy = meta_.policy.Build();
   // Callers that publish (export) check first that the policy builds.
   if (policy) c.policy = *policy;
+  c.base = meta_.base;
   return c;
 }
 

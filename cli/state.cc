@@ -66,16 +66,67 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
       m.policy.read_only = p.value("read_only", std::vector<std::string>{});
       m.policy.quota_bytes = p.value("quota_bytes", uint64_t{0});
       m.policy.hide_secrets = p.value("hide_secrets", false);
+      m.policy.own_git = p.value("own_git", false);
     } catch (const nlohmann::json::exception&) {
       return Error::Of(EINVAL, "parse sandbox metadata (policy)", path);
+    }
+  }
+  if (j.contains("base")) {
+    const auto& b = j["base"];
+    if (!b.is_object())
+      return Error::Of(EINVAL, "parse sandbox metadata (base)", path);
+    try {
+      using gitbridge::GitBase;
+      std::string state = b.value("state", "");
+      m.base.state = state == "recorded"    ? GitBase::State::kRecorded
+                     : state == "recording" ? GitBase::State::kRecording
+                                            : GitBase::State::kNone;
+      m.base.time_ns = b.value("time_ns", int64_t{0});
+      m.base.head = b.value("head", "");
+      m.base.branch = b.value("branch", "");
+      m.base.branches =
+          b.value("branches", std::map<std::string, std::string>{});
+      m.base.own_git = b.value("own_git", false);
+      m.base.index_state = b.value("index", "");
+      if (b.contains("index_id")) {
+        const auto& i = b["index_id"];
+        m.base.index.dev = i.value("dev", uint64_t{0});
+        m.base.index.ino = i.value("ino", uint64_t{0});
+        m.base.index.size = i.value("size", uint64_t{0});
+        m.base.index.mtime_ns = i.value("mtime_ns", int64_t{0});
+        m.base.index.ctime_ns = i.value("ctime_ns", int64_t{0});
+      }
+    } catch (const nlohmann::json::exception&) {
+      return Error::Of(EINVAL, "parse sandbox metadata (base)", path);
     }
   }
   return m;
 }
 
+nlohmann::json BaseJson(const gitbridge::GitBase& b) {
+  using gitbridge::GitBase;
+  if (b.state == GitBase::State::kNone) return nlohmann::json::object();
+  nlohmann::json j = {
+      {"state",
+       b.state == GitBase::State::kRecorded ? "recorded" : "recording"},
+      {"time_ns", b.time_ns},
+      {"head", b.head},
+      {"branch", b.branch},
+      {"branches", b.branches},
+      {"own_git", b.own_git},
+      {"index", b.index_state}};
+  if (b.index.ino != 0)
+    j["index_id"] = {{"dev", b.index.dev},
+                     {"ino", b.index.ino},
+                     {"size", b.index.size},
+                     {"mtime_ns", b.index.mtime_ns},
+                     {"ctime_ns", b.index.ctime_ns}};
+  return j;
+}
+
 Result<std::shared_ptr<const Policy>> PolicyRecord::Build() const {
   if (empty()) return std::shared_ptr<const Policy>();
-  auto p = Policy::Make(hide, read_only, quota_bytes);
+  auto p = Policy::Make(hide, read_only, quota_bytes, own_git);
   if (!p) return p.error();
   return std::shared_ptr<const Policy>(std::make_shared<Policy>(std::move(*p)));
 }
@@ -98,7 +149,7 @@ std::string FormatBytes(uint64_t n) {
 }
 
 std::string PolicyRecord::Summary() const {
-  if (empty()) return "none";
+  if (!restricts()) return "none";
   auto join = [](const std::vector<std::string>& v) {
     std::string out;
     for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
@@ -133,7 +184,10 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
     j["policy"] = {{"hide", meta.policy.hide},
                    {"read_only", meta.policy.read_only},
                    {"quota_bytes", meta.policy.quota_bytes},
-                   {"hide_secrets", meta.policy.hide_secrets}};
+                   {"hide_secrets", meta.policy.hide_secrets},
+                   {"own_git", meta.policy.own_git}};
+  if (meta.base.state != gitbridge::GitBase::State::kNone)
+    j["base"] = BaseJson(meta.base);
   return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
 }
 

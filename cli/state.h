@@ -15,12 +15,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "fs/policy.h"
+#include "gitbridge/git_base.h"
 
 namespace acqfs::cli {
 
@@ -51,8 +53,14 @@ struct PolicyRecord {
   std::vector<std::string> read_only;
   uint64_t quota_bytes = 0;   // 0: none
   bool hide_secrets = false;  // recorded for display
-  bool empty() const {
-    return hide.empty() && read_only.empty() && quota_bytes == 0;
+  // The sandbox's .git is its own (GitBase::own_git): the host's copies of
+  // its mutable files are hidden (Policy::OwnGitHides). Set by the first
+  // mount, never by a flag, so a remount's comparison leaves it out.
+  bool own_git = false;
+  bool empty() const { return !restricts() && !own_git; }
+  // A boundary of the user's: something hidden, read-only or a quota.
+  bool restricts() const {
+    return !hide.empty() || !read_only.empty() || quota_bytes != 0;
   }
   bool operator==(const PolicyRecord& o) const {
     return hide == o.hide && read_only == o.read_only &&
@@ -72,7 +80,13 @@ struct SandboxMeta {
   std::string xattr_namespace;  // "trusted" or "user"
   int64_t last_export = 0;      // unix seconds of the last export, 0: never
   PolicyRecord policy;
+  // What the agent starts from, for a lower that is a git checkout
+  // (gitbridge/git_base.h); a fork inherits its parent's.
+  gitbridge::GitBase base;
 };
+
+// The base as JSON ({} when none), for meta.json and `--json` output.
+nlohmann::json BaseJson(const gitbridge::GitBase& base);
 
 Result<SandboxMeta> ReadMeta(const std::string& path);
 // Writes atomically and durably, mode 0600 (common/atomic_file.h).

@@ -44,6 +44,18 @@ FileLease FileCache::Take(const void* key) {
   return f;
 }
 
+FileLease FileCache::TakeIfLowerReplaced(const void* key, uint64_t ino) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  const OpenFile& f = *it->second.file;
+  if (!f.from_lower || f.lower_ino == 0 || f.lower_ino == ino) return nullptr;
+  FileLease out = std::move(it->second.file);
+  lru_.erase(it->second.pos);
+  entries_.erase(it);
+  return out;
+}
+
 size_t FileCache::Shrink(size_t keep) {
   std::vector<FileLease> evicted;
   {

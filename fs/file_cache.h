@@ -34,6 +34,11 @@ struct OpenFile {
   bool readable = false;
   bool writable = false;
   bool from_lower = false;  // it reads the lower copy (never written)
+  // The lower inode it reads (from_lower, while the node has a name): the
+  // host may replace the file at that path by another (a rename over it,
+  // as git, sed -i and editors write), and the node's stat then follows
+  // the new one (FileCache::TakeIfLowerReplaced).
+  uint64_t lower_ino = 0;
 };
 
 // A shared owner of an OpenFile: the descriptor stays open while any lease
@@ -72,6 +77,10 @@ class FileCache {
   // Removes `key`'s entry and returns it (null when none), for the caller
   // to drop once it holds no lock (the node is going away).
   FileLease Take(const void* key);
+  // The same when the entry reads a lower inode other than `ino`: the
+  // host replaced the file at the node's path, and its data must come
+  // from the inode its stat comes from.
+  FileLease TakeIfLowerReplaced(const void* key, uint64_t ino);
   // Evicts least recently used entries until at most `keep` remain;
   // returns how many it evicted.
   size_t Shrink(size_t keep);

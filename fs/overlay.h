@@ -33,6 +33,7 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -227,8 +228,25 @@ class Overlay {
   // down to `keep` entries. Takes no lock but the cache's own.
   size_t ShrinkFiles(size_t keep) { return files_.Shrink(keep); }
 
+  // The gate: while it is closed, a lookup of `name` in the root waits
+  // until OpenGate(). The daemon closes it before the mount for a file it
+  // then puts in place below that name in the background, which the
+  // sandbox must never see missing (the base's copy of the host's index,
+  // gitbridge/git_base.h). Everything below the name is reached through
+  // that lookup, so nothing of it is seen before the gate opens.
+  void CloseGate(const std::string& name);
+  void OpenGate();
+  // Publishes a copy of the regular file `src_fd` (data, mode, owner,
+  // times, xattrs) at `rel` in the upper layer, whose parent directory
+  // must be in the upper and which must not exist there (EEXIST): built in
+  // acqfs-tmp and renamed into place. Its blocks are charged to the quota
+  // whatever its limit (a file of acqfs's own, not the agent's). For a path
+  // no node stands for yet (behind the gate).
+  Status InstallUpperFile(const std::string& rel, int src_fd);
+
  private:
   explicit Overlay(Layers layers);
+  void WaitAtGate(Node* parent, const std::string& name);
 
   // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
   // name says it changes something, then exclusive).
@@ -367,6 +385,13 @@ class Overlay {
   // Moves on with every change that may rename, replace or remove a
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
   // used (it means "do not cache" to Layer::DirFd).
+  // The gate (CloseGate): gate_closed_ is read without a lock on every
+  // lookup; gate_name_ is written under gate_mu_ before gate_closed_ is
+  // set and not changed while it is; waiters sleep on gate_cv_.
+  std::atomic<bool> gate_closed_{false};
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  std::string gate_name_;
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 

@@ -173,4 +173,35 @@ Status Overlay::PrepareToMove(Node* node) {
   return EnsureUpper(node);
 }
 
+Status Overlay::InstallUpperFile(const std::string& rel, int src_fd) {
+  const std::string shown = layers_.upper.Shown(rel);
+  // Copied outside the tree lock (acqfs-tmp is the daemon's alone), then
+  // published under it.
+  const std::string temp = sys::TempName("install.");
+  ACQFS_TRY(CopyLowerFdTo(layers_, src_fd, layers_.tmp.get(), temp, shown));
+  auto drop = [&](Status s) {
+    (void)::unlinkat(layers_.tmp.get(), temp.c_str(), 0);
+    return s;
+  };
+  ExclusiveLock l(tree_mu_, tree_gen_);
+  auto parent = sys::OpenBeneath(layers_.upper.root(), sys::Dirname(rel),
+                                 O_RDONLY | O_DIRECTORY, 0, shown);
+  if (!parent) return drop(parent.error());
+  // The parent keeps its times, as after a copy-up into it.
+  auto pst = sys::Fstat(parent->get(), shown);
+  if (!pst) return drop(pst.error());
+  const std::string name = sys::Basename(rel);
+  Status s = sys::Renameat2(layers_.tmp.get(), temp, parent->get(), name,
+                            RENAME_NOREPLACE, shown);
+  if (!s) return drop(s);
+  struct timespec ts[2] = {pst->st_atim, pst->st_mtim};
+  if (::futimens(parent->get(), ts) != 0)
+    return Error::Errno("utimensat", shown);
+  if (quota_) {
+    auto made = sys::StatAt(parent->get(), name, shown);
+    if (made) quota_->Force(Quota::Bytes(*made));
+  }
+  return Ok();
+}
+
 }  // namespace acqfs

@@ -136,6 +136,10 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
              : layers_.LowerLayer(node->lower_layer()).OpenForReading(path);
   }
   if (!fd) return fd.error();
+  if (f.from_lower && !node->unlinked) {
+    struct stat st;
+    if (::fstat(fd->get(), &st) == 0) f.lower_ino = st.st_ino;
+  }
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
   f.readable = acc != O_WRONLY;
   f.writable = acc != O_RDONLY;

@@ -30,7 +30,7 @@ void Overlay::FixStat(const Node* node, struct stat* st) const {
   const bool spans =
       node->merged() && (node->upper || __builtin_popcount(node->lower) > 1);
   if (node->is_dir() &&
-      (spans || (layers_.policy && layers_.policy->hides_anything())))
+      (spans || (layers_.policy && layers_.policy->hides_patterns())))
     st->st_nlink = 1;
   // An unlinked file has no links, wherever its data is kept (a name
   // in acqfs-tmp, the lower file it was): as fstat says on ext4.
@@ -134,13 +134,37 @@ void Overlay::MaybeFreeAfterLookup(Node* node) {
   table_.MaybeFreeLocked(node);
 }
 
+void Overlay::CloseGate(const std::string& name) {
+  std::lock_guard<std::mutex> g(gate_mu_);
+  gate_name_ = name;
+  gate_closed_.store(true, std::memory_order_release);
+}
+
+void Overlay::OpenGate() {
+  {
+    std::lock_guard<std::mutex> g(gate_mu_);
+    gate_closed_.store(false, std::memory_order_release);
+  }
+  gate_cv_.notify_all();
+}
+
+void Overlay::WaitAtGate(Node* parent, const std::string& name) {
+  if (!gate_closed_.load(std::memory_order_acquire) || parent != root()) return;
+  std::unique_lock<std::mutex> g(gate_mu_);
+  if (name != gate_name_) return;
+  gate_cv_.wait(g,
+                [&] { return !gate_closed_.load(std::memory_order_acquire); });
+}
+
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
+  WaitAtGate(parent, name);
   SharedLock l(tree_mu_);
   return LookupLocked(parent, name, true);
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
                               struct stat* st) {
+  WaitAtGate(parent, name);
   bool stale = false;
   {
     SharedLock l(tree_mu_);
@@ -170,6 +194,13 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
   }
   if ((st.st_mode & S_IFMT) != node->type)
     return Error::Of(ENOENT, "stat (type changed)", PathLocked(node));
+  // A lower file the host replaced by another inode (renamed a new file
+  // over it) since the node's data descriptor was opened: that descriptor
+  // goes, so that data comes from the inode this stat comes from (the
+  // kernel drops its cached pages when the size or mtime it is told
+  // changed). Closed here, under no lock of the cache's.
+  if (!node->unlinked && !node->upper && S_ISREG(st.st_mode))
+    FileLease stale = files_.TakeIfLowerReplaced(node, st.st_ino);
   FixStat(node, &st);
   return st;
 }

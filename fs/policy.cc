@@ -137,8 +137,9 @@ bool PathGlob::MatchesComponents(const std::vector<std::string>& comps,
 
 Result<Policy> Policy::Make(const std::vector<std::string>& hide,
                             const std::vector<std::string>& read_only,
-                            uint64_t quota_bytes) {
+                            uint64_t quota_bytes, bool own_git) {
   Policy p;
+  p.own_git_ = own_git;
   for (const auto& h : hide) {
     auto g = PathGlob::Parse(h);
     if (!g) return g.error();
@@ -186,7 +187,16 @@ bool Policy::MatchesWithAncestors(const std::vector<PathGlob>& globs,
   return false;
 }
 
+bool Policy::OwnGitHides(std::string_view rel) {
+  constexpr std::string_view kGit = ".git/";
+  if (rel.substr(0, kGit.size()) != kGit) return false;
+  std::string_view name = rel.substr(kGit.size());
+  if (name.empty() || name.find('/') != std::string_view::npos) return false;
+  return name != "objects" && name != "lfs" && name != "modules";
+}
+
 bool Policy::HidesLower(std::string_view rel, bool is_dir) const {
+  if (own_git_ && OwnGitHides(rel)) return true;
   return AnyMatches(hide_, rel, is_dir);
 }
 

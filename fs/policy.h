@@ -57,25 +57,38 @@ class Policy {
   // Builds a policy; EINVAL naming the first pattern that does not parse.
   static Result<Policy> Make(const std::vector<std::string>& hide,
                              const std::vector<std::string>& read_only,
-                             uint64_t quota_bytes);
+                             uint64_t quota_bytes, bool own_git = false);
 
   // The patterns `--hide-secrets` adds (docs/sandboxes.md lists them).
   static const std::vector<std::string>& SecretPatterns();
 
-  // Does a hide pattern match the lower object at `rel`? Only the object
-  // itself is tested: the lookup rules never reach below a hidden
-  // directory. See HiddenPath for a whole path.
+  // Does a hide pattern match the lower object at `rel`, or is it one of
+  // the host's git files that an own-git sandbox does not see (OwnGitHides)?
+  // Only the object itself is tested: the lookup rules never reach below a
+  // hidden directory. See HiddenPath for a whole path.
   bool HidesLower(std::string_view rel, bool is_dir) const;
+  // A sandbox whose git is its own (docs/git-bridge.md, "The base"): its
+  // .git was copied into its upper layer at the mount, so every entry of
+  // the host's .git but the append-only object stores (`objects`, `lfs`,
+  // `modules`) is hidden, whatever the host writes there later: the host's
+  // HEAD, index, refs, reflogs, config, MERGE_HEAD and lock files. Only
+  // the host's layer is affected, and HiddenPath does not report them.
+  static bool OwnGitHides(std::string_view rel);
+  bool own_git() const { return own_git_; }
   // Is `rel` hidden, itself or through a hidden ancestor directory?
   bool HiddenPath(std::string_view rel, bool is_dir) const;
   // Is `rel`, or a directory above it, read-only?
   bool ReadOnly(std::string_view rel, bool is_dir) const;
 
-  bool hides_anything() const { return !hide_.empty(); }
+  bool hides_anything() const { return !hide_.empty() || own_git_; }
+  // Hide patterns alone (the own-git rule hides nothing a directory's link
+  // count could reveal: the .git it applies to merges two layers anyway).
+  bool hides_patterns() const { return !hide_.empty(); }
   bool has_read_only() const { return !read_only_.empty(); }
   uint64_t quota_bytes() const { return quota_bytes_; }
   bool empty() const {
-    return hide_.empty() && read_only_.empty() && quota_bytes_ == 0;
+    return hide_.empty() && read_only_.empty() && quota_bytes_ == 0 &&
+           !own_git_;
   }
 
   const std::vector<PathGlob>& hide() const { return hide_; }
@@ -89,6 +102,7 @@ class Policy {
 
   std::vector<PathGlob> hide_, read_only_;
   uint64_t quota_bytes_ = 0;
+  bool own_git_ = false;
 };
 
 // Parses a size such as "500M", "2G", "1.5GiB", "4096" (bytes; K/M/G/T

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fs/fd_budget.h"
@@ -346,6 +347,10 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (!budget) return fail(budget.error());
   auto overlay = Overlay::Create(std::move(*layers));
   if (!overlay) return fail(overlay.error());
+  const bool install = config.install_fd >= 0 && !config.install_rel.empty();
+  if (install)
+    (*overlay)->CloseGate(
+        config.install_rel.substr(0, config.install_rel.find('/')));
   (*overlay)->SetDescriptorBudget(budget->files, budget->kept);
   Layer::SetDirCacheSlots(budget->dir_cache);
   spdlog::info("descriptors: {}", budget->Describe());
@@ -415,10 +420,10 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     // Said in any case, so a reader of the log (the tests' harness, which
     // waits for the walk's line before a test changes the lower) knows no
     // walk will come.
-    spdlog::info("warm walk: off ({})",
-                 !config.warm              ? "-o nowarm"
-                 : config.warm_limit == 0 ? "warm_limit=0"
-                                           : "timeout=0");
+    spdlog::info("warm walk: off ({})", !config.warm ? "-o nowarm"
+                                        : config.warm_limit == 0
+                                            ? "warm_limit=0"
+                                            : "timeout=0");
   }
   auto dropper = PageDropper::Start(fuse_session_fd(se.get()));
   if (!dropper) {
@@ -431,12 +436,27 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);
   ready(Ok());
+  // Started after the warm walk's fork (which must come before any thread).
+  std::thread installer;
+  if (install) {
+    installer = std::thread([&config, ov = overlay->get()] {
+      Status s = ov->InstallUpperFile(config.install_rel, config.install_fd);
+      if (config.installed) s = config.installed(s);
+      if (s)
+        spdlog::info("installed {} in the upper layer", config.install_rel);
+      else
+        spdlog::error("install {}: {}", config.install_rel,
+                      s.error().Message());
+      ov->OpenGate();
+    });
+  }
 
   UniqueLoopConfig loop(fuse_loop_cfg_create());
   fuse_loop_cfg_set_max_threads(loop.get(), config.max_threads);
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
   ctx.warm = warm.get();
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  if (installer.joinable()) installer.join();
   ctx.warm = nullptr;
   if (warm) warm->Stop();
   if (stop_control) stop_control();

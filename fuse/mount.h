@@ -50,6 +50,16 @@ struct MountConfig {
   bool debug = false;  // libfuse request tracing
   // The sandbox's policy (hidden paths, read-only paths, quota), or null.
   std::shared_ptr<const Policy> policy;
+  // A file the daemon copies into the upper layer at `install_rel` right
+  // after the mount, on a thread of its own, while lookups of the first
+  // component of `install_rel` in the root wait (Overlay::CloseGate): the
+  // base's copy of the host's index (gitbridge/git_base.h), too large to
+  // copy before the mount. -1: none. The descriptor stays the caller's.
+  int install_fd = -1;
+  std::string install_rel;
+  // Called on that thread with the copy's outcome before the gate opens;
+  // may mend a failure, and returns what the log says of it.
+  std::function<Status(const Status&)> installed;
 };
 
 // Refuses (EINVAL, naming the option) a combination of options that would

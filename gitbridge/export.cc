@@ -68,13 +68,14 @@ struct Plan {
   std::vector<std::string> refused;
   std::vector<SkippedExport> skipped;
   std::map<std::string, git_oid> bridge_heads;  // before this export
-  std::optional<git_oid> host_dirty;
-  std::optional<git_oid> base;       // the snapshot's 1st parent
-  git_oid tree{};                    // the working tree
-  std::optional<git_oid> base_tree;  // the host's working state's tree
-  std::optional<git_oid> prev;       // previous snapshot
+  std::optional<git_oid> base_commit;           // the base's HEAD
+  std::optional<git_oid> base;                  // the snapshot's 1st parent
+  git_oid tree{};                               // the working tree
+  std::optional<git_oid> base_tree;             // the base commit's tree
+  std::optional<git_oid> prev;                  // previous snapshot
   bool worktree_changed = false;
   uint64_t changes = 0;
+  std::vector<std::string> paths;  // the working tree's changed paths
 };
 
 std::vector<git_oid> HostTips(const std::map<std::string, git_oid>& branches,
@@ -87,7 +88,7 @@ std::vector<git_oid> HostTips(const std::map<std::string, git_oid>& branches,
 
 // Decides which sandbox branches to publish, copying their objects in.
 Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
-                    const std::map<std::string, git_oid>& host_branches,
+                    const std::map<std::string, git_oid>& base_branches,
                     Plan* plan) {
   if (!s.sandbox) {
     plan->refused.push_back("branches: " + s.sandbox_refused);
@@ -96,8 +97,8 @@ Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
   auto branches = s.sandbox->Branches();
   if (!branches) return branches.error();
   for (const auto& [name, tip] : *branches) {
-    auto h = host_branches.find(name);
-    if (h != host_branches.end() && git_oid_equal(&h->second, &tip)) continue;
+    auto h = base_branches.find(name);
+    if (h != base_branches.end() && git_oid_equal(&h->second, &tip)) continue;
     if (Reserved(name)) {
       plan->refused.push_back(name +
                               ": the name is reserved for the working "
@@ -130,53 +131,48 @@ Result<git_oid> TreeOf(git_repository* repo, const git_oid& commit) {
   return *git_commit_tree_id(c.get());
 }
 
-// Chooses the snapshot's base and builds its tree.
-Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
-                    const std::optional<git_oid>& host_head, Plan* plan) {
+// Chooses the snapshot's first parent, the sandbox's own HEAD (else the
+// base commit), and builds its tree: that commit's tree with the
+// sandbox's changes laid over it (the host's working tree, which the
+// sandbox sees live, never enters it; docs/git-bridge.md, "The commit
+// structure").
+Status PlanWorktree(Session& s, const std::vector<git_oid>& hide, Plan* plan) {
   git_repository* bridge = s.bridge->repo();
   Result<std::optional<git_oid>> head = std::optional<git_oid>();
   if (s.sandbox) head = s.sandbox->Head();
   if (!head) return head.error();
-  Report(s.progress, "reading the host's working tree");
-  std::vector<SkippedPath> host_skipped;
-  auto dirty = s.host->DirtyCommit(bridge, &host_skipped);
-  if (!dirty) {
-    // The snapshot sits on the host's working state, so what stops reading
-    // it stops the working tree alone, as below: libgit2 1.5's status
-    // gives up on a host checkout holding directories nested more than 100
-    // deep ("directory nesting too deep (100)", FILESYSTEM_MAX_DEPTH of its
-    // working-directory iterator). The branches still go out.
-    plan->refused.push_back("working tree: the host's working state: " +
-                            dirty.error().Message());
-    return Ok();
-  }
-  for (SkippedPath& k : host_skipped)
-    plan->skipped.push_back({std::move(k.path), std::move(k.reason), true});
-  plan->host_dirty = *dirty;
-  bool head_moved =
-      *head && (!host_head || !git_oid_equal(&**head, &*host_head));
-  if (head_moved) {
+  bool own_head = *head && (!plan->base_commit ||
+                            !git_oid_equal(&**head, &*plan->base_commit));
+  if (own_head) {
     Status c = s.bridge->CopyReachable(s.sandbox->repo(), {**head}, hide);
     if (!c) {
       plan->refused.push_back("HEAD: " + c.error().Message());
-      head_moved = false;
+      own_head = false;
     }
   }
-  if (head_moved)
-    plan->base = **head;
-  else if (*dirty)
-    plan->base = **dirty;
-  else
-    plan->base = host_head;
+  plan->base = own_head ? *head : plan->base_commit;
 
-  std::optional<git_oid> base_tree;
-  std::optional<git_oid> tree_source = *dirty ? *dirty : host_head;
-  if (tree_source) {
-    auto t = TreeOf(bridge, *tree_source);
+  if (plan->base_commit) {
+    auto t = TreeOf(bridge, *plan->base_commit);
+    if (!t) {
+      // The base's commit is gone from the host (pruned after its branch
+      // went): what stops reading it stops the working tree alone.
+      plan->refused.push_back("working tree: the base commit: " +
+                              t.error().Message());
+      return Ok();
+    }
+    plan->base_tree = *t;
+  }
+  // A path the sandbox never wrote is as its HEAD has it: what the host
+  // changed in its own files (uncommitted at the mount, or since) shows
+  // in the sandbox, but it is not the agent's work.
+  std::optional<git_oid> base_tree = plan->base_tree;
+  if (plan->base && (!plan->base_commit ||
+                     !git_oid_equal(&*plan->base, &*plan->base_commit))) {
+    auto t = TreeOf(bridge, *plan->base);
     if (!t) return t.error();
     base_tree = *t;
   }
-  plan->base_tree = base_tree;
   // A mounted sandbox at work may change a path between the scan and the
   // read of it (ChangedUnderfoot): the snapshot is then taken again, up to
   // kAttempts times, rather than refused at the first such path. (Even a
@@ -206,6 +202,7 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   }
   plan->tree = *tree;
   plan->changes = stats.changes;
+  plan->paths = std::move(stats.paths);
   for (SkippedPath& k : stats.skipped)
     plan->skipped.push_back({std::move(k.path), std::move(k.reason), false});
 
@@ -213,15 +210,16 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   if (!refs) return refs.error();
   auto prev = refs->find("worktree");
   if (prev == refs->end()) {
-    // Nothing to publish while the tree is just the base's.
-    std::optional<git_oid> base_of_base;
-    if (plan->base) {
-      auto t = TreeOf(bridge, *plan->base);
-      if (!t) return t.error();
-      base_of_base = *t;
-    }
+    // Published even when it holds nothing uncommitted, so that the
+    // documented `git merge sandbox-<name>/acqfs-worktree` always works;
+    // there is nothing to publish only in an empty repository with an
+    // empty working tree.
+    git_oid empty;
     plan->worktree_changed =
-        !base_of_base || !git_oid_equal(&*base_of_base, &plan->tree);
+        plan->base ||
+        (git_oid_fromstr(&empty, "4b825dc642cb6eb9a060e54bf8d69288fbee4904") ==
+             0 &&
+         !git_oid_equal(&empty, &plan->tree));
     return Ok();
   }
   plan->prev = prev->second;
@@ -237,18 +235,60 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide,
   return Ok();
 }
 
-Result<Plan> MakePlan(Session& s) {
+// The base's branches and HEAD (or the host's now, for a sandbox without
+// a recorded base).
+Status BaseRefs(const Session& s, const ExportConfig& c,
+                std::map<std::string, git_oid>* branches,
+                std::optional<git_oid>* head) {
+  if (!c.base.recorded()) {
+    auto host_branches = s.host->Branches();
+    if (!host_branches) return host_branches.error();
+    auto host_head = s.host->Head();
+    if (!host_head) return host_head.error();
+    *branches = std::move(*host_branches);
+    *head = *host_head;
+    return Ok();
+  }
+  auto parse = [&](const std::string& hex) -> Result<git_oid> {
+    git_oid id;
+    if (git_oid_fromstrn(&id, hex.data(), hex.size()) != 0 ||
+        hex.size() != GIT_OID_HEXSZ)
+      return Error::Of(EINVAL, "bad commit id '" + hex + "' in the base",
+                       c.sandbox);
+    return id;
+  };
+  for (const auto& [name, hex] : c.base.branches) {
+    auto id = parse(hex);
+    if (!id) return id.error();
+    (*branches)[name] = *id;
+  }
+  if (!c.base.head.empty()) {
+    auto id = parse(c.base.head);
+    if (!id) return id.error();
+    *head = *id;
+  }
+  return Ok();
+}
+
+Result<Plan> MakePlan(Session& s, const ExportConfig& c) {
   Plan plan;
+  std::map<std::string, git_oid> base_branches;
+  ACQFS_TRY(BaseRefs(s, c, &base_branches, &plan.base_commit));
+  // Objects the host has need no copy: its tips now, and the base's.
   auto host_branches = s.host->Branches();
   if (!host_branches) return host_branches.error();
   auto host_head = s.host->Head();
   if (!host_head) return host_head.error();
   std::vector<git_oid> hide = HostTips(*host_branches, *host_head);
+  for (const auto& [name, id] : base_branches)
+    if (s.host->HasObject(id)) hide.push_back(id);
+  if (plan.base_commit && s.host->HasObject(*plan.base_commit))
+    hide.push_back(*plan.base_commit);
   auto bridge_heads = s.bridge->Refs("refs/heads/");
   if (!bridge_heads) return bridge_heads.error();
   plan.bridge_heads = *bridge_heads;
-  ACQFS_TRY(PlanBranches(s, hide, *host_branches, &plan));
-  ACQFS_TRY(PlanWorktree(s, hide, *host_head, &plan));
+  ACQFS_TRY(PlanBranches(s, hide, base_branches, &plan));
+  ACQFS_TRY(PlanWorktree(s, hide, &plan));
   return plan;
 }
 
@@ -359,7 +399,6 @@ Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
   add(plan.base);
   add(checkpoint);
   add(plan.prev);
-  add(plan.host_dirty);
   std::vector<GitCommit> owned;
   std::vector<const git_commit*> ptrs;
   for (const auto& p : parents) {
@@ -461,25 +500,30 @@ Result<ExportResult> Export(const ExportConfig& c) {
   auto session = OpenSession(c);
   if (!session) return session.error();
   Session& s = **session;
-  auto plan = MakePlan(s);
+  auto plan = MakePlan(s, c);
   if (!plan) return plan.error();
   ExportResult r;
   r.refused = plan->refused;
   r.skipped = plan->skipped;
   r.changed_paths = plan->changes;
-  r.host_dirty_commit = Hex(plan->host_dirty);
+  r.base_commit = Hex(plan->base_commit);
+  if (c.base.recorded()) {
+    auto moved = HostChangesSince(c.lower, c.base, plan->paths);
+    if (moved)
+      r.host_changed = std::move(*moved);
+    else
+      r.host_changed_error = moved.error().Message();
+  }
   r.fetch_command = "git -C " + c.lower + " fetch " + RemoteName(c.sandbox);
-  // The checkpoints, oldest first, on the host's HEAD (which moves less
-  // than its working state, so that forks and later exports share them).
+  // The checkpoints, oldest first, on the base commit (which a fork
+  // shares, so that its exports and its parent's share them).
   std::optional<git_oid> last_checkpoint;
   std::vector<std::pair<uint32_t, git_oid>> checkpoints;
   if (!plan->base_tree) {
     if (!c.checkpoints.empty())
-      r.refused.push_back("checkpoints: the host's working state is unknown");
+      r.refused.push_back("checkpoints: the base commit is unknown");
   } else {
-    auto host_head = s.host->Head();
-    if (!host_head) return host_head.error();
-    auto made = CommitCheckpoints(s, c, *plan, *host_head);
+    auto made = CommitCheckpoints(s, c, *plan, plan->base_commit);
     if (!made) {
       r.refused.push_back("checkpoints: " + made.error().Message());
     } else {
@@ -529,11 +573,27 @@ Result<ExportResult> Export(const ExportConfig& c) {
   return r;
 }
 
+Result<PlannedWorktree> PlanWorktreeOnly(const ExportConfig& c) {
+  auto session = OpenSession(c);
+  if (!session) return session.error();
+  Session& s = **session;
+  auto plan = MakePlan(s, c);
+  if (!plan) return plan.error();
+  PlannedWorktree w;
+  w.base_commit = Hex(plan->base_commit);
+  w.refused = plan->refused;
+  bool tree_refused = false;
+  for (const auto& why : plan->refused)
+    tree_refused = tree_refused || why.rfind("working tree", 0) == 0;
+  if (!tree_refused) w.tree = OidHex(plan->tree);
+  return w;
+}
+
 Result<PendingWork> Pending(const ExportConfig& c) {
   auto session = OpenSession(c);
   if (!session) return session.error();
   Session& s = **session;
-  auto plan = MakePlan(s);
+  auto plan = MakePlan(s, c);
   if (!plan) return plan.error();
   PendingWork w;
   for (const auto& [name, tip] : plan->publish) {
@@ -541,7 +601,16 @@ Result<PendingWork> Pending(const ExportConfig& c) {
     if (old == plan->bridge_heads.end() || !git_oid_equal(&old->second, &tip))
       w.unexported.push_back("branch " + name + " at " + OidHex(tip));
   }
-  if (plan->worktree_changed)
+  // A snapshot would be published, but it may hold nothing to lose: no
+  // uncommitted change on a HEAD the host has (the snapshot is published
+  // even then, so that the documented merge always works).
+  bool holds_work = plan->worktree_changed;
+  if (holds_work && plan->base && s.host->HasObject(*plan->base)) {
+    auto parent_tree = TreeOf(s.bridge->repo(), *plan->base);
+    if (!parent_tree) return parent_tree.error();
+    holds_work = !git_oid_equal(&*parent_tree, &plan->tree);
+  }
+  if (holds_work)
     w.unexported.push_back("working tree changes (" +
                            std::to_string(plan->changes) + " paths)");
   for (const std::string& why : plan->refused)

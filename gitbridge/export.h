@@ -23,6 +23,8 @@
 #include "common/progress_fn.h"
 #include "fs/layer_format.h"
 #include "fs/policy.h"
+#include "gitbridge/git_base.h"
+#include "gitbridge/host_changes.h"
 
 namespace acqfs::gitbridge {
 
@@ -48,6 +50,12 @@ struct ExportConfig {
   // The sandbox's policy: changes at hidden or read-only paths are never
   // published (null: none).
   std::shared_ptr<const Policy> policy;
+  // What the sandbox started from (git_base.h). Branches are published when
+  // they differ from their tips there, and the working-tree commit's tree
+  // is the base commit's with the sandbox's changes laid over it. Not
+  // recorded (a sandbox no mount has recorded it for): the host's HEAD and
+  // branches as they are now stand in.
+  GitBase base;
 };
 
 struct RefUpdate {
@@ -69,12 +77,16 @@ struct ExportResult {
   std::vector<std::string> refused;    // "<branch>: <reason>"
   std::vector<SkippedExport> skipped;  // left out of the commits
   std::string worktree_commit;         // current refs/acqfs/worktree
-  std::string worktree_parent;         // its first parent (the base)
-  std::string host_dirty_commit;       // the host's own work, "" if clean
+  std::string worktree_parent;         // its first parent (sandbox HEAD)
+  std::string base_commit;             // the base's HEAD ("" when unborn)
   // The checkpoints' commits, oldest first (number, commit id).
   std::vector<std::pair<uint32_t, std::string>> checkpoint_commits;
   uint64_t changed_paths = 0;  // changes the upper layer holds
-  std::string fetch_command;   // what the host runs to fetch
+  // The paths it changed that the host changed too since the base
+  // (host_changes.h): where a merge meets the host's work.
+  std::vector<HostChange> host_changed;
+  std::string host_changed_error;  // why they could not be read ("": ok)
+  std::string fetch_command;       // what the host runs to fetch
   bool nothing_new() const { return updates.empty(); }
 };
 
@@ -86,6 +98,16 @@ struct ExportResult {
 // the bridge (BridgeRepo::VerifyPublished): a damaged bridge fails the
 // export (EIO naming it) and leaves its refs as they were.
 Result<ExportResult> Export(const ExportConfig& config);
+
+// The working-tree commit's tree as an export would build it now, without
+// moving a ref (its objects are written into the bridge): for `acqfs
+// apply`. `refused` says why there is none (the working tree refused).
+struct PlannedWorktree {
+  std::string base_commit;  // the base's HEAD ("" when unborn)
+  std::string tree;         // the working tree's tree ("" when refused)
+  std::vector<std::string> refused;
+};
+Result<PlannedWorktree> PlanWorktreeOnly(const ExportConfig& config);
 
 struct PendingWork {
   std::vector<std::string> unexported;    // what an export would publish

@@ -185,6 +185,13 @@ Result<SandboxRepo> SandboxRepo::Open(const Layers& layers,
   return s;
 }
 
+Result<SandboxRepo> SandboxRepo::OpenRefsOnly(const Layers& layers,
+                                              const std::string& gitdir) {
+  if (gitdir.empty() || gitdir.front() == '/' || gitdir.back() == '/')
+    return Error::Of(EINVAL, "invalid git directory", gitdir);
+  return SandboxRepo(layers, gitdir);
+}
+
 Result<std::map<std::string, git_oid>> SandboxRepo::Branches() const {
   auto packed = ReadPackedRefs(*layers_, gitdir_);
   if (!packed) return packed.error();

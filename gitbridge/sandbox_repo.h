@@ -29,6 +29,9 @@ class SandboxRepo {
   // (".git" for a checkout).
   static Result<SandboxRepo> Open(const Layers& layers,
                                   const std::string& gitdir = ".git");
+  // The refs alone: no object database is opened (repo() is null).
+  static Result<SandboxRepo> OpenRefsOnly(const Layers& layers,
+                                          const std::string& gitdir = ".git");
 
   // refs/heads/* (names without "refs/heads/") -> commit ids. A loose ref
   // wins over packed-refs; symbolic or unreadable refs are skipped.

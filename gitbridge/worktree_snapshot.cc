@@ -325,6 +325,7 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
   s.stats.changes = changes->size();
   uint64_t added = 0;
   for (const Change& c : *changes) {
+    s.stats.paths.push_back(c.path);
     ACQFS_TRY(AddChange(&s, c));
     if (++added % 100 == 0) Report(progress, "hashing changed files", added);
   }

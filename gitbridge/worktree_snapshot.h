@@ -38,6 +38,7 @@ struct SnapshotStats {
   uint64_t blobs_written = 0;        // own files hashed into the repository
   uint64_t ignored_skipped = 0;      // untracked, ignored paths left out
   std::vector<SkippedPath> skipped;  // left out: names git refuses
+  std::vector<std::string> paths;    // every path the scan reported
 };
 
 // `base_tree` may be null (empty). Returns the new tree's id.

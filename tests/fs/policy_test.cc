@@ -176,3 +176,43 @@ TEST(ParseSize, BadSizesAreRefused) {
 
 }  // namespace
 }  // namespace acqfs
+
+// ---------------------------------------------------------------- own git
+
+namespace acqfs {
+namespace {
+
+// An own-git sandbox (docs/git-bridge.md, "The base") hides every entry of
+// the host's top-level .git but its shared object stores, and nothing else.
+TEST(OwnGit, HidesTheHostsMutableGitFilesOnly) {
+  for (const char* hidden :
+       {".git/HEAD", ".git/index", ".git/refs", ".git/packed-refs", ".git/logs",
+        ".git/config", ".git/MERGE_HEAD", ".git/index.lock",
+        ".git/rebase-merge", ".git/ORIG_HEAD", ".git/hooks"})
+    EXPECT_TRUE(Policy::OwnGitHides(hidden)) << hidden;
+  for (const char* shown :
+       {".git", ".git/objects", ".git/lfs", ".git/modules", ".git/objects/ab",
+        ".git/refs/heads/main", "src/.git/HEAD", "HEAD", ".gitignore",
+        ".git-blame-ignore-revs", "a/.git/index", ".git/"})
+    EXPECT_FALSE(Policy::OwnGitHides(shown)) << shown;
+}
+
+TEST(OwnGit, OnlyAPolicyThatAsksForItHidesThem) {
+  auto plain = Policy::Make({}, {}, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->HidesLower(".git/HEAD", false));
+  EXPECT_TRUE(plain->empty());
+  auto own = Policy::Make({}, {}, 0, /*own_git=*/true);
+  ASSERT_TRUE(own.ok());
+  EXPECT_TRUE(own->HidesLower(".git/HEAD", false));
+  EXPECT_TRUE(own->HidesLower(".git/refs", true));
+  EXPECT_FALSE(own->HidesLower(".git/objects", true));
+  // It hides lower objects only: no path is hidden for status or export.
+  EXPECT_FALSE(own->HiddenPath(".git/HEAD", false));
+  EXPECT_TRUE(own->hides_anything());
+  EXPECT_FALSE(own->hides_patterns());
+  EXPECT_FALSE(own->empty());
+}
+
+}  // namespace
+}  // namespace acqfs

@@ -52,7 +52,9 @@ Json ToJson(const Want& w) {
           {"new_mode", mode(w.new_mode)},
           {"old_size", w.old_size},
           {"new_size", w.new_size},
-          {"metadata", w.metadata}};
+          {"metadata", w.metadata},
+          // The host changed none of these paths since the base.
+          {"host", nullptr}};
 }
 
 // The lines `acqfs status` prints for `want` (no path here needs quoting).

@@ -1,0 +1,494 @@
+// The base of a sandbox over a git checkout (docs/git-bridge.md, "The
+// base"): recorded at the first mount, its .git the sandbox's own from
+// then on, finished or recorded anew after a first mount that was killed;
+// what `acqfs status` and `acqfs export` say of paths the host changed too;
+// `acqfs apply`; two sandboxes of one host against two clones.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/binaries.h"
+#include "harness/clone_oracle.h"
+#include "integration/mount_fixture.h"
+
+namespace acqfs::test {
+namespace {
+
+class Base : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::geteuid(), 0u) << "integration tests run as root (as CI)";
+    tmp_.MakeDir("home", 0755);
+    home_ = tmp_.Sub("home");
+    host_ = tmp_.Sub("host");
+    state_ = tmp_.Sub("state");
+    ASSERT_TRUE(RunIn(tmp_.path(),
+                      std::string(kLinesFunction) +
+                          "git init -q -b main host && cd host\n"
+                          "lines a.txt a; lines b.txt b; lines c.txt c\n"
+                          "echo '*.log' > .gitignore\n"
+                          "git add -A && git commit -qm c0\n",
+                      home_));
+  }
+
+  std::string Host(const std::string& script) {
+    std::string out;
+    EXPECT_TRUE(RunIn(host_, script, home_, &out));
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+  std::unique_ptr<Sandbox> Mount(const std::string& name = "x") {
+    SandboxOptions o;
+    o.name = name;
+    o.state_dir = state_;
+    auto sb = std::make_unique<Sandbox>(host_, o);
+    EXPECT_TRUE(sb->mounted()) << sb->mount_failure();
+    return sb;
+  }
+  CommandResult Acqfs(std::vector<std::string> args) {
+    std::vector<std::string> argv = {AcqfsBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--state-dir");
+    argv.push_back(state_);
+    return RunCommand(argv, 120, host_, GitEnv(home_));
+  }
+  nlohmann::json Json(std::vector<std::string> args) {
+    args.push_back("--json");
+    CommandResult r = Acqfs(args);
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.Describe();
+    return j;
+  }
+  nlohmann::json Meta(const std::string& name = "x") {
+    std::string text;
+    EXPECT_TRUE(ReadFile(state_ + "/" + name + "/meta.json", &text));
+    return nlohmann::json::parse(text, nullptr, false);
+  }
+  void WriteMeta(const nlohmann::json& j, const std::string& name = "x") {
+    ASSERT_TRUE(WriteFile(state_ + "/" + name + "/meta.json", j.dump(2)));
+  }
+
+  TempDir tmp_;
+  std::string home_, host_, state_;
+};
+
+TEST_F(Base, TheFirstMountRecordsItAndTheSandboxsGitIsItsOwn) {
+  const std::string c0 = Host("git rev-parse HEAD");
+  Host("echo staged > s.txt && git add s.txt && git checkout -qb work");
+  auto sb = Mount();
+  nlohmann::json base = Meta()["base"];
+  EXPECT_EQ(base["state"], "recorded");
+  EXPECT_EQ(base["head"], c0);
+  EXPECT_EQ(base["branch"], "work");
+  EXPECT_EQ(base["branches"]["main"], c0);
+  EXPECT_EQ(base["own_git"], true);
+  EXPECT_EQ(base["index"], "copied");
+  // status --json and ls --json show it.
+  EXPECT_EQ(Json({"status", "x"})["base"]["head"], c0);
+  nlohmann::json ls = Json({"ls"});
+  ASSERT_EQ(ls.size(), 1u);
+  EXPECT_EQ(ls[0]["base"]["branch"], "work");
+  // The host moves: a commit, a branch, a merge in progress, a lock file.
+  Host(
+      "git commit -qm c1 && git checkout -qb later && "
+      "echo ref > .git/MERGE_HEAD && touch .git/index.lock");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git rev-parse HEAD; git branch --show-current; "
+                    "git branch --format='%(refname:short)'; "
+                    "git status --porcelain",
+                    home_, &out));
+  EXPECT_EQ(out, c0 + "\nwork\nmain\nwork\nA  s.txt\n");
+  // The agent's git writes its own .git; the host's is untouched.
+  ASSERT_TRUE(RunIn(sb->mountpoint(), "git commit -qm agent", home_));
+  EXPECT_EQ(Host("git rev-parse work"), Host("git rev-parse later"));
+  EXPECT_EQ(Host("git log -1 --format=%s work"), "c1");
+  Host("rm .git/MERGE_HEAD .git/index.lock");
+}
+
+// A first mount killed while it recorded the base: before the copy of
+// the host's .git was published the next mount records the base anew (now);
+// after it, the next mount finishes from the copy (what the host had then).
+TEST_F(Base, AnInterruptedRecordingIsRecordedAnewOrFinished) {
+  const std::string c0 = Host("git rev-parse HEAD");
+  {
+    auto sb = Mount();
+    ASSERT_TRUE(sb->Unmount());
+  }
+  const std::string upper = SandboxUpper(state_, "x");
+  nlohmann::json meta = Meta();
+  // Killed before the copy was published: no upper .git, junk in work.
+  meta["base"]["state"] = "recording";
+  WriteMeta(meta);
+  Sh("rm -rf " + ShellQuote(upper + "/.git"));
+  Sh("mkdir -p " + ShellQuote(state_ + "/x/work/acqfs-base/refs"));
+  Host("git commit -q --allow-empty -m c1");
+  const std::string c1 = Host("git rev-parse HEAD");
+  {
+    auto sb = Mount();
+    EXPECT_EQ(Meta()["base"]["state"], "recorded");
+    EXPECT_EQ(Meta()["base"]["head"], c1);
+    EXPECT_FALSE(Exists(state_ + "/x/work/acqfs-base"));
+    std::string head;
+    ASSERT_TRUE(RunIn(sb->mountpoint(), "git rev-parse HEAD", home_, &head));
+    EXPECT_EQ(head, c1 + "\n");
+    ASSERT_TRUE(sb->Unmount());
+  }
+  // Killed after the copy was published: the copy is the base.
+  meta = Meta();
+  meta["base"]["state"] = "recording";
+  meta["base"]["head"] = "";
+  WriteMeta(meta);
+  Host("git commit -q --allow-empty -m c2");
+  auto sb = Mount();
+  EXPECT_EQ(Meta()["base"]["head"], c1);
+  std::string head;
+  ASSERT_TRUE(RunIn(sb->mountpoint(), "git rev-parse HEAD", home_, &head));
+  EXPECT_EQ(head, c1 + "\n");
+  (void)c0;
+}
+
+// The daemon's copy of the index did not finish: copied at the next mount
+// if the host's index is still the base's; else rebuilt from the base's
+// HEAD, and said.
+TEST_F(Base, ALostIndexCopyIsCopiedAgainOrRebuilt) {
+  Host("echo staged > s.txt && git add s.txt");
+  {
+    auto sb = Mount();
+    ASSERT_TRUE(sb->Unmount());
+  }
+  const std::string upper = SandboxUpper(state_, "x");
+  nlohmann::json meta = Meta();
+  meta["base"]["index"] = "pending";
+  WriteMeta(meta);
+  ASSERT_SYS_OK(::unlink((upper + "/.git/index").c_str()));
+  {
+    auto sb = Mount();
+    std::string st;
+    ASSERT_TRUE(RunIn(sb->mountpoint(), "git status --porcelain", home_, &st));
+    EXPECT_EQ(st, "A  s.txt\n");  // the host's index, staged file and all
+    EXPECT_EQ(Meta()["base"]["index"], "copied");
+    ASSERT_TRUE(sb->Unmount());
+  }
+  meta = Meta();
+  meta["base"]["index"] = "pending";
+  WriteMeta(meta);
+  ASSERT_SYS_OK(::unlink((upper + "/.git/index").c_str()));
+  Host("git reset -q");  // the host's index is another one now
+  SandboxOptions o;
+  o.name = "x";
+  o.state_dir = state_;
+  Sandbox sb(host_, o);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  EXPECT_EQ(Meta()["base"]["index"], "rebuilt");
+  std::string st;
+  ASSERT_TRUE(RunIn(sb.mountpoint(), "git status --porcelain", home_, &st));
+  EXPECT_EQ(st, "?? s.txt\n");  // HEAD's tree: nothing staged
+}
+
+// kill -9 of `acqfs mount` at random instants of a first mount: the next
+// mount always comes up with a whole base whose HEAD is the host's, and a
+// git that works.
+TEST_F(Base, KillNineDuringTheFirstMountLeavesAWholeBase) {
+  for (int i = 0; i < 30; ++i) Host("echo $RANDOM > r" + std::to_string(i));
+  Host("git add -A && git commit -qm many");
+  const std::string head = Host("git rev-parse HEAD");
+  std::mt19937 rng(42);
+  for (int round = 0; round < 12; ++round) {
+    const std::string name = "k" + std::to_string(round);
+    const std::string mnt = tmp_.Sub("mnt-" + name);
+    ASSERT_SYS_OK(::mkdir(mnt.c_str(), 0755));
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::execl(AcqfsBinary().c_str(), "acqfs", "mount", host_.c_str(),
+              mnt.c_str(), "--name", name.c_str(), "--state-dir",
+              state_.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 12000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    // Whatever it left (a daemon it forked, a mount) is taken down.
+    (void)Acqfs({"umount", name, "--no-export"});
+    CommandResult again = Acqfs({"mount", host_, mnt, "--name", name});
+    ASSERT_TRUE(again.ok()) << "round " << round << ": " << again.Describe();
+    std::string out;
+    EXPECT_TRUE(
+        RunIn(mnt, "git rev-parse HEAD; git status --porcelain", home_, &out))
+        << "round " << round;
+    EXPECT_EQ(out, head + "\n") << "round " << round;
+    EXPECT_EQ(Meta(name)["base"]["head"], head);
+    EXPECT_TRUE(Acqfs({"umount", name, "--no-export"}).ok());
+  }
+}
+
+TEST_F(Base, StatusAndExportMarkPathsTheHostChangedToo) {
+  Host("sed -i s/^c1$/c1-early/ c.txt");  // uncommitted before the mount
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "sed -i s/^a2$/a2-agent/ a.txt\n"
+                    "sed -i s/^b2$/b2-agent/ b.txt\n"
+                    "sed -i s/^c2$/c2-agent/ c.txt\n"
+                    "echo new > new.txt\n",
+                    home_));
+  // The host commits a.txt, renames b.txt in a commit; c.txt was its own
+  // uncommitted change from before the mount: not a change since the base.
+  Host(
+      "sed -i s/^a9$/a9-host/ a.txt && git commit -qm a a.txt && "
+      "git mv b.txt b2.txt && git commit -qm mv");
+  nlohmann::json st = Json({"status", "x"});
+  std::map<std::string, nlohmann::json> host;
+  for (const auto& c : st["changes"]) host[c["path"]] = c["host"];
+  ASSERT_EQ(host.size(), 4u) << st.dump(2);
+  ASSERT_TRUE(host["a.txt"].is_array()) << st.dump(2);
+  EXPECT_EQ(host["a.txt"][0]["change"], "committed");
+  ASSERT_TRUE(host["b.txt"].is_array()) << st.dump(2);
+  EXPECT_EQ(host["b.txt"][0]["change"], "committed-renamed");
+  EXPECT_EQ(host["b.txt"][0]["renamed_to"], "b2.txt");
+  EXPECT_TRUE(host["c.txt"].is_null()) << st.dump(2);
+  EXPECT_TRUE(host["new.txt"].is_null());
+  // An uncommitted change of the host's since the base.
+  Host("sed -i s/^c9$/c9-host/ c.txt");
+  st = Json({"status", "x"});
+  for (const auto& c : st["changes"])
+    if (c["path"] == "c.txt") {
+      ASSERT_TRUE(c["host"].is_array()) << st.dump(2);
+      EXPECT_EQ(c["host"][0]["change"], "uncommitted");
+    }
+  CommandResult text = Acqfs({"status", "x"});
+  EXPECT_NE(text.out.find("M a.txt  (host: changed in a commit since the "
+                          "base)"),
+            std::string::npos)
+      << text.out;
+  // export says the same.
+  nlohmann::json ex = Json({"export", "x"});
+  std::set<std::string> marked;
+  for (const auto& h : ex["host_changed"]) marked.insert(h["path"]);
+  EXPECT_EQ(marked, (std::set<std::string>{"a.txt", "b.txt", "c.txt"}))
+      << ex.dump(2);
+}
+
+TEST_F(Base, ApplyMergesEachFileAgainstTheBaseAllOrNothing) {
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "sed -i s/^a2$/a2-agent/ a.txt\n"
+                    "git rm -q b.txt && git commit -qm 'agent: no b'\n"
+                    "mkdir -p d && echo new > d/new.txt\n"
+                    "echo noise > x.log\n",
+                    home_));
+  // The host edits a.txt elsewhere (uncommitted) meanwhile.
+  Host("sed -i s/^a9$/a9-host/ a.txt");
+  const std::string before = Host("git status --porcelain");
+  // --check says it applies and writes nothing.
+  CommandResult check = Acqfs({"apply", "x", "--check"});
+  EXPECT_EQ(check.exit_code, 0) << check.Describe();
+  EXPECT_EQ(Host("git status --porcelain"), before);
+  CommandResult r = Acqfs({"apply", "x"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  std::string a;
+  ASSERT_TRUE(ReadFile(host_ + "/a.txt", &a));
+  EXPECT_NE(a.find("a2-agent\n"), std::string::npos) << a;
+  EXPECT_NE(a.find("a9-host\n"), std::string::npos) << a;
+  EXPECT_FALSE(Exists(host_ + "/b.txt"));
+  EXPECT_FALSE(Exists(host_ + "/x.log"));  // ignored: not the agent's work
+  std::string n;
+  ASSERT_TRUE(ReadFile(host_ + "/d/new.txt", &n));
+  EXPECT_EQ(n, "new\n");
+  // Staged, as `git apply --3way` leaves them; HEAD did not move.
+  EXPECT_EQ(Host("git diff --cached --name-status"),
+            "M\ta.txt\nD\tb.txt\nA\td/new.txt");
+  EXPECT_EQ(Host("git log --format=%s"), "c0");
+}
+
+TEST_F(Base, ApplyWritesNothingWhenAnythingConflicts) {
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "sed -i s/^a2$/a2-agent/ a.txt\n"
+                    "sed -i s/^b5$/b5-agent/ b.txt\necho n > n.txt\n",
+                    home_));
+  Host("sed -i s/^b5$/b5-host/ b.txt");
+  const auto before = TreeFiles(host_);
+  const std::string index = Host("git ls-files -s");
+  for (bool check : {true, false}) {
+    std::vector<std::string> args = {"apply", "x"};
+    if (check) args.push_back("--check");
+    CommandResult r = Acqfs(args);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.out.find("C b.txt: both changed the same lines"),
+              std::string::npos)
+        << r.Describe();
+    EXPECT_EQ(TreeFiles(host_), before);
+    EXPECT_EQ(Host("git ls-files -s"), index);
+  }
+  // Limited to a path that does not conflict, it applies.
+  CommandResult only = Acqfs({"apply", "x", "a.txt"});
+  EXPECT_EQ(only.exit_code, 0) << only.Describe();
+  EXPECT_EQ(Host("git diff --cached --name-only"), "a.txt");
+  EXPECT_FALSE(Exists(host_ + "/n.txt"));
+}
+
+TEST_F(Base, ApplyRefusesABusyHostAPathOutsideAndAConflictMarker) {
+  auto sb = Mount();
+  ASSERT_TRUE(
+      RunIn(sb->mountpoint(), "sed -i s/^a2$/a2-agent/ a.txt\n", home_));
+  const auto before = TreeFiles(host_);
+  struct Case {
+    std::string setup, undo;
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"echo x > .git/MERGE_HEAD", "rm .git/MERGE_HEAD", {}, "MERGE_HEAD"},
+      {"mkdir .git/rebase-merge",
+       "rmdir .git/rebase-merge",
+       {},
+       "rebase-merge"},
+      {"touch .git/index.lock", "rm .git/index.lock", {}, "index.lock"},
+      {"", "", {"/etc/passwd"}, "outside the checkout"},
+      {"", "", {"../x"}, "outside the checkout"},
+      {"", "", {".git/config"}, ".git"},
+      {"printf '<<<<<<< HEAD\\nx\\n=======\\ny\\n>>>>>>> o\\n' >> a.txt",
+       "git checkout -q a.txt",
+       {},
+       "conflict marker"},
+  };
+  for (const Case& c : cases) {
+    if (!c.setup.empty()) Host(c.setup);
+    const auto now = TreeFiles(host_);
+    std::vector<std::string> args = {"apply", "x"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    CommandResult r = Acqfs(args);
+    EXPECT_EQ(r.exit_code, 1) << r.Describe();
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.Describe();
+    EXPECT_EQ(TreeFiles(host_), now) << c.says;
+    if (!c.undo.empty()) Host(c.undo);
+  }
+  EXPECT_EQ(TreeFiles(host_), before);
+}
+
+// The sandbox replaces a host symlink to a directory outside the checkout
+// by a directory of its own: apply never writes through the host's link.
+TEST_F(Base, ApplyNeverWritesThroughAHostSymlink) {
+  const std::string outside = tmp_.Sub("outside");
+  ASSERT_SYS_OK(::mkdir(outside.c_str(), 0755));
+  Host("ln -s " + ShellQuote(outside) +
+       " out && git add out && "
+       "git commit -qm link");
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "rm out && mkdir out && echo pwned > out/x\n", home_));
+  CommandResult r = Acqfs({"apply", "x"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.out.find("out/x"), std::string::npos) << r.Describe();
+  EXPECT_EQ(ListDir(outside).size(), 0u);
+  EXPECT_EQ(Host("readlink out"), outside);
+}
+
+// Two sandboxes of one host, each against its own clone made at the same
+// instant: every line of both agents and of the host ends up in the host,
+// as with the clones.
+TEST_F(Base, TwoSandboxesOfOneHostMergeAsTwoClones) {
+  CloneWorld world_a, world_b;
+  ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("wa"), home_, &world_a));
+  auto a = Mount("a");
+  auto b = Mount("b");
+  const std::string agent_a = "sed -i s/^a2$/a2-A/ a.txt\n";
+  const std::string agent_b = "sed -i s/^a5$/a5-B/ a.txt\ngit commit -qam B\n";
+  const std::string host_move =
+      "sed -i s/^a9$/a9-host/ a.txt\n"
+      "git commit -qam host\n";
+  ASSERT_TRUE(RunIn(a->mountpoint(), agent_a, home_));
+  ASSERT_TRUE(RunIn(b->mountpoint(), agent_b, home_));
+  // The second clone shares the first world's host copy.
+  ASSERT_TRUE(RunIn(tmp_.path(),
+                    "git clone -q " + ShellQuote(world_a.host()) + " cb\n",
+                    home_));
+  ASSERT_TRUE(RunIn(world_a.clone(), agent_a, home_));
+  ASSERT_TRUE(RunIn(tmp_.Sub("cb"), agent_b, home_));
+  Host(host_move);
+  ASSERT_TRUE(RunIn(world_a.host(), host_move, home_));
+  ASSERT_TRUE(a->Unmount());
+  ASSERT_TRUE(b->Unmount());
+  Host("git fetch -q sandbox-a && git fetch -q sandbox-b");
+  ASSERT_TRUE(world_a.Export());
+  ASSERT_TRUE(RunIn(world_a.host(),
+                    "git fetch -q " + ShellQuote(tmp_.Sub("cb")) +
+                        " '+refs/heads/*:refs/remotes/cb/*'",
+                    home_));
+  MergeOutcome ours_a = MergeInto(host_, "sandbox-a/acqfs-worktree", home_);
+  MergeOutcome ours_b = MergeInto(host_, "sandbox-b/acqfs-worktree", home_);
+  MergeOutcome theirs_a =
+      MergeInto(world_a.host(), "clone/acqfs-worktree", home_);
+  MergeOutcome theirs_b = MergeInto(world_a.host(), "cb/main", home_);
+  EXPECT_FALSE(ours_a.conflict);
+  EXPECT_FALSE(ours_b.conflict);
+  EXPECT_EQ(ours_b.files, theirs_b.files);
+  EXPECT_EQ(ours_b.conflict, theirs_b.conflict);
+  EXPECT_EQ(ours_a.conflict, theirs_a.conflict);
+  std::string a_txt;
+  ASSERT_TRUE(ReadFile(host_ + "/a.txt", &a_txt));
+  for (const char* line : {"a2-A\n", "a5-B\n", "a9-host\n"})
+    EXPECT_NE(a_txt.find(line), std::string::npos) << a_txt;
+}
+
+}  // namespace
+}  // namespace acqfs::test
+
+namespace acqfs::test {
+namespace {
+
+// The host's git rewrites its index, HEAD, refs and packed-refs in a loop
+// while the sandbox exports, and reports what the host changed: every
+// export succeeds, and publishes the same work on the same base.
+TEST_F(Base, ExportsWhileTheHostRewritesItsIndexHeadAndPackedRefs) {
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "sed -i s/^a2$/a2-agent/ a.txt\necho n > new.txt\n",
+                    home_));
+  const std::string base = Meta()["base"]["head"];
+  std::atomic<bool> stop{false};
+  std::thread host([&] {
+    int i = 0;
+    while (!stop.load()) {
+      std::string n = std::to_string(i++);
+      CommandResult r = RunShell(
+          "git commit -q --allow-empty -m h" + n + " && git branch -f b" + n +
+              " && git pack-refs --all"
+              " && git update-index --refresh >/dev/null || true"
+              " && sed -i 's/^c5.*/c5-" +
+              n + "/' c.txt && git add c.txt",
+          60, host_, GitEnv(home_));
+      (void)r;
+    }
+  });
+  std::string tree;
+  for (int round = 0; round < 15; ++round) {
+    nlohmann::json j = Json({"export", "x"});
+    ASSERT_TRUE(j.is_object());
+    EXPECT_TRUE(j["refused"].empty()) << j.dump(2);
+    EXPECT_EQ(j["base_commit"], base) << j.dump(2);
+    const std::string parent = j["worktree_parent"];
+    EXPECT_TRUE(parent.empty() || parent == base) << j.dump(2);
+    CommandResult st = Acqfs({"status", "x", "--json"});
+    EXPECT_TRUE(st.ok()) << st.Describe();
+  }
+  stop = true;
+  host.join();
+  Host("git fetch -q sandbox-x");
+  EXPECT_EQ(Host("git diff --name-only " + base + " sandbox-x/acqfs-worktree"),
+            "a.txt\nnew.txt");
+}
+
+}  // namespace
+}  // namespace acqfs::test
