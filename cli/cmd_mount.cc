@@ -176,6 +176,16 @@ int CheckLayersFree(const MountTarget& t, const SandboxPaths& paths) {
 int CheckSandbox(const MountTarget& t, Sandbox* sandbox, SandboxFacts* f) {
   const SandboxPaths& paths = sandbox->paths();
   if (!sandbox->HasFolder()) return 0;
+  if (!sandbox->HasMeta()) {
+    auto held = sandbox->LockHeld();
+    if (held && *held)  // a first mount that has not written it yet
+      return Fail(
+          kExitBadInput, "mount: sandbox", t.name,
+          "is being mounted right now (its lock " + paths.lock + " is held)");
+    // A first mount killed before it wrote meta.json: nothing of it was
+    // ever mounted, so this mount makes the sandbox, over what it left.
+    if (held) return CheckLayersFree(t, paths);
+  }
   if (Status loaded = sandbox->Load(); !loaded) {
     auto held = sandbox->LockHeld();
     if (held && *held)  // a first mount that has not written it yet
@@ -376,6 +386,7 @@ class BaseRecorder {
         base_.time_ns = gitbridge::NowNs();
         base_.index_state = "none";
         base_.state = State::kRecorded;
+        ACQFS_TRY(Keep());
         return sandbox_.Save();
       }
       ACQFS_TRY(Begin(index));
@@ -396,6 +407,7 @@ class BaseRecorder {
     auto layers = Open(true);
     if (!layers) return layers.error();
     ACQFS_TRY(gitbridge::ReadBaseRefs(*layers, &base_));
+    ACQFS_TRY(Keep());
     base_.own_git = true;
     base_.state = State::kRecorded;
     sandbox_.meta().policy.own_git = true;
@@ -468,6 +480,13 @@ class BaseRecorder {
                  "staged in the sandbox)\n",
                  t_.name.c_str(), base_.head.c_str());
     return sandbox_.Save();
+  }
+
+  // The host's gc keeps the base commit (and its history and tree) while
+  // the sandbox lives: a ref of the host's names it (gitbridge/remote.h).
+  Status Keep() {
+    if (base_.head.empty()) return Ok();
+    return gitbridge::KeepBase(t_.lower, t_.name, base_.head);
   }
 
   static bool HasOwnIndex(const Layers& layers) {

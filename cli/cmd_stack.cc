@@ -27,6 +27,7 @@
 #include "common/sys.h"
 #include "fs/layer_squash.h"
 #include "gitbridge/export.h"
+#include "gitbridge/remote.h"
 
 namespace acqfs::cli {
 namespace {
@@ -344,6 +345,12 @@ int RunFork(const ForkArgs& a) {
   if (child.IsGit()) {
     if (Status b = gitbridge::PrepareBridge(child.ExportConfig()); !b)
       return fail(kExitFailed, b.error());
+    // The fork's base is its parent's; it keeps it on the host for itself.
+    if (!child.meta().base.head.empty())
+      if (Status k = gitbridge::KeepBase(child.meta().lower, a.new_name,
+                                         child.meta().base.head);
+          !k)
+        return fail(kExitFailed, k.error());
   }
   lock->reset();
   std::printf("acqfs: fork %s: %s starts at checkpoint %u\n", s->name().c_str(),

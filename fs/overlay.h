@@ -228,12 +228,12 @@ class Overlay {
   // down to `keep` entries. Takes no lock but the cache's own.
   size_t ShrinkFiles(size_t keep) { return files_.Shrink(keep); }
 
-  // The gate: while it is closed, a lookup of `name` in the root waits
-  // until OpenGate(). The daemon closes it before the mount for a file it
-  // then puts in place below that name in the background, which the
+  // The gate: while it is closed, lookups in the root's directory `name`
+  // and listings of it wait until OpenGate() (the directory itself is
+  // looked up and listed at once). The daemon closes it before the mount
+  // for a file it then puts in that directory in the background, which the
   // sandbox must never see missing (the base's copy of the host's index,
-  // gitbridge/git_base.h). Everything below the name is reached through
-  // that lookup, so nothing of it is seen before the gate opens.
+  // gitbridge/git_base.h).
   void CloseGate(const std::string& name);
   void OpenGate();
   // Publishes a copy of the regular file `src_fd` (data, mode, owner,
@@ -244,9 +244,22 @@ class Overlay {
   // no node stands for yet (behind the gate).
   Status InstallUpperFile(const std::string& rel, int src_fd);
 
+  // Is `node` one of the directories of the checkout's git object store
+  // that the host's git rewrites under the sandbox (.git/objects, its
+  // pack/ and info/: a `git gc`, even an automatic one, packs loose
+  // objects and deletes them)? The adapter lets the kernel cache their
+  // attributes (and so their listings) for no time: the sandbox's git,
+  // rescanning pack/ for an object gone loose, sees the new pack at once.
+  bool SharedObjectStoreDir(Node* node) const;
+
  private:
   explicit Overlay(Layers layers);
-  void WaitAtGate(Node* parent, const std::string& name);
+  // Waits while the gate is closed and `dir` is the gated directory.
+  void WaitAtGate(Node* dir);
+  // Notes the node a lookup of the gated name in the root gave (and the
+  // object store's directories, NoteObjectStore).
+  void NoteGatedDir(Node* parent, const std::string& name, Node* node);
+  void NoteObjectStore(Node* parent, const std::string& name, Node* node);
 
   // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
   // name says it changes something, then exclusive).
@@ -386,12 +399,20 @@ class Overlay {
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
   // used (it means "do not cache" to Layer::DirFd).
   // The gate (CloseGate): gate_closed_ is read without a lock on every
-  // lookup; gate_name_ is written under gate_mu_ before gate_closed_ is
-  // set and not changed while it is; waiters sleep on gate_cv_.
+  // lookup and listing; gate_name_ is written under gate_mu_ before
+  // gate_closed_ is set and not changed while it is; gate_dir_ (the node
+  // the last lookup of that name gave, only compared, never followed) is
+  // written under gate_mu_; waiters sleep on gate_cv_.
   std::atomic<bool> gate_closed_{false};
   std::mutex gate_mu_;
   std::condition_variable gate_cv_;
   std::string gate_name_;
+  std::atomic<Node*> gate_dir_{nullptr};
+  // The nodes of .git, .git/objects, .git/objects/pack and .../info as the
+  // last lookups gave them (only compared, never followed; a stale one
+  // only shortens a cache time).
+  std::atomic<Node*> git_dir_{nullptr}, objects_dir_{nullptr},
+      pack_dir_{nullptr}, info_dir_{nullptr};
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 

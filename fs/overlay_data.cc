@@ -12,6 +12,7 @@
 namespace acqfs {
 
 Result<std::vector<ListedEntry>> Overlay::ReadDir(Node* dir) {
+  WaitAtGate(dir);
   SharedLock l(tree_mu_);
   if (dir->unlinked) return std::vector<ListedEntry>{};
   DirView view = ViewOf(dir);

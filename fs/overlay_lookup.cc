@@ -148,34 +148,70 @@ void Overlay::OpenGate() {
   gate_cv_.notify_all();
 }
 
-void Overlay::WaitAtGate(Node* parent, const std::string& name) {
-  if (!gate_closed_.load(std::memory_order_acquire) || parent != root()) return;
+void Overlay::NoteGatedDir(Node* parent, const std::string& name,
+                           Node* node) {
+  NoteObjectStore(parent, name, node);
+  if (!gate_closed_.load(std::memory_order_acquire) || parent != root())
+    return;
+  std::lock_guard<std::mutex> g(gate_mu_);
+  if (name == gate_name_) gate_dir_.store(node, std::memory_order_release);
+}
+
+void Overlay::NoteObjectStore(Node* parent, const std::string& name,
+                              Node* node) {
+  if (!node->is_dir()) return;
+  if (parent == root()) {
+    if (name == ".git") git_dir_.store(node, std::memory_order_release);
+  } else if (parent == git_dir_.load(std::memory_order_acquire)) {
+    if (name == "objects") objects_dir_.store(node, std::memory_order_release);
+  } else if (parent == objects_dir_.load(std::memory_order_acquire)) {
+    if (name == "pack") pack_dir_.store(node, std::memory_order_release);
+    if (name == "info") info_dir_.store(node, std::memory_order_release);
+  }
+}
+
+bool Overlay::SharedObjectStoreDir(Node* node) const {
+  return node == objects_dir_.load(std::memory_order_acquire) ||
+         node == pack_dir_.load(std::memory_order_acquire) ||
+         node == info_dir_.load(std::memory_order_acquire);
+}
+
+void Overlay::WaitAtGate(Node* dir) {
+  if (!gate_closed_.load(std::memory_order_acquire) ||
+      dir != gate_dir_.load(std::memory_order_acquire))
+    return;
   std::unique_lock<std::mutex> g(gate_mu_);
-  if (name != gate_name_) return;
   gate_cv_.wait(g,
                 [&] { return !gate_closed_.load(std::memory_order_acquire); });
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
-  WaitAtGate(parent, name);
+  WaitAtGate(parent);
   SharedLock l(tree_mu_);
-  return LookupLocked(parent, name, true);
+  auto node = LookupLocked(parent, name, true);
+  if (node) NoteGatedDir(parent, name, *node);
+  return node;
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
                               struct stat* st) {
-  WaitAtGate(parent, name);
+  WaitAtGate(parent);
   bool stale = false;
   {
     SharedLock l(tree_mu_);
     auto node = LookupLocked(parent, name, true, st, &stale);
-    if (!stale) return node;
+    if (!stale) {
+      if (node) NoteGatedDir(parent, name, *node);
+      return node;
+    }
   }
   // The node held for the name is gone from the disk: only the exclusive
   // lock may take the name from it (the lookup is then made afresh).
   Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
-  return LookupLocked(parent, name, true, st, nullptr);
+  auto node = LookupLocked(parent, name, true, st, nullptr);
+  if (node) NoteGatedDir(parent, name, *node);
+  return node;
 }
 
 // ---------------------------------------------------------------- reading

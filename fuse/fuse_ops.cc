@@ -83,12 +83,21 @@ Result<FileLease> FileOf(fuse_req_t req, fuse_ino_t ino, bool write) {
   return Ctx(req)->overlay->FileFor(NodeOf(req, ino), write);
 }
 
+// How long the kernel may cache `node`'s attributes: the mount's timeout,
+// but none for the directories of the git object store the host's git
+// rewrites (Overlay::SharedObjectStoreDir), so a listing of them the kernel
+// cached goes as soon as their mtime moves.
+double AttrTimeout(fuse_req_t req, Node* node) {
+  return Ctx(req)->overlay->SharedObjectStoreDir(node) ? 0.0
+                                                       : Ctx(req)->timeout;
+}
+
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
                fuse_entry_param* e) {
   std::memset(e, 0, sizeof *e);
   e->ino = IdOf(req, node);
   e->attr = st;
-  e->attr_timeout = Ctx(req)->timeout;
+  e->attr_timeout = AttrTimeout(req, node);
   e->entry_timeout = Ctx(req)->timeout;
 }
 
@@ -198,9 +207,10 @@ void OpForgetMulti(fuse_req_t req, size_t count,
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto st = Ctx(req)->overlay->GetAttr(NodeOf(req, ino));
+    Node* node = NodeOf(req, ino);
+    auto st = Ctx(req)->overlay->GetAttr(node);
     if (!st) return ReplyError(req, st.error());
-    fuse_reply_attr(req, &*st, Ctx(req)->timeout);
+    fuse_reply_attr(req, &*st, AttrTimeout(req, node));
   });
 }
 

@@ -543,6 +543,31 @@ Status DropEmptySection(git_repository* repo, const std::string& name) {
 
 }  // namespace
 
+std::string BaseRefName(const std::string& sandbox) {
+  return "refs/acqfs-base/" + sandbox;
+}
+
+Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
+                const std::string& commit) {
+  GitLibrary lib;
+  git_oid id;
+  if (commit.size() != GIT_OID_HEXSZ || git_oid_fromstr(&id, commit.c_str()))
+    return Error::Of(EINVAL, "bad commit id '" + commit + "'", host_workdir);
+  const std::string ref = BaseRefName(sandbox);
+  return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
+    git_reference* raw = nullptr;
+    int rc = RetryWhileLocked([&] {
+      if (raw) git_reference_free(raw);
+      raw = nullptr;
+      return git_reference_create(&raw, repo, ref.c_str(), &id, /*force=*/1,
+                                  "acqfs: the base of a sandbox");
+    });
+    GitReference made(raw);
+    if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
+    return Ok();
+  });
+}
+
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path) {
@@ -557,6 +582,7 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
         if (!url->empty())
           ACQFS_TRY(
               DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
+        ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), host_workdir));
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();

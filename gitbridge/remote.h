@@ -46,9 +46,20 @@ Status RegisterRemote(const std::string& host_workdir,
 Status CheckRemoteFree(const std::string& host_workdir,
                        const std::string& sandbox,
                        const std::string& bridge_path);
+// The ref that keeps a sandbox's base commit (docs/git-bridge.md, "The
+// base") in the host's repository, where the host's `git gc` sees it:
+// refs/acqfs-base/<name>. Outside refs/sandboxes/<name>/, which the
+// remote's refspecs fill (a `git fetch --prune` would delete it there).
+std::string BaseRefName(const std::string& sandbox);
+// Sets it to `commit` (hex; a commit the host has), under the same locks
+// as RegisterRemote: the second write acqfs makes to the host's .git, made
+// by the person's own `acqfs mount` (or `acqfs fork`).
+Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
+                const std::string& commit);
+
 // Removes the remote's configuration (its whole section, and the upstream
-// settings of branches that track it) and its refs/remotes/sandbox-<name>/
-// refs; refs/sandboxes/<name>/ stays. Only the remote that points at
+// settings of branches that track it), its refs/remotes/sandbox-<name>/
+// refs and the base's ref (BaseRefName); refs/sandboxes/<name>/ stays. Only the remote that points at
 // `bridge_path` is removed: a remote of that name pointing elsewhere is
 // someone else's and is left alone; its URL is returned. Returns "" when
 // the remote was removed or did not exist.

@@ -492,3 +492,42 @@ TEST_F(Base, ExportsWhileTheHostRewritesItsIndexHeadAndPackedRefs) {
 
 }  // namespace
 }  // namespace acqfs::test
+
+namespace acqfs::test {
+namespace {
+
+// The host deletes the branch the sandbox is based on, rewrites its
+// history and runs `git gc --prune=now` between the mount and the export:
+// the base commit stays reachable through the host's HEAD reflog, so the
+// sandbox's git and the export keep working (what the base does not keep
+// yet: docs/git-bridge.md, "What the base does not cover yet").
+TEST_F(Base, AHostGcAfterItsBranchWentKeepsTheSandboxAndTheExportWorking) {
+  Host("git checkout -qb feat && sed -i s/^b1$/b1-feat/ b.txt && "
+       "git commit -qam feat");
+  const std::string feat = Host("git rev-parse HEAD");
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "sed -i s/^a2$/a2-agent/ a.txt\ngit commit -qam agent\n"
+                    "echo later > later.txt\n",
+                    home_));
+  Host("git checkout -q main && git branch -D feat >/dev/null && "
+       "git commit -q --allow-empty -m c1 && git gc -q --prune=now");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git fsck --no-progress --connectivity-only HEAD "
+                    ">/dev/null && git log --format=%s -3 && "
+                    "git status --porcelain",
+                    home_, &out));
+  // b.txt: the host's switch back to main rewrote it, and the sandbox
+  // sees the host's files live.
+  EXPECT_EQ(out, "agent\nfeat\nc0\n M b.txt\n?? later.txt\n");
+  ASSERT_TRUE(sb->Unmount());
+  Host("git fetch -q sandbox-x");
+  EXPECT_EQ(Host("git rev-parse sandbox-x/acqfs-worktree~1~1"), feat);
+  EXPECT_EQ(Host("git show sandbox-x/acqfs-worktree:later.txt"), "later");
+  CommandResult rm = Acqfs({"rm", "x"});
+  EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+}
+
+}  // namespace
+}  // namespace acqfs::test
