@@ -446,6 +446,14 @@ class BaseRecorder {
     }
     if (*fd) *index = std::move(**fd);
     ACQFS_TRY(sandbox_.Save());
+    // The ref that keeps the base on the host is written before the copy,
+    // so that the copy holds it too: the sandbox's .git then is the host's
+    // as it was once the mount began, and the kernel overlayfs shows the
+    // same layers alike (Keep() moves it in the rare case the host's HEAD
+    // moved in between).
+    auto kept = gitbridge::KeepHostHead(t_.lower, t_.name);
+    if (!kept) return kept.error();
+    kept_head_ = *kept;
     auto layers = Open(false);
     if (!layers) return layers.error();
     layers->sync_copy_up = false;  // FreezeGitDir syncs in one pass
@@ -485,8 +493,10 @@ class BaseRecorder {
   // The host's gc keeps the base commit (and its history and tree) while
   // the sandbox lives: a ref of the host's names it (gitbridge/remote.h).
   Status Keep() {
-    if (base_.head.empty()) return Ok();
-    return gitbridge::KeepBase(t_.lower, t_.name, base_.head);
+    if (base_.head.empty() || base_.head == kept_head_) return Ok();
+    ACQFS_TRY(gitbridge::KeepBase(t_.lower, t_.name, base_.head));
+    kept_head_ = base_.head;
+    return Ok();
   }
 
   static bool HasOwnIndex(const Layers& layers) {
@@ -521,6 +531,7 @@ class BaseRecorder {
   const MountTarget& t_;
   Sandbox& sandbox_;
   gitbridge::GitBase& base_;
+  std::string kept_head_;  // what refs/acqfs-base/<name> names now
 };
 
 // Where the daemon records that its copy of the base's index is done.

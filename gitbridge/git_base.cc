@@ -29,12 +29,10 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 // Entries of the host's .git the sandbox does not get a copy of: the
 // shared stores at the top, and everything that belongs to a git command of
 // the host's that is running right now.
-bool LeftOut(const std::string& name, int depth, const std::string& rel) {
+bool LeftOut(const std::string& name, int depth) {
   if (depth == 0 && (name == "objects" || name == "lfs" || name == "modules" ||
                      name == "index" || name == "gc.pid"))
     return true;
-  // git's sample hooks never run; half the files of a fresh .git.
-  if (rel == ".git/hooks" && EndsWith(name, ".sample")) return true;
   return EndsWith(name, ".lock");
 }
 
@@ -67,7 +65,7 @@ Status CopyChildren(const Layers& layers, const std::string& rel, int dst_dirfd,
                               layers.lower.Shown(rel));
   if (!dst) return dst.error();
   for (const sys::DirEntry& e : *entries) {
-    if (LeftOut(e.name, depth, rel)) continue;
+    if (LeftOut(e.name, depth)) continue;
     const std::string child = sys::Join(rel, e.name);
     Status s = CopyLowerTo(layers, child, dst->get(), e.name);
     if (!s) {

@@ -68,9 +68,8 @@ Result<bool> OwnLayersHaveGit(const Layers& layers);
 
 // Copies the host's .git into the upper layer as `.git`: every entry but
 // `objects`, `lfs`, `modules` (shared: append-only stores), `index` (the
-// daemon's copy), lock files (`*.lock`, `gc.pid`: a git command of the
-// host's that was running, not the sandbox's) and git's sample hooks
-// (`hooks/*.sample`, which never run), with owners, modes, times
+// daemon's copy) and lock files (`*.lock`, `gc.pid`: a git command of the
+// host's that was running, not the sandbox's), with owners, modes, times
 // and xattrs as a copy-up gives them. Built in the work directory `work`
 // and published by one rename: a crash leaves either no upper .git or the
 // whole copy (and junk in `work`, which the next call removes). EEXIST when

@@ -568,6 +568,31 @@ Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
   });
 }
 
+Result<std::string> KeepHostHead(const std::string& host_workdir,
+                                 const std::string& sandbox) {
+  GitLibrary lib;
+  const std::string ref = BaseRefName(sandbox);
+  return WithHostLocked(
+      host_workdir, [&](git_repository* repo) -> Result<std::string> {
+        git_oid id;
+        int rc = git_reference_name_to_id(&id, repo, "HEAD");
+        if (rc == GIT_ENOTFOUND || rc == GIT_EUNBORNBRANCH)
+          return std::string();
+        if (rc < 0) return GitError(rc, "resolve HEAD", host_workdir);
+        git_reference* raw = nullptr;
+        rc = RetryWhileLocked([&] {
+          if (raw) git_reference_free(raw);
+          raw = nullptr;
+          return git_reference_create(&raw, repo, ref.c_str(), &id,
+                                      /*force=*/1,
+                                      "acqfs: the base of a sandbox");
+        });
+        GitReference made(raw);
+        if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
+        return OidHex(id);
+      });
+}
+
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path) {
@@ -583,6 +608,13 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
           ACQFS_TRY(
               DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
         ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), host_workdir));
+        // As git leaves no empty directory of refs behind (the last base
+        // gone, refs/acqfs-base goes; another sandbox's keeps it).
+        const std::string dir =
+            std::string(git_repository_commondir(repo)) + "refs/acqfs-base";
+        if (::rmdir(dir.c_str()) != 0 && errno != ENOENT &&
+            errno != ENOTEMPTY && errno != EEXIST)
+          return Error::Errno("rmdir", dir);
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();

@@ -56,6 +56,10 @@ std::string BaseRefName(const std::string& sandbox);
 // by the person's own `acqfs mount` (or `acqfs fork`).
 Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
                 const std::string& commit);
+// The same for the host's HEAD now, which it returns (hex; "" when HEAD is
+// unborn, and then no ref is written).
+Result<std::string> KeepHostHead(const std::string& host_workdir,
+                                 const std::string& sandbox);
 
 // Removes the remote's configuration (its whole section, and the upstream
 // settings of branches that track it), its refs/remotes/sandbox-<name>/

@@ -562,7 +562,7 @@ TEST_F(PolicyRefusal, WellFormedValuesStillMount) {
   MountGuard guard(mnt);
   CommandResult r =
       RunCommand({AcqfsBinary(), "mount", lower(), mnt, "--name", "good",
-                  "--state-dir", state, "--policy", policy, "--quota", "1.5K",
+                  "--state-dir", state, "--policy", policy, "--quota", "1.5M",
                   "-o", "timeout=0.5", "-o", "threads=2"},
                  30);
   ASSERT_TRUE(r.ok()) << r.Describe();
@@ -571,7 +571,7 @@ TEST_F(PolicyRefusal, WellFormedValuesStillMount) {
   ASSERT_TRUE(ls.ok()) << ls.Describe();
   auto j = nlohmann::json::parse(ls.out, nullptr, false);
   ASSERT_TRUE(j.is_array() && j.size() == 1) << ls.out;
-  EXPECT_EQ(j[0]["policy"]["quota_bytes"], 1536u);  // --quota wins
+  EXPECT_EQ(j[0]["policy"]["quota_bytes"], 1572864u);  // --quota wins
   EXPECT_EQ(j[0]["policy"]["hide"], nlohmann::json::array({"a\\ "}));
   CommandResult un = RunCommand(
       {AcqfsBinary(), "umount", "good", "--no-export", "--state-dir", state},
