@@ -148,11 +148,9 @@ void Overlay::OpenGate() {
   gate_cv_.notify_all();
 }
 
-void Overlay::NoteGatedDir(Node* parent, const std::string& name,
-                           Node* node) {
+void Overlay::NoteGatedDir(Node* parent, const std::string& name, Node* node) {
   NoteObjectStore(parent, name, node);
-  if (!gate_closed_.load(std::memory_order_acquire) || parent != root())
-    return;
+  if (!gate_closed_.load(std::memory_order_acquire) || parent != root()) return;
   std::lock_guard<std::mutex> g(gate_mu_);
   if (name == gate_name_) gate_dir_.store(node, std::memory_order_release);
 }

@@ -63,10 +63,10 @@ Result<std::string> KeepHostHead(const std::string& host_workdir,
 
 // Removes the remote's configuration (its whole section, and the upstream
 // settings of branches that track it), its refs/remotes/sandbox-<name>/
-// refs and the base's ref (BaseRefName); refs/sandboxes/<name>/ stays. Only the remote that points at
-// `bridge_path` is removed: a remote of that name pointing elsewhere is
-// someone else's and is left alone; its URL is returned. Returns "" when
-// the remote was removed or did not exist.
+// refs and the base's ref (BaseRefName); refs/sandboxes/<name>/ stays. Only the
+// remote that points at `bridge_path` is removed: a remote of that name
+// pointing elsewhere is someone else's and is left alone; its URL is returned.
+// Returns "" when the remote was removed or did not exist.
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path);

@@ -442,11 +442,6 @@ TEST_F(Base, TwoSandboxesOfOneHostMergeAsTwoClones) {
     EXPECT_NE(a_txt.find(line), std::string::npos) << a_txt;
 }
 
-}  // namespace
-}  // namespace acqfs::test
-
-namespace acqfs::test {
-namespace {
 
 // The host's git rewrites its index, HEAD, refs and packed-refs in a loop
 // while the sandbox exports, and reports what the host changed: every
@@ -490,11 +485,6 @@ TEST_F(Base, ExportsWhileTheHostRewritesItsIndexHeadAndPackedRefs) {
             "a.txt\nnew.txt");
 }
 
-}  // namespace
-}  // namespace acqfs::test
-
-namespace acqfs::test {
-namespace {
 
 // The host deletes the branch the sandbox is based on, rewrites its
 // history and runs `git gc --prune=now` between the mount and the export:
@@ -502,16 +492,18 @@ namespace {
 // sandbox's git and the export keep working (what the base does not keep
 // yet: docs/git-bridge.md, "What the base does not cover yet").
 TEST_F(Base, AHostGcAfterItsBranchWentKeepsTheSandboxAndTheExportWorking) {
-  Host("git checkout -qb feat && sed -i s/^b1$/b1-feat/ b.txt && "
-       "git commit -qam feat");
+  Host(
+      "git checkout -qb feat && sed -i s/^b1$/b1-feat/ b.txt && "
+      "git commit -qam feat");
   const std::string feat = Host("git rev-parse HEAD");
   auto sb = Mount();
   ASSERT_TRUE(RunIn(sb->mountpoint(),
                     "sed -i s/^a2$/a2-agent/ a.txt\ngit commit -qam agent\n"
                     "echo later > later.txt\n",
                     home_));
-  Host("git checkout -q main && git branch -D feat >/dev/null && "
-       "git commit -q --allow-empty -m c1 && git gc -q --prune=now");
+  Host(
+      "git checkout -q main && git branch -D feat >/dev/null && "
+      "git commit -q --allow-empty -m c1 && git gc -q --prune=now");
   std::string out;
   ASSERT_TRUE(RunIn(sb->mountpoint(),
                     "git fsck --no-progress --connectivity-only HEAD "

@@ -47,7 +47,6 @@ const HostMove kMoves[] = {
     {"Stash", "git stash push -q", true},
 };
 
-
 class HostMoves
     : public ::testing::TestWithParam<std::tuple<int, AgentCommits, bool>> {
  protected:
