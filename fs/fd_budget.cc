@@ -13,7 +13,8 @@ std::string FdBudget::Describe() const {
          std::to_string(per_thread()) + " (" + std::to_string(dir_cache) +
          " cached directories, " + std::to_string(kPerRequest) +
          " for a request, " + std::to_string(kLeases) + " leases) + " +
-         std::to_string(files) + " file cache + 2 x " + std::to_string(kept) +
+         std::to_string(files) + " file cache + " + std::to_string(pinned) +
+         " pinned object-store files + 2 x " + std::to_string(kept) +
          " kept unlinked files (half a reserve for a full disk)";
 }
 
@@ -30,6 +31,7 @@ Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads) {
     size_t share = (limit - taken) / 4;
     b.files = std::clamp(share, kMinFiles, kMaxFiles);
     b.kept = std::min(share / 2, kMaxKept);  // and as many in reserve
+    b.pinned = std::min(share / 4, kMaxPinned);
     return b;
   }
   size_t needed = kFixed + b.threads * (kPerRequest + kLeases) + 2 * kMinFiles;

@@ -14,6 +14,8 @@
 //               file-cache leases one request may still hold after their
 //               eviction (two: copy_file_range's source and target);
 //   files       the file cache (FileCache): data descriptors, LRU;
+//   pinned      the file cache's pinned class: the host's object-store
+//               packs and graphs that git maps (FileCache, "Pinned");
 //   kept        descriptors keeping unlinked files' data (KeptStore);
 //               beyond them such data is kept under acqfs-tmp instead, and
 //               as many again are a reserve for when acqfs-tmp has no room
@@ -46,18 +48,22 @@ struct FdBudget {
   static constexpr size_t kLeases = 2;
   static constexpr size_t kMaxFiles = 512;
   static constexpr size_t kMaxKept = 1024;
+  // A repository's packs, their indexes and reverse indexes, the
+  // multi-pack index and the commit graphs (gc.autoPackLimit is 50).
+  static constexpr size_t kMaxPinned = 256;
 
   size_t limit = 0;      // RLIMIT_NOFILE the daemon runs with
   size_t threads = 0;    // worker threads
   size_t dir_cache = 0;  // per thread (kDirCache, or 0 when tight)
   size_t files = 0;      // FileCache capacity
+  size_t pinned = 0;     // FileCache pinned capacity
   size_t kept = 0;       // KeptStore budget
 
   size_t per_thread() const { return dir_cache + kPerRequest + kLeases; }
   size_t bound() const {
-    return kFixed + threads * per_thread() + files + 2 * kept;
+    return kFixed + threads * per_thread() + files + pinned + 2 * kept;
   }
-  // "limit 20000, bound 2648: 16 fixed + 4 threads x 18 + 512 files + ..."
+  // "limit 20000, bound 2904: 16 fixed + 4 threads x 18 + 512 files + ..."
   std::string Describe() const;
 
   // The plan for `limit` descriptors and `threads` workers. EMFILE, naming

@@ -10,57 +10,62 @@ FileLease FileCache::Find(const void* key, bool write, bool in_upper) {
   bool serves =
       write ? f.writable : (f.readable && !(in_upper && f.from_lower));
   if (!serves) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second.pos);
+  auto& list = ListOf(it->second);
+  list.splice(list.begin(), list, it->second.pos);
   return it->second.file;
 }
 
 FileLease FileCache::Put(const void* key, OpenFile file) {
+  const bool pinned = file.pinned && pinned_capacity_ > 0;
   FileLease lease(std::make_shared<const OpenFile>(std::move(file)));
-  std::vector<FileLease> evicted;  // dropped after the lock
-  FileLease replaced;
+  std::vector<FileLease> dropped;  // closed after the lock
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = entries_.find(key);
-    if (it != entries_.end()) {
-      replaced = std::move(it->second.file);
-      it->second.file = lease;
-      lru_.splice(lru_.begin(), lru_, it->second.pos);
-    } else {
-      lru_.push_front(key);
-      entries_.emplace(key, Entry{lease, lru_.begin()});
-      EvictLocked(capacity_, &evicted);
-    }
+    if (it != entries_.end()) EraseLocked(it, &dropped);
+    auto& list = pinned ? pinned_lru_ : lru_;
+    list.push_front(key);
+    entries_.emplace(key, Entry{lease, pinned, list.begin()});
+    EvictLocked(&list, pinned ? pinned_capacity_ : capacity_, &dropped);
   }
   return lease;
 }
 
 FileLease FileCache::Take(const void* key) {
+  std::vector<FileLease> out;
   std::lock_guard<std::mutex> l(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
-  FileLease f = std::move(it->second.file);
-  lru_.erase(it->second.pos);
-  entries_.erase(it);
-  return f;
+  EraseLocked(it, &out);
+  return std::move(out.front());
 }
 
 FileLease FileCache::TakeIfLowerReplaced(const void* key, uint64_t ino) {
+  std::vector<FileLease> out;
   std::lock_guard<std::mutex> l(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   const OpenFile& f = *it->second.file;
   if (!f.from_lower || f.lower_ino == 0 || f.lower_ino == ino) return nullptr;
-  FileLease out = std::move(it->second.file);
-  lru_.erase(it->second.pos);
-  entries_.erase(it);
-  return out;
+  EraseLocked(it, &out);
+  return std::move(out.front());
 }
 
 size_t FileCache::Shrink(size_t keep) {
   std::vector<FileLease> evicted;
   {
     std::lock_guard<std::mutex> l(mu_);
-    EvictLocked(keep, &evicted);
+    EvictLocked(&lru_, keep, &evicted);
+  }
+  return evicted.size();
+}
+
+size_t FileCache::DropAll() {
+  std::vector<FileLease> evicted;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    EvictLocked(&lru_, 0, &evicted);
+    EvictLocked(&pinned_lru_, 0, &evicted);
   }
   return evicted.size();
 }
@@ -70,13 +75,21 @@ size_t FileCache::size() const {
   return entries_.size();
 }
 
-void FileCache::EvictLocked(size_t keep, std::vector<FileLease>* out) {
-  while (entries_.size() > keep) {
-    auto it = entries_.find(lru_.back());
-    out->push_back(std::move(it->second.file));
-    entries_.erase(it);
-    lru_.pop_back();
-  }
+size_t FileCache::pinned() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pinned_lru_.size();
+}
+
+void FileCache::EraseLocked(std::unordered_map<const void*, Entry>::iterator it,
+                            std::vector<FileLease>* out) {
+  out->push_back(std::move(it->second.file));
+  ListOf(it->second).erase(it->second.pos);
+  entries_.erase(it);
+}
+
+void FileCache::EvictLocked(std::list<const void*>* list, size_t keep,
+                            std::vector<FileLease>* out) {
+  while (list->size() > keep) EraseLocked(entries_.find(list->back()), out);
 }
 
 }  // namespace acqfs

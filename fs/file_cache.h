@@ -10,6 +10,16 @@
 // closes when the last request using it ends, so at most `capacity` plus
 // one per request in flight are open.
 //
+// Pinned entries (OpenFile::pinned) are a class of their own, with their
+// own capacity and LRU: the host's git object store's packs and graphs,
+// which git maps for as long as it runs while the host's `git gc` deletes
+// them. The kernel reads a mapped page through the node long after the
+// open, and once the host deleted the file only the descriptor still
+// reaches its data: so the ordinary traffic (a `git grep` reads thousands
+// of files) never evicts them, and they go when the node does (Take), when
+// the host replaced the file (TakeIfLowerReplaced), beyond their capacity,
+// or at DropAll.
+//
 // Thread-safety: all methods may be called from any thread. mu_ is a leaf
 // lock: no other lock is taken and no descriptor is opened or closed while
 // it is held (evicted leases are dropped after it is released, or handed to
@@ -39,6 +49,8 @@ struct OpenFile {
   // as git, sed -i and editors write), and the node's stat then follows
   // the new one (FileCache::TakeIfLowerReplaced).
   uint64_t lower_ino = 0;
+  // A file of the host's object store that git maps (FileCache, pinned).
+  bool pinned = false;
 };
 
 // A shared owner of an OpenFile: the descriptor stays open while any lease
@@ -62,8 +74,9 @@ class FileLease {
 
 class FileCache {
  public:
-  explicit FileCache(size_t capacity)
-      : capacity_(capacity < 1 ? 1 : capacity) {}
+  explicit FileCache(size_t capacity, size_t pinned_capacity = 0)
+      : capacity_(capacity < 1 ? 1 : capacity),
+        pinned_capacity_(pinned_capacity) {}
   FileCache(const FileCache&) = delete;
   FileCache& operator=(const FileCache&) = delete;
 
@@ -81,25 +94,43 @@ class FileCache {
   // host replaced the file at the node's path, and its data must come
   // from the inode its stat comes from.
   FileLease TakeIfLowerReplaced(const void* key, uint64_t ino);
-  // Evicts least recently used entries until at most `keep` remain;
-  // returns how many it evicted.
+  // Evicts least recently used unpinned entries until at most `keep`
+  // remain; returns how many it evicted. Pinned ones stay.
   size_t Shrink(size_t keep);
+  // Evicts every entry, pinned ones too; returns how many.
+  size_t DropAll();
 
-  size_t size() const;
+  size_t size() const;    // all entries
+  size_t pinned() const;  // pinned entries
   size_t capacity() const { return capacity_; }
-  void set_capacity(size_t n) { capacity_ = n < 1 ? 1 : n; }
+  size_t pinned_capacity() const { return pinned_capacity_; }
+  // Set before serving (not thread-safe against the other methods).
+  void set_capacity(size_t n, size_t pinned) {
+    capacity_ = n < 1 ? 1 : n;
+    pinned_capacity_ = pinned;
+  }
 
  private:
   struct Entry {
     FileLease file;
-    std::list<const void*>::iterator pos;
+    bool pinned;
+    std::list<const void*>::iterator pos;  // in lru_ or pinned_lru_
   };
-  // Moves entries beyond `keep` into `out` (mu_ held).
-  void EvictLocked(size_t keep, std::vector<FileLease>* out);
+  std::list<const void*>& ListOf(const Entry& e) {
+    return e.pinned ? pinned_lru_ : lru_;
+  }
+  // Erases `it`, its lease moved into `out` (mu_ held).
+  void EraseLocked(std::unordered_map<const void*, Entry>::iterator it,
+                   std::vector<FileLease>* out);
+  // Moves entries of `list` beyond `keep` into `out` (mu_ held).
+  void EvictLocked(std::list<const void*>* list, size_t keep,
+                   std::vector<FileLease>* out);
 
   size_t capacity_;
+  size_t pinned_capacity_;  // 0: nothing is pinned (treated as ordinary)
   mutable std::mutex mu_;
-  std::list<const void*> lru_;                      // mu_; most recent first
+  std::list<const void*> lru_;         // mu_; unpinned, most recent first
+  std::list<const void*> pinned_lru_;  // mu_; pinned, most recent first
   std::unordered_map<const void*, Entry> entries_;  // mu_
 };
 

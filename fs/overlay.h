@@ -212,10 +212,11 @@ class Overlay {
   std::string PathOf(Node* node);
 
   // The descriptor budgets (docs/architecture.md, "Descriptors"): at most
-  // `files` in the file cache, at most `kept` keeping unlinked files' data
-  // (beyond that their data is kept in acqfs-tmp).
-  void SetDescriptorBudget(size_t files, size_t kept) {
-    files_.set_capacity(files);
+  // `files` in the file cache and `pinned` in its pinned class (the host's
+  // object-store files git maps), at most `kept` keeping unlinked files'
+  // data (beyond that their data is kept in acqfs-tmp).
+  void SetDescriptorBudget(size_t files, size_t kept, size_t pinned = 0) {
+    files_.set_capacity(files, pinned);
     kept_.set_budget(kept);
   }
   // Nodes the table holds (the kernel's lookups, open files, their
@@ -223,6 +224,7 @@ class Overlay {
   size_t node_count() { return table_.node_count(); }
   // Descriptors held now in the file cache and for kept data.
   size_t cached_files() const { return files_.size(); }
+  size_t pinned_files() const { return files_.pinned(); }
   size_t kept_descriptors() const { return kept_.descriptors(); }
   // Gives descriptors back under pressure (EMFILE): evicts the file cache
   // down to `keep` entries. Takes no lock but the cache's own.
@@ -260,6 +262,13 @@ class Overlay {
   // object store's directories, NoteObjectStore).
   void NoteGatedDir(Node* parent, const std::string& name, Node* node);
   void NoteObjectStore(Node* parent, const std::string& name, Node* node);
+  // Is `node` a file of the host's object store that git maps for as long
+  // as it runs (a pack, its index, reverse index, the multi-pack index,
+  // a commit graph), read from the host? Its descriptor is pinned in the
+  // file cache: the host's gc deletes such files under a running git, and
+  // the kernel reads pages of a mapping through the node, not a handle.
+  // tree_mu_ held (shared is enough).
+  bool MappedObjectStoreFileLocked(const Node* node) const;
 
   // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
   // name says it changes something, then exclusive).
@@ -412,7 +421,7 @@ class Overlay {
   // last lookups gave them (only compared, never followed; a stale one
   // only shortens a cache time).
   std::atomic<Node*> git_dir_{nullptr}, objects_dir_{nullptr},
-      pack_dir_{nullptr}, info_dir_{nullptr};
+      pack_dir_{nullptr}, info_dir_{nullptr}, graphs_dir_{nullptr};
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 

@@ -140,6 +140,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   if (f.from_lower && !node->unlinked) {
     struct stat st;
     if (::fstat(fd->get(), &st) == 0) f.lower_ino = st.st_ino;
+    f.pinned = MappedObjectStoreFileLocked(node);
   }
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
   f.readable = acc != O_WRONLY;

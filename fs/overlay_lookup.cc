@@ -165,13 +165,27 @@ void Overlay::NoteObjectStore(Node* parent, const std::string& name,
   } else if (parent == objects_dir_.load(std::memory_order_acquire)) {
     if (name == "pack") pack_dir_.store(node, std::memory_order_release);
     if (name == "info") info_dir_.store(node, std::memory_order_release);
+  } else if (parent == info_dir_.load(std::memory_order_acquire)) {
+    if (name == "commit-graphs")
+      graphs_dir_.store(node, std::memory_order_release);
   }
 }
 
 bool Overlay::SharedObjectStoreDir(Node* node) const {
   return node == objects_dir_.load(std::memory_order_acquire) ||
          node == pack_dir_.load(std::memory_order_acquire) ||
-         node == info_dir_.load(std::memory_order_acquire);
+         node == info_dir_.load(std::memory_order_acquire) ||
+         node == graphs_dir_.load(std::memory_order_acquire);
+}
+
+bool Overlay::MappedObjectStoreFileLocked(const Node* node) const {
+  if (node->upper.load() || node->unlinked || node->lower != LowerBit(0) ||
+      !node->parent)
+    return false;
+  const Node* dir = node->parent;
+  return dir == pack_dir_.load(std::memory_order_acquire) ||
+         dir == info_dir_.load(std::memory_order_acquire) ||
+         dir == graphs_dir_.load(std::memory_order_acquire);
 }
 
 void Overlay::WaitAtGate(Node* dir) {

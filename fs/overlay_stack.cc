@@ -83,6 +83,7 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   layers_.upper = std::move(*next);
   // Every descriptor into the old upper goes: a cached one would write a
   // frozen layer, or read a file's old copy once it is copied up anew.
+  // The pinned ones read the host (layer 0), which no checkpoint changes.
   files_.Shrink(0);
   return stale;
 }
@@ -151,7 +152,7 @@ Result<Overlay::Restacked> Overlay::Restack(
   root->opaque = !view->merged();
   root->xwhiteouts = view->xwhiteouts;
   root->charged = Quota::kUnseen;
-  files_.Shrink(0);
+  files_.DropAll();
   return out;
 }
 
@@ -185,7 +186,7 @@ Status Overlay::ReplaceFrozen(unsigned count, const std::string& merged,
   });
   layers_.frozen.erase(layers_.frozen.begin(), layers_.frozen.begin() + count);
   layers_.frozen.insert(layers_.frozen.begin(), std::move(*next));
-  files_.Shrink(0);
+  files_.DropAll();
   return Ok();
 }
 

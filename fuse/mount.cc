@@ -351,7 +351,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (install)
     (*overlay)->CloseGate(
         config.install_rel.substr(0, config.install_rel.find('/')));
-  (*overlay)->SetDescriptorBudget(budget->files, budget->kept);
+  (*overlay)->SetDescriptorBudget(budget->files, budget->kept, budget->pinned);
   Layer::SetDirCacheSlots(budget->dir_cache);
   spdlog::info("descriptors: {}", budget->Describe());
   PressureHandlerScope pressure(overlay->get());

@@ -16,6 +16,7 @@ TEST(FdBudget, TheBoundStaysWellBelowTheLimit) {
     EXPECT_GE(b->files, 4u) << b->Describe();
     EXPECT_LE(b->files, FdBudget::kMaxFiles);
     EXPECT_LE(b->kept, FdBudget::kMaxKept);
+    EXPECT_LE(b->pinned, FdBudget::kMaxPinned);
   }
 }
 
@@ -24,9 +25,10 @@ TEST(FdBudget, TheMachinesLimitGivesTheFullCaches) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->files, FdBudget::kMaxFiles);
   EXPECT_EQ(b->kept, FdBudget::kMaxKept);
+  EXPECT_EQ(b->pinned, FdBudget::kMaxPinned);
   EXPECT_EQ(b->dir_cache, FdBudget::kDirCache);
   EXPECT_EQ(b->bound(),
-            FdBudget::kFixed + 4 * b->per_thread() + 512 + 2 * 1024);
+            FdBudget::kFixed + 4 * b->per_thread() + 512 + 256 + 2 * 1024);
   EXPECT_NE(b->Describe().find("bound " + std::to_string(b->bound())),
             std::string::npos);
 }

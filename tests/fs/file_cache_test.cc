@@ -1,6 +1,6 @@
 // FileCache: at most one descriptor per key, least recently used out beyond
 // the capacity, and a lease that keeps an evicted descriptor open while a
-// request still uses it.
+// request still uses it; pinned entries in a class of their own.
 #include "fs/file_cache.h"
 
 #include <fcntl.h>
@@ -20,6 +20,12 @@ OpenFile DevNull(bool readable, bool writable, bool from_lower = false) {
   f.readable = readable;
   f.writable = writable;
   f.from_lower = from_lower;
+  return f;
+}
+
+OpenFile Pinned() {
+  OpenFile f = DevNull(true, false, true);
+  f.pinned = true;
   return f;
 }
 
@@ -84,6 +90,53 @@ TEST(FileCache, TakeAndShrinkHandBackDescriptors) {
   EXPECT_EQ(c.Shrink(1), 3u);
   EXPECT_EQ(c.size(), 1u);
   EXPECT_TRUE(c.Find(&key[3], false, false)) << "the most recent stays";
+}
+
+// The host's mapped object-store files (OpenFile::pinned): ordinary
+// traffic, however much, never evicts them; beyond their own capacity the
+// least recently used pinned one goes; Shrink (descriptor pressure, a
+// checkpoint) keeps them; Take (the node goes) and DropAll do not.
+TEST(FileCache, PinnedEntriesOutliveOrdinaryTraffic) {
+  FileCache c(2, 2);
+  c.Put(&key[0], Pinned());
+  c.Put(&key[1], Pinned());
+  for (int round = 0; round < 3; ++round)
+    for (int i = 2; i < 8; i++) c.Put(&key[i], DevNull(true, false));
+  EXPECT_EQ(c.size(), 4u);
+  EXPECT_EQ(c.pinned(), 2u);
+  ASSERT_TRUE(c.Find(&key[0], false, false));
+  ASSERT_TRUE(c.Find(&key[1], false, false));
+  EXPECT_FALSE(c.Find(&key[2], false, false)) << "ordinary ones are LRU";
+
+  EXPECT_EQ(c.Shrink(0), 2u);
+  EXPECT_EQ(c.pinned(), 2u) << "Shrink keeps the pinned ones";
+
+  c.Find(&key[0], false, false);  // key[1] is now the least recent
+  c.Put(&key[2], Pinned());
+  EXPECT_EQ(c.pinned(), 2u);
+  EXPECT_TRUE(c.Find(&key[0], false, false));
+  EXPECT_FALSE(c.Find(&key[1], false, false)) << "beyond its capacity";
+
+  // Re-putting a pinned key as ordinary moves it between the classes.
+  c.Put(&key[2], DevNull(true, false));
+  EXPECT_EQ(c.pinned(), 1u);
+  EXPECT_EQ(c.size(), 2u);
+
+  FileLease taken = c.Take(&key[0]);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(c.pinned(), 0u);
+  c.Put(&key[0], Pinned());
+  EXPECT_EQ(c.DropAll(), 2u);
+  EXPECT_EQ(c.size(), 0u);
+}
+
+// Without a pinned capacity nothing is pinned: the flag is ordinary.
+TEST(FileCache, NoPinnedCapacityMeansOrdinaryEntries) {
+  FileCache c(1);
+  c.Put(&key[0], Pinned());
+  c.Put(&key[1], DevNull(true, false));
+  EXPECT_EQ(c.pinned(), 0u);
+  EXPECT_FALSE(c.Find(&key[0], false, false));
 }
 
 }  // namespace

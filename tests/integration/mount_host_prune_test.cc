@@ -19,7 +19,9 @@
 // makes the failing order certain.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -171,6 +173,84 @@ TEST_P(HostRemoved, GitAddAfterTheHostPackedTheLooseObjectDirectories) {
   CommandResult fsck =
       RunGit(sandbox().mountpoint(), {"fsck", "--no-progress"}, home(), 240);
   EXPECT_TRUE(fsck.ok()) << fsck.Describe();
+}
+
+// Files of the host's object store that git maps for as long as it runs
+// (packs, their indexes, commit graphs), deleted by the host's gc while a
+// sandbox's git has them mapped and reads more of them: a `git fsck` in a
+// sandbox died of SIGBUS while the host repacked. A process keeps a
+// deleted file's data on ext4 and on the kernel overlayfs; the kernel
+// reads a FUSE mapping's pages through the node, so the daemon must still
+// reach the data after the host's unlink, however many other files the
+// sandbox read in between (its file cache holds 512).
+TEST_P(HostRemoved, MappedObjectStoreFilesTheHostDeletesStayReadable) {
+  const std::vector<std::string> mapped = {
+      ".git/objects/pack/pack-acqfstest.pack",
+      ".git/objects/pack/pack-acqfstest.idx",
+      ".git/objects/info/commit-graphs/graph-acqfstest.graph",
+  };
+  ASSERT_EQ(::mkdir(L(".git/objects/info/commit-graphs").c_str(), 0755), 0)
+      << std::strerror(errno);
+  constexpr size_t kSize = 4 << 20;
+  auto text_of = [&](size_t which) {
+    std::string t(kSize, '\0');
+    uint32_t x = 2463534242u + static_cast<uint32_t>(which);
+    for (char& c : t) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      c = static_cast<char>(x);
+    }
+    return t;
+  };
+  std::vector<std::string> wants, paths;  // made before the fork
+  for (size_t i = 0; i < mapped.size(); ++i) {
+    wants.push_back(text_of(i));
+    paths.push_back(M(mapped[i]));
+    ASSERT_TRUE(WriteFile(L(mapped[i]), wants.back()));
+  }
+  ASSERT_EQ(::mkdir(L("many").c_str(), 0755), 0) << std::strerror(errno);
+  constexpr int kOthers = 700;  // more than the file cache holds
+  for (int i = 0; i < kOthers; ++i)
+    ASSERT_TRUE(WriteFile(L("many/f" + std::to_string(i)), "x\n"));
+
+  // A child maps each file and reads its first page, the parent then reads
+  // the other files, the host deletes the mapped ones, and the child reads
+  // every page: SIGBUS, or wrong bytes, fail it.
+  int go[2], ready[2];
+  ASSERT_SYS_OK(::pipe(go));
+  ASSERT_SYS_OK(::pipe(ready));
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    const char* maps[8];
+    for (size_t i = 0; i < paths.size(); ++i) {
+      int fd = ::open(paths[i].c_str(), O_RDONLY);
+      if (fd < 0) ::_exit(10);
+      void* p = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (p == MAP_FAILED) ::_exit(11);
+      maps[i] = static_cast<const char*>(p);
+      volatile char first = maps[i][0];
+      (void)first;
+    }
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(12);
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (std::memcmp(maps[i], wants[i].data(), kSize) != 0) ::_exit(13);
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  for (int i = 0; i < kOthers; ++i)
+    ASSERT_EQ(ContentOf(M("many/f" + std::to_string(i))), "x\n");
+  for (const auto& rel : mapped) ASSERT_SYS_OK(::unlink(L(rel).c_str()));
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status)
+              ? std::string("killed by ") + ::strsignal(WTERMSIG(status))
+              : "exit " + std::to_string(WEXITSTATUS(status)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, HostRemoved, ::testing::Values("", "handles"),
