@@ -40,17 +40,6 @@ FileLease FileCache::Take(const void* key) {
   return std::move(out.front());
 }
 
-FileLease FileCache::TakeIfLowerReplaced(const void* key, uint64_t ino) {
-  std::vector<FileLease> out;
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return nullptr;
-  const OpenFile& f = *it->second.file;
-  if (!f.from_lower || f.lower_ino == 0 || f.lower_ino == ino) return nullptr;
-  EraseLocked(it, &out);
-  return std::move(out.front());
-}
-
 size_t FileCache::Shrink(size_t keep) {
   std::vector<FileLease> evicted;
   {

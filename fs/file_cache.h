@@ -16,9 +16,10 @@
 // them. The kernel reads a mapped page through the node long after the
 // open, and once the host deleted the file only the descriptor still
 // reaches its data: so the ordinary traffic (a `git grep` reads thousands
-// of files) never evicts them, and they go when the node does (Take), when
-// the host replaced the file (TakeIfLowerReplaced), beyond their capacity,
-// or at DropAll.
+// of files) never evicts them, and they go when the node does (Take),
+// beyond their capacity, or at DropAll. (A file the host deletes or
+// replaces keeps its node and its descriptor, Overlay::StatLocked: the
+// name gets a new node.)
 //
 // Thread-safety: all methods may be called from any thread. mu_ is a leaf
 // lock: no other lock is taken and no descriptor is opened or closed while
@@ -44,11 +45,6 @@ struct OpenFile {
   bool readable = false;
   bool writable = false;
   bool from_lower = false;  // it reads the lower copy (never written)
-  // The lower inode it reads (from_lower, while the node has a name): the
-  // host may replace the file at that path by another (a rename over it,
-  // as git, sed -i and editors write), and the node's stat then follows
-  // the new one (FileCache::TakeIfLowerReplaced).
-  uint64_t lower_ino = 0;
   // A file of the host's object store that git maps (FileCache, pinned).
   bool pinned = false;
 };
@@ -90,10 +86,6 @@ class FileCache {
   // Removes `key`'s entry and returns it (null when none), for the caller
   // to drop once it holds no lock (the node is going away).
   FileLease Take(const void* key);
-  // The same when the entry reads a lower inode other than `ino`: the
-  // host replaced the file at the node's path, and its data must come
-  // from the inode its stat comes from.
-  FileLease TakeIfLowerReplaced(const void* key, uint64_t ino);
   // Evicts least recently used unpinned entries until at most `keep`
   // remain; returns how many it evicted. Pinned ones stay.
   size_t Shrink(size_t keep);

@@ -253,6 +253,19 @@ class Overlay {
   // attributes (and so their listings) for no time: the sandbox's git,
   // rescanning pack/ for an object gone loose, sees the new pack at once.
   bool SharedObjectStoreDir(Node* node) const;
+  // Is `node` a file of the host's object store (a loose object, a pack
+  // or its companions, a commit graph), read from the host? The host's gc
+  // deletes such files while the sandbox's git runs, and git must find
+  // them gone when it opens them (ENOENT: it then looks in the packs), not
+  // open a name the kernel cached and fail on the read (in the handle-less
+  // mode an open never reaches the daemon; a mapping's read failing is
+  // SIGBUS). The adapter lets the kernel cache their entries for no time,
+  // and HoldObjectStoreData opens their data at the lookup.
+  bool SharedObjectStoreFile(Node* node);
+  // Opens and caches `node`'s data now, if it is such a file: from the
+  // lookup on, the host's unlink no longer takes the data from under a
+  // reader. Errors are ignored (the read reports its own).
+  void HoldObjectStoreData(Node* node);
 
  private:
   explicit Overlay(Layers layers);
@@ -269,6 +282,9 @@ class Overlay {
   // the kernel reads pages of a mapping through the node, not a handle.
   // tree_mu_ held (shared is enough).
   bool MappedObjectStoreFileLocked(const Node* node) const;
+  // Any file of the host's object store (SharedObjectStoreFile). tree_mu_
+  // held (shared is enough).
+  bool ObjectStoreFileLocked(const Node* node) const;
 
   // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
   // name says it changes something, then exclusive).
@@ -301,7 +317,20 @@ class Overlay {
     return node->upper ? layers_.upper
                        : layers_.LowerLayer(node->lower_layer());
   }
-  Result<struct stat> StatLocked(Node* node);
+  // The node's attributes. A host file (layer 0, no upper copy) whose path
+  // now holds another inode (the host renamed a new file over it, as git,
+  // sed -i and editors write) is no longer the node's: for a lookup
+  // (`for_lookup`) that is ENOENT, so the name gets a node of its own for
+  // the new inode; otherwise (GETATTR, an fstat of a descriptor the
+  // sandbox holds) the old inode's attributes, through the data descriptor
+  // the file cache holds, as ext4 keeps a replaced file for its holders.
+  Result<struct stat> StatLocked(Node* node, bool for_lookup = false);
+  // Is `node` a host file whose path now holds the inode `path_st` says,
+  // not its own?
+  bool HostReplacedLocked(const Node* node, const struct stat& path_st) const;
+  // The attributes of the data the file cache holds for `node` (a node
+  // whose name the host took away: deleted or replaced); ENOENT when none.
+  Result<struct stat> StatCachedData(Node* node, const std::string& what);
   void FixStat(const Node* node, struct stat* st) const;
   Result<UniqueFd> UpperDir(const Node* dir);
   Result<bool> LowerHas(const Node* parent, const std::string& name,

@@ -120,7 +120,11 @@ Result<UniqueFd> Overlay::OpenKept(Node* node, int flags) {
 Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   OpenFile f;
   Result<UniqueFd> fd = Error::Of(EIO, "open", "");
-  if (node->unlinked) {
+  if (node->unlinked && !node->has_kept()) {
+    // The host took its name away (deleted or replaced the file) and the
+    // file cache no longer holds its data.
+    return Error::Of(ESTALE, "open (removed by the host)", "");
+  } else if (node->unlinked) {
     if (write) ACQFS_TRY(MakeChangeable(node));
     f.from_lower = node->kept().in_lower();
     fd = OpenKept(node, write ? O_RDWR : O_RDONLY);
@@ -138,8 +142,13 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   }
   if (!fd) return fd.error();
   if (f.from_lower && !node->unlinked) {
-    struct stat st;
-    if (::fstat(fd->get(), &st) == 0) f.lower_ino = st.st_ino;
+    // The host may have replaced the file since the node was made: the
+    // path then leads to an inode that is not the node's, whose data must
+    // not pass for the node's (a lookup gives the name a new node).
+    auto st = sys::Fstat(fd->get(), PathLocked(node));
+    if (!st) return st.error();
+    if (HostReplacedLocked(node, *st))
+      return Error::Of(ESTALE, "open (the host replaced it)", PathLocked(node));
     f.pinned = MappedObjectStoreFileLocked(node);
   }
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;

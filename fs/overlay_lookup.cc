@@ -95,7 +95,7 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
   }
   if (known) {
     if (!st) return known;
-    auto s = StatLocked(known);
+    auto s = StatLocked(known, true);
     if (s) {
       *st = *s;
       return known;
@@ -178,6 +178,26 @@ bool Overlay::SharedObjectStoreDir(Node* node) const {
          node == graphs_dir_.load(std::memory_order_acquire);
 }
 
+bool Overlay::ObjectStoreFileLocked(const Node* node) const {
+  if (node->is_dir() || node->upper.load() || node->unlinked ||
+      node->lower != LowerBit(0) || !node->parent)
+    return false;
+  const Node* dir = node->parent;
+  const Node* objects = objects_dir_.load(std::memory_order_acquire);
+  return MappedObjectStoreFileLocked(node) ||
+         (objects != nullptr && dir->parent == objects);  // a fan-out dir
+}
+
+bool Overlay::SharedObjectStoreFile(Node* node) {
+  SharedLock l(tree_mu_);
+  return ObjectStoreFileLocked(node);
+}
+
+void Overlay::HoldObjectStoreData(Node* node) {
+  if (!SharedObjectStoreFile(node)) return;
+  (void)FileFor(node, false);
+}
+
 bool Overlay::MappedObjectStoreFileLocked(const Node* node) const {
   if (node->upper.load() || node->unlinked || node->lower != LowerBit(0) ||
       !node->parent)
@@ -228,10 +248,26 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
 
 // ---------------------------------------------------------------- reading
 
-Result<struct stat> Overlay::StatLocked(Node* node) {
+bool Overlay::HostReplacedLocked(const Node* node,
+                                 const struct stat& path_st) const {
+  return !node->is_dir() && !node->upper.load() && !node->unlinked &&
+         node->lower == LowerBit(0) && path_st.st_ino != node->ino;
+}
+
+Result<struct stat> Overlay::StatCachedData(Node* node,
+                                            const std::string& what) {
+  FileLease f = files_.Find(node, false, false);
+  if (!f) return Error::Of(ENOENT, "stat (" + what + ")", PathLocked(node));
+  return sys::Fstat(f.get(), what);
+}
+
+Result<struct stat> Overlay::StatLocked(Node* node, bool for_lookup) {
   struct stat st;
   if (node->unlinked) {
-    auto s = kept_.Stat(node->kept());
+    // No name, and no kept data when the host took the name away (the
+    // node's data then lives only in the file cache's descriptor).
+    auto s = node->has_kept() ? kept_.Stat(node->kept())
+                              : StatCachedData(node, "removed by the host");
     if (!s) return s.error();
     st = *s;
   } else {
@@ -239,16 +275,17 @@ Result<struct stat> Overlay::StatLocked(Node* node) {
     auto s = layer.StatVia(PathLocked(node), Gen());
     if (!s) return s.error();
     st = *s;
+    if (HostReplacedLocked(node, st)) {
+      if (for_lookup)
+        return Error::Of(ENOENT, "stat (the host replaced it)",
+                         PathLocked(node));
+      auto held = StatCachedData(node, "replaced by the host");
+      if (!held) return held.error();
+      st = *held;
+    }
   }
   if ((st.st_mode & S_IFMT) != node->type)
     return Error::Of(ENOENT, "stat (type changed)", PathLocked(node));
-  // A lower file the host replaced by another inode (renamed a new file
-  // over it) since the node's data descriptor was opened: that descriptor
-  // goes, so that data comes from the inode this stat comes from (the
-  // kernel drops its cached pages when the size or mtime it is told
-  // changed). Closed here, under no lock of the cache's.
-  if (!node->unlinked && !node->upper && S_ISREG(st.st_mode))
-    FileLease stale = files_.TakeIfLowerReplaced(node, st.st_ino);
   FixStat(node, &st);
   return st;
 }

@@ -92,13 +92,19 @@ double AttrTimeout(fuse_req_t req, Node* node) {
                                                        : Ctx(req)->timeout;
 }
 
+// The host's object-store files are looked up each time they are opened
+// (Overlay::SharedObjectStoreFile): git must see ENOENT for one the host's
+// gc deleted, as on a disk.
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
                fuse_entry_param* e) {
   std::memset(e, 0, sizeof *e);
   e->ino = IdOf(req, node);
   e->attr = st;
   e->attr_timeout = AttrTimeout(req, node);
-  e->entry_timeout = Ctx(req)->timeout;
+  e->entry_timeout =
+      S_ISREG(st.st_mode) && Ctx(req)->overlay->SharedObjectStoreFile(node)
+          ? 0.0
+          : Ctx(req)->timeout;
 }
 
 // Replies to a request that produced a node (lookup, mkdir, ...).
@@ -177,6 +183,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       return;
     }
     if (!node) return ReplyError(req, node.error());
+    Ctx(req)->overlay->HoldObjectStoreData(*node);
     fuse_entry_param e;
     FillEntry(req, *node, st, &e);
     fuse_reply_entry(req, &e);
