@@ -44,6 +44,12 @@ Usage: tests/soak/run.sh [options]
   --work DIR        where the sources and sandboxes live (default: a new
                     directory under /tmp, removed at the end)
   --keep            keep the work directory
+  --host-churn SECONDS
+                    while a workload runs in a sandbox, the host's git moves
+                    every SECONDS: an empty commit, a switch between two
+                    branches of one tree, pack-refs, `git gc --auto`, and
+                    `git gc --prune=now` (docs/git-bridge.md, "The base");
+                    the sandbox's HEAD must not move with it
   --checkpoint-every SECONDS
                     while a workload runs in a sandbox, take a checkpoint
                     every SECONDS (the agent-harness pattern, docs/stack.md)
@@ -60,6 +66,31 @@ EOF
 
 die() { echo "$PROG: error: $*" >&2; exit 2; }
 log() { printf '%s [%(%H:%M:%S)T] %s\n' "$PROG" -1 "$*" >&2; }
+
+# The host's git (checkout $1) moves every $HOST_CHURN seconds while process
+# $2 runs: commits, branch switches between two branches of one tree (the
+# working tree stays as it is), pack-refs, gc; one line per step in $3.
+host_churn_loop() {
+  local host=$1 job=$2 out=$3 n=0 g=(git -C "$1" -c user.name=host -c user.email=host@localhost)
+  : >"$out"
+  "${g[@]}" branch -f churn-a HEAD && "${g[@]}" branch -f churn-b HEAD ||
+    echo "FAILED branches" >>"$out"
+  while kill -0 "$job" 2>/dev/null; do
+    sleep "$HOST_CHURN"
+    n=$((n + 1))
+    local b=churn-a
+    (( n % 2 )) && b=churn-b
+    if { "${g[@]}" commit -q --allow-empty -m "host churn $n" &&
+      "${g[@]}" checkout -q -B "$b" &&
+      { (( n % 5 )) || "${g[@]}" pack-refs --all; } &&
+      { (( n % 3 )) || "${g[@]}" gc -q --auto; } &&
+      { (( n % 7 )) || "${g[@]}" gc -q --prune=now; }; } >>"$out.log" 2>&1; then
+      echo "moved $n" >>"$out"
+    else
+      echo "FAILED host move $n" >>"$out"
+    fi
+  done
+}
 
 # Checkpoints sandbox $1 every $CHECKPOINT_EVERY seconds while process $2
 # runs, squashing to 4 frozen layers at 24; one line per step in $3.
@@ -87,7 +118,7 @@ checkpoint_loop() {
   done
 }
 
-QUICK=0 KEEP=0 ONLY="" TARGETS="native,acqfs,acqfs-handles" CHECKPOINT_EVERY=""
+QUICK=0 KEEP=0 ONLY="" TARGETS="native,acqfs,acqfs-handles" CHECKPOINT_EVERY="" HOST_CHURN=""
 ACQFS="$SRC_ROOT/build/bin/acqfs" OUT="" WORK=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -99,6 +130,7 @@ while [[ $# -gt 0 ]]; do
     --work) [[ $# -ge 2 ]] || die "--work needs a value"; WORK=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --checkpoint-every) [[ $# -ge 2 ]] || die "--checkpoint-every needs a value"; CHECKPOINT_EVERY=$2; shift 2 ;;
+    --host-churn) [[ $# -ge 2 ]] || die "--host-churn needs a value"; HOST_CHURN=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -328,13 +360,30 @@ run_target() {
   t0=$EPOCHREALTIME
   run_workload "$w" "$dir" >>"$lf" 2>&1 &
   JOB_PID=$!
-  local cp_pid=""
+  local cp_pid="" churn_pid="" head0=""
+  if [[ -n $mnt && -n $HOST_CHURN ]]; then
+    head0=$(git -C "$dir" rev-parse HEAD)
+    host_churn_loop "$WORK/src/$w" "$JOB_PID" "$LOGS/$w-$t.churn" &
+    churn_pid=$!
+  fi
   if [[ -n $mnt && -n $CHECKPOINT_EVERY ]]; then
     checkpoint_loop "$name" "$JOB_PID" "$LOGS/$w-$t.checkpoints" &
     cp_pid=$!
   fi
   wait "$JOB_PID" || true
   JOB_PID=""
+  if [[ -n $churn_pid ]]; then
+    wait "$churn_pid" || true
+    if grep -q '^FAILED' "$LOGS/$w-$t.churn"; then
+      echo "$PROG: $w on $t: the host's git failed to move: $(tail -n 2 "$LOGS/$w-$t.churn.log")" >&2
+      FAILED=1
+    fi
+    if [[ $(git -C "$dir" rev-parse HEAD) != "$head0" ]]; then
+      echo "$PROG: $w on $t: the sandbox's HEAD moved with the host's" >&2
+      FAILED=1
+    fi
+    log "$w on $t: the host's git moved $(grep -c '^moved' "$LOGS/$w-$t.churn") times"
+  fi
   if [[ -n $cp_pid ]]; then
     wait "$cp_pid" || true
     if grep -q '^FAILED' "$LOGS/$w-$t.checkpoints"; then
