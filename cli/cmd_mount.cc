@@ -408,6 +408,8 @@ class BaseRecorder {
     if (!layers) return layers.error();
     ACQFS_TRY(gitbridge::ReadBaseRefs(*layers, &base_));
     ACQFS_TRY(Keep());
+    ACQFS_TRY(
+        gitbridge::KeepBranches(t_.lower, t_.name, base_.branches, base_.head));
     base_.own_git = true;
     base_.state = State::kRecorded;
     sandbox_.meta().policy.own_git = true;

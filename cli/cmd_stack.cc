@@ -351,6 +351,12 @@ int RunFork(const ForkArgs& a) {
                                          child.meta().base.head);
           !k)
         return fail(kExitFailed, k.error());
+    if (child.meta().base.own_git)
+      if (Status k = gitbridge::KeepBranches(child.meta().lower, a.new_name,
+                                             child.meta().base.branches,
+                                             child.meta().base.head);
+          !k)
+        return fail(kExitFailed, k.error());
   }
   lock->reset();
   std::printf("acqfs: fork %s: %s starts at checkpoint %u\n", s->name().c_str(),

@@ -1,5 +1,6 @@
 #include "gitbridge/remote.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -593,6 +594,72 @@ Result<std::string> KeepHostHead(const std::string& host_workdir,
       });
 }
 
+std::string KeepRefPrefix(const std::string& sandbox) {
+  return "refs/acqfs-keep/" + sandbox + "/";
+}
+
+Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
+                    const std::map<std::string, std::string>& branches,
+                    const std::string& head) {
+  std::vector<std::pair<std::string, git_oid>> refs;
+  for (const auto& [name, hex] : branches) {
+    if (hex == head) continue;  // the base's ref keeps it
+    git_oid id;
+    if (hex.size() != GIT_OID_HEXSZ || git_oid_fromstr(&id, hex.c_str()))
+      return Error::Of(EINVAL, "bad commit id '" + hex + "' of " + name,
+                       host_workdir);
+    std::string branch = name;
+    if (branch.rfind("refs/heads/", 0) == 0) branch.erase(0, 11);
+    refs.emplace_back(KeepRefPrefix(sandbox) + branch, id);
+  }
+  if (refs.empty()) return Ok();
+  GitLibrary lib;
+  return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
+    for (const auto& [ref, id] : refs) {
+      git_reference* raw = nullptr;
+      int rc = RetryWhileLocked([&] {
+        if (raw) git_reference_free(raw);
+        raw = nullptr;
+        return git_reference_create(&raw, repo, ref.c_str(), &id, /*force=*/1,
+                                    "acqfs: a branch tip of a sandbox's base");
+      });
+      GitReference made(raw);
+      // Gone from the host already (pruned between the copy and now):
+      // nothing left to keep.
+      if (rc == GIT_ENOTFOUND || rc == GIT_EINVALID) continue;
+      if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
+    }
+    return Ok();
+  });
+}
+
+namespace {
+
+// Removes the empty directories under (and including) `dir`, deepest
+// first, as git leaves no empty directory of refs behind; ones that are
+// not empty stay.
+Status RemoveEmptyDirs(const std::string& dir) {
+  UniqueDir d(::opendir(dir.c_str()));
+  if (!d) {
+    if (errno == ENOENT || errno == ENOTDIR) return Ok();
+    return Error::Errno("opendir", dir);
+  }
+  std::vector<std::string> subdirs;
+  while (struct dirent* e = ::readdir(d.get())) {
+    std::string n = e->d_name;
+    if (n == "." || n == ".." || e->d_type != DT_DIR) continue;
+    subdirs.push_back(dir + "/" + n);
+  }
+  d.reset();
+  for (const auto& s : subdirs) ACQFS_TRY(RemoveEmptyDirs(s));
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+      errno != EEXIST)
+    return Error::Errno("rmdir", dir);
+  return Ok();
+}
+
+}  // namespace
+
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path) {
@@ -608,13 +675,19 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
           ACQFS_TRY(
               DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
         ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), host_workdir));
+        ACQFS_TRY(DeleteRefs(repo, KeepRefPrefix(sandbox) + "*", host_workdir));
         // As git leaves no empty directory of refs behind (the last base
         // gone, refs/acqfs-base goes; another sandbox's keeps it).
-        const std::string dir =
-            std::string(git_repository_commondir(repo)) + "refs/acqfs-base";
+        const std::string common = git_repository_commondir(repo);
+        const std::string dir = common + "refs/acqfs-base";
         if (::rmdir(dir.c_str()) != 0 && errno != ENOENT &&
             errno != ENOTEMPTY && errno != EEXIST)
           return Error::Errno("rmdir", dir);
+        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep/" + sandbox));
+        const std::string keep = common + "refs/acqfs-keep";
+        if (::rmdir(keep.c_str()) != 0 && errno != ENOENT &&
+            errno != ENOTEMPTY && errno != EEXIST)
+          return Error::Errno("rmdir", keep);
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();

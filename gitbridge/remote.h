@@ -17,6 +17,7 @@
 #ifndef ACQFS_GITBRIDGE_REMOTE_H_
 #define ACQFS_GITBRIDGE_REMOTE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,18 @@ Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
 // unborn, and then no ref is written).
 Result<std::string> KeepHostHead(const std::string& host_workdir,
                                  const std::string& sandbox);
+
+// The refs that keep the base's other branch tips (those of the sandbox's
+// copy of .git that are not its HEAD's commit) from the host's gc, as
+// BaseRefName keeps HEAD's: refs/acqfs-keep/<name>/<branch>. Without them
+// a branch the host deletes and prunes leaves the sandbox's copy naming
+// objects that are gone: its `git checkout` of it, `git gc` and `git fsck`
+// fail where a clone's succeed. Written under the same locks as KeepBase;
+// a tip the host no longer has is skipped.
+std::string KeepRefPrefix(const std::string& sandbox);
+Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
+                    const std::map<std::string, std::string>& branches,
+                    const std::string& head);
 
 // Removes the remote's configuration (its whole section, and the upstream
 // settings of branches that track it), its refs/remotes/sandbox-<name>/

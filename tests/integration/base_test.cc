@@ -442,7 +442,6 @@ TEST_F(Base, TwoSandboxesOfOneHostMergeAsTwoClones) {
     EXPECT_NE(a_txt.find(line), std::string::npos) << a_txt;
 }
 
-
 // The host's git rewrites its index, HEAD, refs and packed-refs in a loop
 // while the sandbox exports, and reports what the host changed: every
 // export succeeds, and publishes the same work on the same base.
@@ -485,7 +484,6 @@ TEST_F(Base, ExportsWhileTheHostRewritesItsIndexHeadAndPackedRefs) {
             "a.txt\nnew.txt");
 }
 
-
 // The host deletes the branch the sandbox is based on, rewrites its
 // history and runs `git gc --prune=now` between the mount and the export:
 // the base commit stays reachable through the host's HEAD reflog, so the
@@ -519,6 +517,48 @@ TEST_F(Base, AHostGcAfterItsBranchWentKeepsTheSandboxAndTheExportWorking) {
   EXPECT_EQ(Host("git show sandbox-x/acqfs-worktree:later.txt"), "later");
   CommandResult rm = Acqfs({"rm", "x"});
   EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+}
+
+// The base's other branches (the sandbox's copy of .git names their tips)
+// outlive the host's deleting them and pruning at once: refs of the host's
+// keep them (refs/acqfs-keep/<name>/), so the sandbox's git log, checkout,
+// fsck and gc of them work as in a clone. A fork keeps its own; rm removes
+// them and leaves no empty directory.
+TEST_F(Base, TheBasesOtherBranchesOutliveTheHostsDeletionAndGc) {
+  Host(
+      "git checkout -qb other && sed -i s/^b2$/b2-other/ b.txt && "
+      "git commit -qam other && git checkout -qb topic/deep && "
+      "sed -i s/^c2$/c2-deep/ c.txt && git commit -qam deep && "
+      "git checkout -q main");
+  const std::string other = Host("git rev-parse other");
+  const std::string deep = Host("git rev-parse topic/deep");
+  auto sb = Mount();
+  EXPECT_EQ(Host("git for-each-ref --format='%(refname) %(objectname)' "
+                 "refs/acqfs-keep"),
+            "refs/acqfs-keep/x/other " + other +
+                "\nrefs/acqfs-keep/x/topic/deep " + deep);
+  CommandResult fork = Acqfs({"fork", "x", "y"});
+  ASSERT_EQ(fork.exit_code, 0) << fork.Describe();
+  EXPECT_EQ(Host("git rev-parse refs/acqfs-keep/y/other"), other);
+  Host(
+      "git branch -q -D other topic/deep && "
+      "git reflog expire --expire=now --all && git gc -q --prune=now");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git log --format=%s -1 other && "
+                    "git log --format=%s -1 topic/deep && "
+                    "git fsck --no-progress >/dev/null && git gc -q && "
+                    "git checkout -q other && git rev-parse HEAD",
+                    home_, &out));
+  EXPECT_EQ(out, "other\ndeep\n" + other + "\n");
+  ASSERT_TRUE(sb->Unmount());
+  for (const char* name : {"y", "x"}) {
+    CommandResult rm = Acqfs({"rm", name, "--force"});
+    EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+  }
+  EXPECT_EQ(Host("git for-each-ref refs/acqfs-keep refs/acqfs-base"), "");
+  EXPECT_FALSE(Exists(host_ + "/.git/refs/acqfs-keep"));
+  EXPECT_FALSE(Exists(host_ + "/.git/refs/acqfs-base"));
 }
 
 }  // namespace

@@ -164,12 +164,12 @@ SnapshotOptions OutsideGit() { return SnapshotOptions::CheckoutOutsideGit(); }
 
 // In .git: content, modes and owners, but not .git/config, which the
 // sandbox's remote is added to.
-// The two writes a mount makes to the host's .git: the remote in its
-// config, and the ref that keeps the sandbox's base (git-bridge.md, "The
-// base is kept on the host"; `acqfs rm` removes both).
+// The writes a mount makes to the host's .git: the remote in its config,
+// and the refs that keep the sandbox's base (git-bridge.md, "The base is
+// kept on the host"; `acqfs rm` removes them).
 SnapshotOptions InsideGitButConfig() {
   SnapshotOptions o = SnapshotOptions::GitDirContent();
-  o.skip = {"config", "refs/acqfs-base"};
+  o.skip = {"config", "refs/acqfs-base", "refs/acqfs-keep"};
   return o;
 }
 
