@@ -73,8 +73,9 @@ log() { printf '%s [%(%H:%M:%S)T] %s\n' "$PROG" -1 "$*" >&2; }
 host_churn_loop() {
   local host=$1 job=$2 out=$3 n=0 g=(git -C "$1" -c user.name=host -c user.email=host@localhost)
   : >"$out"
-  "${g[@]}" branch -f churn-a HEAD && "${g[@]}" branch -f churn-b HEAD ||
-    echo "FAILED branches" >>"$out"
+  # (The host may be on churn-b already, from an earlier target's loop.)
+  { "${g[@]}" checkout -q -B churn-a && "${g[@]}" branch -f churn-b HEAD; } \
+    >>"$out.log" 2>&1 || echo "FAILED branches" >>"$out"
   while kill -0 "$job" 2>/dev/null; do
     sleep "$HOST_CHURN"
     n=$((n + 1))
