@@ -103,7 +103,12 @@ class Overlay {
   Result<Node*> Lookup(Node* parent, const std::string& name, struct stat* st);
   void Forget(Node* node, uint64_t count);
 
-  Result<struct stat> GetAttr(Node* node);
+  // The node's attributes. `by_path`: the caller reached the node by a
+  // name the kernel cached (a GETATTR without a handle: stat(2), not
+  // fstat(2)); a host file the host replaced since (StatLocked) then
+  // answers ESTALE, on which the kernel looks the name up again
+  // (LOOKUP_REVAL) and finds the new file. Otherwise the node's own file.
+  Result<struct stat> GetAttr(Node* node, bool by_path = false);
   Result<std::vector<ListedEntry>> ReadDir(Node* dir);
   Result<std::string> ReadLink(Node* node);
   Result<struct statvfs> StatFs();
@@ -317,14 +322,18 @@ class Overlay {
     return node->upper ? layers_.upper
                        : layers_.LowerLayer(node->lower_layer());
   }
+  // Who asks StatLocked: a lookup, a stat(2) through a name the kernel
+  // cached, or a holder of the node (fstat(2), a read, the daemon itself).
+  enum class StatFor { kHolder, kPath, kLookup };
   // The node's attributes. A host file (layer 0, no upper copy) whose path
   // now holds another inode (the host renamed a new file over it, as git,
-  // sed -i and editors write) is no longer the node's: for a lookup
-  // (`for_lookup`) that is ENOENT, so the name gets a node of its own for
-  // the new inode; otherwise (GETATTR, an fstat of a descriptor the
-  // sandbox holds) the old inode's attributes, through the data descriptor
-  // the file cache holds, as ext4 keeps a replaced file for its holders.
-  Result<struct stat> StatLocked(Node* node, bool for_lookup = false);
+  // sed -i and editors write) is no longer the node's: for a lookup that
+  // is ENOENT, so the name gets a node of its own for the new inode; for a
+  // stat by path ESTALE, on which the kernel looks the name up again; for
+  // a holder the old inode's attributes, through the data descriptor the
+  // file cache holds (ESTALE when it holds none), as ext4 keeps a replaced
+  // file for its holders.
+  Result<struct stat> StatLocked(Node* node, StatFor who = StatFor::kHolder);
   // Is `node` a host file whose path now holds the inode `path_st` says,
   // not its own?
   bool HostReplacedLocked(const Node* node, const struct stat& path_st) const;

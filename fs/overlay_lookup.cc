@@ -95,7 +95,7 @@ Result<Node*> Overlay::LookupLocked(Node* parent, const std::string& name,
   }
   if (known) {
     if (!st) return known;
-    auto s = StatLocked(known, true);
+    auto s = StatLocked(known, StatFor::kLookup);
     if (s) {
       *st = *s;
       return known;
@@ -261,7 +261,7 @@ Result<struct stat> Overlay::StatCachedData(Node* node,
   return sys::Fstat(f.get(), what);
 }
 
-Result<struct stat> Overlay::StatLocked(Node* node, bool for_lookup) {
+Result<struct stat> Overlay::StatLocked(Node* node, StatFor who) {
   struct stat st;
   if (node->unlinked) {
     // No name, and no kept data when the host took the name away (the
@@ -276,11 +276,15 @@ Result<struct stat> Overlay::StatLocked(Node* node, bool for_lookup) {
     if (!s) return s.error();
     st = *s;
     if (HostReplacedLocked(node, st)) {
-      if (for_lookup)
+      if (who == StatFor::kLookup)
         return Error::Of(ENOENT, "stat (the host replaced it)",
                          PathLocked(node));
-      auto held = StatCachedData(node, "replaced by the host");
-      if (!held) return held.error();
+      auto held = who == StatFor::kHolder
+                      ? StatCachedData(node, "replaced by the host")
+                      : Result<struct stat>(Error::Of(ENOENT, "", ""));
+      if (!held)
+        return Error::Of(ESTALE, "stat (the host replaced it)",
+                         PathLocked(node));
       st = *held;
     }
   }
@@ -290,15 +294,16 @@ Result<struct stat> Overlay::StatLocked(Node* node, bool for_lookup) {
   return st;
 }
 
-Result<struct stat> Overlay::GetAttr(Node* node) {
+Result<struct stat> Overlay::GetAttr(Node* node, bool by_path) {
   SharedLock l(tree_mu_);
+  const StatFor who = by_path ? StatFor::kPath : StatFor::kHolder;
   // A stat that raced a widened mode (common/owner_access.h) is taken again
   // once the mode is back.
   const uint64_t seq = owner_access::Seq();
-  auto st = StatLocked(node);
+  auto st = StatLocked(node, who);
   if (owner_access::Raced(seq)) {
     owner_access::Settled();
-    st = StatLocked(node);
+    st = StatLocked(node, who);
   }
   return st;
 }

@@ -212,10 +212,13 @@ void OpForgetMulti(fuse_req_t req, size_t count,
   });
 }
 
+// Without a handle the kernel asks for a stat(2) through a name it cached
+// (with one, FUSE_GETATTR_FH: an fstat(2) or a read of an open file, whose
+// file is the node's whatever happened to the name since).
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     Node* node = NodeOf(req, ino);
-    auto st = Ctx(req)->overlay->GetAttr(node);
+    auto st = Ctx(req)->overlay->GetAttr(node, /*by_path=*/fi == nullptr);
     if (!st) return ReplyError(req, st.error());
     fuse_reply_attr(req, &*st, AttrTimeout(req, node));
   });
