@@ -368,6 +368,9 @@ TEST_P(HostReplaced, AFileReplacedByRenameIsOneFileStatAndData) {
     via.resize(n);
     EXPECT_EQ(via, before) << "a descriptor held over the rename, round "
                            << round;
+    // Its fstat, once the cached attributes are gone too (the kernel then
+    // asks the daemon, without a handle): the old file's.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     struct stat hst;
     ASSERT_SYS_OK(::fstat(held.get(), &hst));
     EXPECT_EQ(hst.st_size, static_cast<off_t>(before.size())) << round;
