@@ -22,7 +22,7 @@ FileLease FileCache::Put(const void* key, OpenFile file) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = entries_.find(key);
-    if (it != entries_.end()) EraseLocked(it, &dropped);
+    if (it != entries_.end()) dropped.push_back(EraseLocked(it));
     auto& list = pinned ? pinned_lru_ : lru_;
     list.push_front(key);
     entries_.emplace(key, Entry{lease, pinned, list.begin()});
@@ -32,12 +32,10 @@ FileLease FileCache::Put(const void* key, OpenFile file) {
 }
 
 FileLease FileCache::Take(const void* key) {
-  std::vector<FileLease> out;
   std::lock_guard<std::mutex> l(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
-  EraseLocked(it, &out);
-  return std::move(out.front());
+  return EraseLocked(it);
 }
 
 size_t FileCache::Shrink(size_t keep) {
@@ -69,16 +67,18 @@ size_t FileCache::pinned() const {
   return pinned_lru_.size();
 }
 
-void FileCache::EraseLocked(std::unordered_map<const void*, Entry>::iterator it,
-                            std::vector<FileLease>* out) {
-  out->push_back(std::move(it->second.file));
+FileLease FileCache::EraseLocked(
+    std::unordered_map<const void*, Entry>::iterator it) {
+  FileLease f = std::move(it->second.file);
   ListOf(it->second).erase(it->second.pos);
   entries_.erase(it);
+  return f;
 }
 
 void FileCache::EvictLocked(std::list<const void*>* list, size_t keep,
                             std::vector<FileLease>* out) {
-  while (list->size() > keep) EraseLocked(entries_.find(list->back()), out);
+  while (list->size() > keep)
+    out->push_back(EraseLocked(entries_.find(list->back())));
 }
 
 }  // namespace acqfs

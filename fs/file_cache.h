@@ -95,7 +95,6 @@ class FileCache {
   size_t size() const;    // all entries
   size_t pinned() const;  // pinned entries
   size_t capacity() const { return capacity_; }
-  size_t pinned_capacity() const { return pinned_capacity_; }
   // Set before serving (not thread-safe against the other methods).
   void set_capacity(size_t n, size_t pinned) {
     capacity_ = n < 1 ? 1 : n;
@@ -111,9 +110,9 @@ class FileCache {
   std::list<const void*>& ListOf(const Entry& e) {
     return e.pinned ? pinned_lru_ : lru_;
   }
-  // Erases `it`, its lease moved into `out` (mu_ held).
-  void EraseLocked(std::unordered_map<const void*, Entry>::iterator it,
-                   std::vector<FileLease>* out);
+  // Erases `it` and returns its lease (mu_ held; the caller drops it once
+  // the lock is released).
+  FileLease EraseLocked(std::unordered_map<const void*, Entry>::iterator it);
   // Moves entries of `list` beyond `keep` into `out` (mu_ held).
   void EvictLocked(std::list<const void*>* list, size_t keep,
                    std::vector<FileLease>* out);

@@ -99,8 +99,18 @@ class Overlay {
   Result<Node*> Lookup(Node* parent, const std::string& name);
   // The same, also filling `*st` with what GetAttr would say, from the
   // stat the lookup rule already made when the node is new (one path walk
-  // less per first lookup).
-  Result<Node*> Lookup(Node* parent, const std::string& name, struct stat* st);
+  // less per first lookup). `*host_object` (when given) says whether the
+  // node is a file of the host's git object store (a loose object, a pack
+  // or its companions, a commit graph, read from the host): the host's gc
+  // deletes such files while the sandbox's git runs, and git must find
+  // them gone when it opens them (ENOENT: it then looks in the packs), not
+  // open a name the kernel cached and fail on the read (in the handle-less
+  // mode an open never reaches the daemon; a mapping's read failing is
+  // SIGBUS). The adapter lets the kernel cache their entries for no time,
+  // and a LOOKUP of one opens its data at once (FileFor), so the host's
+  // unlink no longer takes it from under a reader.
+  Result<Node*> Lookup(Node* parent, const std::string& name, struct stat* st,
+                       bool* host_object = nullptr);
   void Forget(Node* node, uint64_t count);
 
   // The node's attributes. `by_path`: the caller reached the node by a
@@ -229,7 +239,6 @@ class Overlay {
   size_t node_count() { return table_.node_count(); }
   // Descriptors held now in the file cache and for kept data.
   size_t cached_files() const { return files_.size(); }
-  size_t pinned_files() const { return files_.pinned(); }
   size_t kept_descriptors() const { return kept_.descriptors(); }
   // Gives descriptors back under pressure (EMFILE): evicts the file cache
   // down to `keep` entries. Takes no lock but the cache's own.
@@ -258,19 +267,6 @@ class Overlay {
   // attributes (and so their listings) for no time: the sandbox's git,
   // rescanning pack/ for an object gone loose, sees the new pack at once.
   bool SharedObjectStoreDir(Node* node) const;
-  // Is `node` a file of the host's object store (a loose object, a pack
-  // or its companions, a commit graph), read from the host? The host's gc
-  // deletes such files while the sandbox's git runs, and git must find
-  // them gone when it opens them (ENOENT: it then looks in the packs), not
-  // open a name the kernel cached and fail on the read (in the handle-less
-  // mode an open never reaches the daemon; a mapping's read failing is
-  // SIGBUS). The adapter lets the kernel cache their entries for no time,
-  // and HoldObjectStoreData opens their data at the lookup.
-  bool SharedObjectStoreFile(Node* node);
-  // Opens and caches `node`'s data now, if it is such a file: from the
-  // lookup on, the host's unlink no longer takes the data from under a
-  // reader. Errors are ignored (the read reports its own).
-  void HoldObjectStoreData(Node* node);
 
  private:
   explicit Overlay(Layers layers);
@@ -280,16 +276,14 @@ class Overlay {
   // object store's directories, NoteObjectStore).
   void NoteGatedDir(Node* parent, const std::string& name, Node* node);
   void NoteObjectStore(Node* parent, const std::string& name, Node* node);
-  // Is `node` a file of the host's object store that git maps for as long
-  // as it runs (a pack, its index, reverse index, the multi-pack index,
-  // a commit graph), read from the host? Its descriptor is pinned in the
-  // file cache: the host's gc deletes such files under a running git, and
-  // the kernel reads pages of a mapping through the node, not a handle.
-  // tree_mu_ held (shared is enough).
-  bool MappedObjectStoreFileLocked(const Node* node) const;
-  // Any file of the host's object store (SharedObjectStoreFile). tree_mu_
-  // held (shared is enough).
-  bool ObjectStoreFileLocked(const Node* node) const;
+  // What `node` is to the host's object store: not its file; a loose
+  // object (in a fan-out directory); or a file git maps for as long as it
+  // runs (a pack, its index, reverse index, the multi-pack index, a commit
+  // graph), whose descriptor is pinned in the file cache, as the kernel
+  // reads a mapping's pages through the node, not a handle. Only files read
+  // from the host count. tree_mu_ held (shared is enough).
+  enum class StoreFile { kNone, kLoose, kMapped };
+  StoreFile ObjectStoreFileLocked(const Node* node) const;
 
   // Locked helpers: the caller holds tree_mu_ (shared is enough unless the
   // name says it changes something, then exclusive).

@@ -149,7 +149,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
     if (!st) return st.error();
     if (HostReplacedLocked(node, *st))
       return Error::Of(ESTALE, "open (the host replaced it)", PathLocked(node));
-    f.pinned = MappedObjectStoreFileLocked(node);
+    f.pinned = ObjectStoreFileLocked(node) == StoreFile::kMapped;
   }
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
   f.readable = acc != O_WRONLY;

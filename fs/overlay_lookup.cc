@@ -178,34 +178,19 @@ bool Overlay::SharedObjectStoreDir(Node* node) const {
          node == graphs_dir_.load(std::memory_order_acquire);
 }
 
-bool Overlay::ObjectStoreFileLocked(const Node* node) const {
+Overlay::StoreFile Overlay::ObjectStoreFileLocked(const Node* node) const {
   if (node->is_dir() || node->upper.load() || node->unlinked ||
       node->lower != LowerBit(0) || !node->parent)
-    return false;
+    return StoreFile::kNone;
   const Node* dir = node->parent;
+  if (dir == pack_dir_.load(std::memory_order_acquire) ||
+      dir == info_dir_.load(std::memory_order_acquire) ||
+      dir == graphs_dir_.load(std::memory_order_acquire))
+    return StoreFile::kMapped;
   const Node* objects = objects_dir_.load(std::memory_order_acquire);
-  return MappedObjectStoreFileLocked(node) ||
-         (objects != nullptr && dir->parent == objects);  // a fan-out dir
-}
-
-bool Overlay::SharedObjectStoreFile(Node* node) {
-  SharedLock l(tree_mu_);
-  return ObjectStoreFileLocked(node);
-}
-
-void Overlay::HoldObjectStoreData(Node* node) {
-  if (!SharedObjectStoreFile(node)) return;
-  (void)FileFor(node, false);
-}
-
-bool Overlay::MappedObjectStoreFileLocked(const Node* node) const {
-  if (node->upper.load() || node->unlinked || node->lower != LowerBit(0) ||
-      !node->parent)
-    return false;
-  const Node* dir = node->parent;
-  return dir == pack_dir_.load(std::memory_order_acquire) ||
-         dir == info_dir_.load(std::memory_order_acquire) ||
-         dir == graphs_dir_.load(std::memory_order_acquire);
+  return objects != nullptr && dir->parent == objects  // a fan-out directory
+             ? StoreFile::kLoose
+             : StoreFile::kNone;
 }
 
 void Overlay::WaitAtGate(Node* dir) {
@@ -226,14 +211,21 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
 }
 
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
-                              struct stat* st) {
+                              struct stat* st, bool* host_object) {
   WaitAtGate(parent);
+  // Notes what a found node is (tree_mu_ held).
+  auto found = [&](const Result<Node*>& node) {
+    if (!node) return;
+    NoteGatedDir(parent, name, *node);
+    if (host_object)
+      *host_object = ObjectStoreFileLocked(*node) != StoreFile::kNone;
+  };
   bool stale = false;
   {
     SharedLock l(tree_mu_);
     auto node = LookupLocked(parent, name, true, st, &stale);
     if (!stale) {
-      if (node) NoteGatedDir(parent, name, *node);
+      found(node);
       return node;
     }
   }
@@ -242,7 +234,7 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
   Reaper reap(&table_);
   ExclusiveLock l(tree_mu_, tree_gen_);
   auto node = LookupLocked(parent, name, true, st, nullptr);
-  if (node) NoteGatedDir(parent, name, *node);
+  found(node);
   return node;
 }
 
@@ -276,15 +268,13 @@ Result<struct stat> Overlay::StatLocked(Node* node, StatFor who) {
     if (!s) return s.error();
     st = *s;
     if (HostReplacedLocked(node, st)) {
+      const std::string what = "stat (the host replaced it)";
       if (who == StatFor::kLookup)
-        return Error::Of(ENOENT, "stat (the host replaced it)",
-                         PathLocked(node));
-      auto held = who == StatFor::kHolder
-                      ? StatCachedData(node, "replaced by the host")
-                      : Result<struct stat>(Error::Of(ENOENT, "", ""));
-      if (!held)
-        return Error::Of(ESTALE, "stat (the host replaced it)",
-                         PathLocked(node));
+        return Error::Of(ENOENT, what, PathLocked(node));
+      if (who == StatFor::kPath)
+        return Error::Of(ESTALE, what, PathLocked(node));
+      auto held = StatCachedData(node, "replaced by the host");
+      if (!held) return Error::Of(ESTALE, what, PathLocked(node));
       st = *held;
     }
   }

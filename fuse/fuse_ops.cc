@@ -92,19 +92,16 @@ double AttrTimeout(fuse_req_t req, Node* node) {
                                                        : Ctx(req)->timeout;
 }
 
-// The host's object-store files are looked up each time they are opened
-// (Overlay::SharedObjectStoreFile): git must see ENOENT for one the host's
+// A file of the host's object store (`host_object`, Overlay::Lookup) is
+// looked up each time it is opened: git must see ENOENT for one the host's
 // gc deleted, as on a disk.
 void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
-               fuse_entry_param* e) {
+               fuse_entry_param* e, bool host_object = false) {
   std::memset(e, 0, sizeof *e);
   e->ino = IdOf(req, node);
   e->attr = st;
   e->attr_timeout = AttrTimeout(req, node);
-  e->entry_timeout =
-      S_ISREG(st.st_mode) && Ctx(req)->overlay->SharedObjectStoreFile(node)
-          ? 0.0
-          : Ctx(req)->timeout;
+  e->entry_timeout = host_object ? 0.0 : Ctx(req)->timeout;
 }
 
 // Replies to a request that produced a node (lookup, mkdir, ...).
@@ -172,7 +169,9 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
     struct stat st;
-    auto node = Ctx(req)->overlay->Lookup(NodeOf(req, parent), name, &st);
+    bool host_object = false;
+    Overlay* ov = Ctx(req)->overlay;
+    auto node = ov->Lookup(NodeOf(req, parent), name, &st, &host_object);
     if (!node && node.err() == ENOENT) {
       if (spdlog::should_log(spdlog::level::debug))
         spdlog::debug("{}", node.error().Message());
@@ -183,9 +182,11 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       return;
     }
     if (!node) return ReplyError(req, node.error());
-    Ctx(req)->overlay->HoldObjectStoreData(*node);
+    // Its data from the lookup on: the host's unlink between git's open and
+    // its first read takes nothing (errors are the read's to report).
+    if (host_object) (void)ov->FileFor(*node, false);
     fuse_entry_param e;
-    FillEntry(req, *node, st, &e);
+    FillEntry(req, *node, st, &e, host_object);
     fuse_reply_entry(req, &e);
   });
 }
@@ -621,10 +622,11 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
       len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, next);
     } else {
       struct stat st;
-      auto node = ov->Lookup(dir, std::string(ent.name), &st);
+      bool host_object = false;
+      auto node = ov->Lookup(dir, std::string(ent.name), &st, &host_object);
       if (!node) continue;  // vanished since opendir
       fuse_entry_param e;
-      FillEntry(req, *node, st, &e);
+      FillEntry(req, *node, st, &e, host_object);
       len = fuse_add_direntry_plus(req, p, room, ent.name.data(), &e, next);
       if (len > room) ov->Forget(*node, 1);
     }

@@ -542,6 +542,21 @@ Status DropEmptySection(git_repository* repo, const std::string& name) {
   return w;
 }
 
+// Sets `ref` to `id` (forced, waiting out a concurrent writer's lock);
+// libgit2's result.
+int CreateRef(git_repository* repo, const std::string& ref, const git_oid& id,
+              const char* message) {
+  git_reference* raw = nullptr;
+  int rc = RetryWhileLocked([&] {
+    if (raw) git_reference_free(raw);
+    raw = nullptr;
+    return git_reference_create(&raw, repo, ref.c_str(), &id, /*force=*/1,
+                                message);
+  });
+  GitReference made(raw);
+  return rc;
+}
+
 }  // namespace
 
 std::string BaseRefName(const std::string& sandbox) {
@@ -556,14 +571,7 @@ Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
     return Error::Of(EINVAL, "bad commit id '" + commit + "'", host_workdir);
   const std::string ref = BaseRefName(sandbox);
   return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
-    git_reference* raw = nullptr;
-    int rc = RetryWhileLocked([&] {
-      if (raw) git_reference_free(raw);
-      raw = nullptr;
-      return git_reference_create(&raw, repo, ref.c_str(), &id, /*force=*/1,
-                                  "acqfs: the base of a sandbox");
-    });
-    GitReference made(raw);
+    int rc = CreateRef(repo, ref, id, "acqfs: the base of a sandbox");
     if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
     return Ok();
   });
@@ -580,15 +588,7 @@ Result<std::string> KeepHostHead(const std::string& host_workdir,
         if (rc == GIT_ENOTFOUND || rc == GIT_EUNBORNBRANCH)
           return std::string();
         if (rc < 0) return GitError(rc, "resolve HEAD", host_workdir);
-        git_reference* raw = nullptr;
-        rc = RetryWhileLocked([&] {
-          if (raw) git_reference_free(raw);
-          raw = nullptr;
-          return git_reference_create(&raw, repo, ref.c_str(), &id,
-                                      /*force=*/1,
-                                      "acqfs: the base of a sandbox");
-        });
-        GitReference made(raw);
+        rc = CreateRef(repo, ref, id, "acqfs: the base of a sandbox");
         if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
         return OidHex(id);
       });
@@ -616,14 +616,8 @@ Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
   GitLibrary lib;
   return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
     for (const auto& [ref, id] : refs) {
-      git_reference* raw = nullptr;
-      int rc = RetryWhileLocked([&] {
-        if (raw) git_reference_free(raw);
-        raw = nullptr;
-        return git_reference_create(&raw, repo, ref.c_str(), &id, /*force=*/1,
-                                    "acqfs: a branch tip of a sandbox's base");
-      });
-      GitReference made(raw);
+      int rc =
+          CreateRef(repo, ref, id, "acqfs: a branch tip of a sandbox's base");
       // Gone from the host already (pruned between the copy and now):
       // nothing left to keep.
       if (rc == GIT_ENOTFOUND || rc == GIT_EINVALID) continue;

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,50 @@ namespace {
 
 std::string ModeName(const ::testing::TestParamInfo<const char*>& i) {
   return i.param[0] ? "Handles" : "HandleLess";
+}
+
+// A child process maps each of `paths` (`size` bytes each, at most 8) and
+// reads its first page; then `meanwhile` runs here; then the child reads
+// every page and compares it with `wants`. Returns "" when it read them
+// all right, else how it failed (killed by SIGBUS, wrong bytes, ...).
+std::string MappingsSurvive(const std::vector<std::string>& paths,
+                            const std::vector<std::string>& wants, size_t size,
+                            const std::function<void()>& meanwhile) {
+  int go[2], ready[2];
+  if (::pipe(go) != 0 || ::pipe(ready) != 0) return "pipe failed";
+  pid_t child = ::fork();
+  if (child < 0) return std::string("fork: ") + std::strerror(errno);
+  if (child == 0) {  // only async-signal-safe calls from here
+    const char* maps[8];
+    if (paths.size() > 8) ::_exit(9);
+    for (size_t i = 0; i < paths.size(); ++i) {
+      int fd = ::open(paths[i].c_str(), O_RDONLY);
+      if (fd < 0) ::_exit(10);
+      void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (p == MAP_FAILED) ::_exit(11);
+      maps[i] = static_cast<const char*>(p);
+      volatile char first = maps[i][0];
+      (void)first;
+    }
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(12);
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (std::memcmp(maps[i], wants[i].data(), size) != 0) ::_exit(13);
+    ::_exit(0);
+  }
+  char c = 1;
+  if (::read(ready[0], &c, 1) == 1) meanwhile();
+  (void)!::write(go[1], &c, 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
+  if (WIFSIGNALED(status))
+    return std::string("killed by ") + ::strsignal(WTERMSIG(status));
+  if (WEXITSTATUS(status) != 0)
+    return "exit " + std::to_string(WEXITSTATUS(status)) +
+           (WEXITSTATUS(status) == 13 ? " (wrong bytes)" : "");
+  return "";
 }
 
 // Both file modes: handle-less (the default) and `-o handles`; the default
@@ -216,42 +261,16 @@ TEST_P(HostRemoved, MappedObjectStoreFilesTheHostDeletesStayReadable) {
   // A child maps each file and reads its first page, the parent then reads
   // the other files, the host deletes the mapped ones, and the child reads
   // every page: SIGBUS, or wrong bytes, fail it.
-  int go[2], ready[2];
-  ASSERT_SYS_OK(::pipe(go));
-  ASSERT_SYS_OK(::pipe(ready));
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0) << std::strerror(errno);
-  if (child == 0) {
-    const char* maps[8];
-    for (size_t i = 0; i < paths.size(); ++i) {
-      int fd = ::open(paths[i].c_str(), O_RDONLY);
-      if (fd < 0) ::_exit(10);
-      void* p = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (p == MAP_FAILED) ::_exit(11);
-      maps[i] = static_cast<const char*>(p);
-      volatile char first = maps[i][0];
-      (void)first;
-    }
-    char c = 1;
-    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(12);
-    for (size_t i = 0; i < paths.size(); ++i)
-      if (std::memcmp(maps[i], wants[i].data(), kSize) != 0) ::_exit(13);
-    ::_exit(0);
-  }
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  for (int i = 0; i < kOthers; ++i)
-    ASSERT_EQ(ContentOf(M("many/f" + std::to_string(i))), "x\n");
-  for (const auto& rel : mapped) ASSERT_SYS_OK(::unlink(L(rel).c_str()));
-  ASSERT_EQ(::write(go[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status)
-              ? std::string("killed by ") + ::strsignal(WTERMSIG(status))
-              : "exit " + std::to_string(WEXITSTATUS(status)));
+  EXPECT_EQ(MappingsSurvive(paths, wants, kSize,
+                            [&] {
+                              for (int i = 0; i < kOthers; ++i)
+                                ASSERT_EQ(
+                                    ContentOf(M("many/f" + std::to_string(i))),
+                                    "x\n");
+                              for (const auto& rel : mapped)
+                                ASSERT_SYS_OK(::unlink(L(rel).c_str()));
+                            }),
+            "");
 }
 
 // The host's gc deletes loose objects (prune-packed) and old packs while
@@ -400,48 +419,21 @@ TEST_P(HostReplaced, AMappedFileTheHostReplacesKeepsItsPages) {
     paths.push_back(M(rels[i]));
     ASSERT_TRUE(WriteFile(L(rels[i]), t));
   }
-  int go[2], ready[2];
-  ASSERT_SYS_OK(::pipe(go));
-  ASSERT_SYS_OK(::pipe(ready));
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0) << std::strerror(errno);
-  if (child == 0) {
-    const char* maps[4];
-    for (size_t i = 0; i < paths.size(); ++i) {
-      int fd = ::open(paths[i].c_str(), O_RDONLY);
-      if (fd < 0) ::_exit(10);
-      void* p = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (p == MAP_FAILED) ::_exit(11);
-      maps[i] = static_cast<const char*>(p);
-      volatile char first = maps[i][0];
-      (void)first;
-    }
-    char c = 1;
-    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(12);
-    for (size_t i = 0; i < paths.size(); ++i)
-      if (std::memcmp(maps[i], wants[i].data(), kSize) != 0) ::_exit(13);
-    ::_exit(0);
-  }
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  for (const auto& rel : rels) {
-    ASSERT_TRUE(WriteFile(L(rel + ".lock"), "new and short\n"));
-    ASSERT_SYS_OK(::rename(L(rel + ".lock").c_str(), L(rel).c_str()));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
-  for (const auto& rel : rels) {
-    EXPECT_EQ(StatM(rel).st_size, 14) << rel;
-    EXPECT_EQ(ContentOf(M(rel)), "new and short\n") << rel;
-  }
-  ASSERT_EQ(::write(go[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status)
-              ? std::string("killed by ") + ::strsignal(WTERMSIG(status))
-              : "exit " + std::to_string(WEXITSTATUS(status)));
+  EXPECT_EQ(
+      MappingsSurvive(
+          paths, wants, kSize,
+          [&] {
+            for (const auto& rel : rels) {
+              ASSERT_TRUE(WriteFile(L(rel + ".lock"), "new and short\n"));
+              ASSERT_SYS_OK(::rename(L(rel + ".lock").c_str(), L(rel).c_str()));
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+            for (const auto& rel : rels) {
+              EXPECT_EQ(StatM(rel).st_size, 14) << rel;
+              EXPECT_EQ(ContentOf(M(rel)), "new and short\n") << rel;
+            }
+          }),
+      "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, HostReplaced, ::testing::Values("", "handles"),
