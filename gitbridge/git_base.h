@@ -48,7 +48,7 @@ struct GitBase {
   int64_t time_ns = 0;  // when it was recorded (the first mount)
   std::string head;     // HEAD's commit (hex); "" when unborn
   std::string branch;   // the branch HEAD named; "" when detached
-  std::map<std::string, std::string> branches;  // refs/heads/* -> hex
+  std::map<std::string, std::string> branches;  // name (no refs/heads/) -> hex
   // The sandbox's .git is its own (its mutable files were copied into the
   // upper). False for a sandbox whose layers held a .git of their own
   // before bases existed: its git follows the host's, as it always did.

@@ -608,9 +608,8 @@ Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
     if (hex.size() != GIT_OID_HEXSZ || git_oid_fromstr(&id, hex.c_str()))
       return Error::Of(EINVAL, "bad commit id '" + hex + "' of " + name,
                        host_workdir);
-    std::string branch = name;
-    if (branch.rfind("refs/heads/", 0) == 0) branch.erase(0, 11);
-    refs.emplace_back(KeepRefPrefix(sandbox) + branch, id);
+    refs.emplace_back(KeepRefPrefix(sandbox) + name,
+                      id);  // name: no refs/heads/
   }
   if (refs.empty()) return Ok();
   GitLibrary lib;
@@ -673,15 +672,8 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
         // As git leaves no empty directory of refs behind (the last base
         // gone, refs/acqfs-base goes; another sandbox's keeps it).
         const std::string common = git_repository_commondir(repo);
-        const std::string dir = common + "refs/acqfs-base";
-        if (::rmdir(dir.c_str()) != 0 && errno != ENOENT &&
-            errno != ENOTEMPTY && errno != EEXIST)
-          return Error::Errno("rmdir", dir);
-        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep/" + sandbox));
-        const std::string keep = common + "refs/acqfs-keep";
-        if (::rmdir(keep.c_str()) != 0 && errno != ENOENT &&
-            errno != ENOTEMPTY && errno != EEXIST)
-          return Error::Errno("rmdir", keep);
+        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-base"));
+        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep"));
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();
