@@ -47,6 +47,9 @@ struct OpenFile {
   bool from_lower = false;  // it reads the lower copy (never written)
   // A file of the host's object store that git maps (FileCache, pinned).
   bool pinned = false;
+  // The node began to follow the host file now at its path
+  // (Overlay::OpenDataLocked): the kernel's cached attributes are stale.
+  bool followed = false;
 };
 
 // A shared owner of an OpenFile: the descriptor stays open while any lease

@@ -93,15 +93,36 @@ struct Node : NameLink {
   uint32_t lower_xw = 0;
   const uint16_t type;  // S_IFMT bits
   std::atomic<bool> upper{false};
-  bool opaque = false;
-  bool xwhiteouts = false;
+  // The four flags share one byte (bit-fields): each is written only with
+  // tree_mu_ exclusive, so no two writers ever meet.
+  bool opaque : 1 = false;
+  bool xwhiteouts : 1 = false;
   // The upper regular file lost its last name (no data kept): the quota
   // gives back its record when the node goes (the file cache may hold the
   // data until then). Written with tree_mu_ exclusive.
-  bool quota_owed = false;
+  bool quota_owed : 1 = false;
   // No name left (no position, no alias). Written with tree_mu_ exclusive
   // and table_mu_ held.
-  bool unlinked = false;
+  bool unlinked : 1 = false;
+  // Whether a data descriptor was ever opened for the node
+  // (Overlay::OpenDataLocked; once one was, the kernel may hold its pages
+  // and a process may map them), and which host inode a host file's node
+  // follows: kNeverOpened; kOpened; or the number (> kOpened, fitting 32
+  // bits as ext4's do) of the host file that replaced the node's own before
+  // its data was first opened, which the node then follows (opened too).
+  // Written under tree_mu_ (shared), hence atomic; never goes back.
+  static constexpr uint32_t kNeverOpened = 0, kOpened = 1;
+  std::atomic<uint32_t> data_state{kNeverOpened};
+  uint32_t followed_ino() const {
+    uint32_t s = data_state.load();
+    return s > kOpened ? s : 0;
+  }
+  // The size the kernel was last told for the node (a lookup's, a
+  // listing's or a getattr's reply), kUnknownSize when none was or it does
+  // not fit: what the kernel caches as the file's size. Written by the
+  // FUSE layer with no lock, hence atomic.
+  static constexpr uint32_t kUnknownSize = UINT32_MAX;
+  std::atomic<uint32_t> told_size{kUnknownSize};
 
   bool is_dir() const { return S_ISDIR(type); }
   // A lower directory at this path shows through.

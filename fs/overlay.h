@@ -152,7 +152,16 @@ class Overlay {
   // from the file cache, opened on a miss: by its path, or through its kept
   // data once it has no name (the first write of a lower file copies it
   // up). Not counted as an open.
-  Result<FileLease> FileFor(Node* node, bool write);
+  // When this call made the node follow the host's replacement of its file
+  // (OpenDataLocked), the kernel's cached attributes are stale: with
+  // `followed` null they are dropped at once (SetAttrInvalidator), else
+  // *followed is set and the caller drops them (DropCachedAttrs) when it
+  // is right to (OpRead: a read under way must not lose the size its short
+  // reply sets).
+  Result<FileLease> FileFor(Node* node, bool write, bool* followed = nullptr);
+  void DropCachedAttrs(Node* node) {
+    if (attr_invalidator_) attr_invalidator_(node);
+  }
   // Counts an open handle; ReleaseOpen drops it.
   void AddOpen(Node* node);
   void ReleaseOpen(Node* node);
@@ -233,6 +242,14 @@ class Overlay {
   void SetDescriptorBudget(size_t files, size_t kept, size_t pinned = 0) {
     files_.set_capacity(files, pinned);
     kept_.set_budget(kept);
+  }
+  // Called (on the requesting thread, with no lock held) when a node
+  // starts to follow a host file that replaced its own before its data was
+  // first opened (OpenDataLocked): the kernel's cached attributes of the
+  // node (the old file's size) must go before the data request is
+  // answered. Set before serving requests.
+  void SetAttrInvalidator(std::function<void(Node*)> f) {
+    attr_invalidator_ = std::move(f);
   }
   // Nodes the table holds (the kernel's lookups, open files, their
   // ancestors).
@@ -435,6 +452,7 @@ class Overlay {
   mode_t daemon_umask_ = 022;       // set once in Create
   bool owns_owner_access_ = false;  // set once in Create: it enabled it
   FileCache files_{64};             // its own lock
+  std::function<void(Node*)> attr_invalidator_;  // set before serving
   KeptStore kept_{&layers_, 64};    // its own lock
   // Moves on with every change that may rename, replace or remove a
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never

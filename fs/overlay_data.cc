@@ -141,14 +141,29 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
              : layers_.LowerLayer(node->lower_layer()).OpenForReading(path);
   }
   if (!fd) return fd.error();
+  uint32_t state = Node::kNeverOpened;
+  const bool first = node->data_state.compare_exchange_strong(
+      state, Node::kOpened);
   if (f.from_lower && !node->unlinked) {
     // The host may have replaced the file since the node was made: the
     // path then leads to an inode that is not the node's, whose data must
-    // not pass for the node's (a lookup gives the name a new node).
+    // not pass for the node's (a lookup gives the name a new node)...
     auto st = sys::Fstat(fd->get(), PathLocked(node));
     if (!st) return st.error();
-    if (HostReplacedLocked(node, *st))
-      return Error::Of(ESTALE, "open (the host replaced it)", PathLocked(node));
+    if (HostReplacedLocked(node, *st)) {
+      // ... unless the node's data was never opened: then no page of the
+      // old file is cached and nothing maps it, and the kernel, which
+      // caches the name, sends the open of the path here (the handle-less
+      // mode never asks first). The node follows the new file, as an open
+      // on ext4 after the replace would find it, and the kernel's cached
+      // attributes (the old size) go before the data is read. Only for a
+      // number that fits Node::followed_ino.
+      if (!first || st->st_ino <= Node::kOpened || st->st_ino > UINT32_MAX)
+        return Error::Of(ESTALE, "open (the host replaced it)",
+                         PathLocked(node));
+      node->data_state.store(static_cast<uint32_t>(st->st_ino));
+      f.followed = true;
+    }
     f.pinned = ObjectStoreFileLocked(node) == StoreFile::kMapped;
   }
   int acc = ::fcntl(fd->get(), F_GETFL) & O_ACCMODE;
@@ -158,7 +173,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   return f;
 }
 
-Result<FileLease> Overlay::FileFor(Node* node, bool write) {
+Result<FileLease> Overlay::FileFor(Node* node, bool write, bool* followed) {
   if (FileLease f = files_.Find(node, write, node->upper.load())) return f;
   // Only a write that copies the file (up, or out of the lower once it
   // has no name) needs the tree lock exclusive.
@@ -172,7 +187,15 @@ Result<FileLease> Overlay::FileFor(Node* node, bool write) {
     return OpenDataLocked(node, write);
   }();
   if (!f) return f.error();
-  return files_.Put(node, std::move(*f));
+  const bool now_follows = f->followed;
+  FileLease lease = files_.Put(node, std::move(*f));
+  if (now_follows) {
+    if (followed)
+      *followed = true;
+    else
+      DropCachedAttrs(node);
+  }
+  return lease;
 }
 
 Result<FileLease> Overlay::Open(Node* node, int flags) {

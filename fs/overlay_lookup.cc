@@ -242,8 +242,11 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
 
 bool Overlay::HostReplacedLocked(const Node* node,
                                  const struct stat& path_st) const {
-  return !node->is_dir() && !node->upper.load() && !node->unlinked &&
-         node->lower == LowerBit(0) && path_st.st_ino != node->ino;
+  if (node->is_dir() || node->upper.load() || node->unlinked ||
+      node->lower != LowerBit(0) || path_st.st_ino == node->ino)
+    return false;
+  const uint32_t followed = node->followed_ino();
+  return followed == 0 || path_st.st_ino != followed;
 }
 
 Result<struct stat> Overlay::StatCachedData(Node* node,

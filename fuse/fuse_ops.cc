@@ -92,6 +92,14 @@ double AttrTimeout(fuse_req_t req, Node* node) {
                                                        : Ctx(req)->timeout;
 }
 
+// Records the size the kernel is told for `node` (Node::told_size).
+void Told(Node* node, const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) return;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  node->told_size.store(size < Node::kUnknownSize ? static_cast<uint32_t>(size)
+                                                  : Node::kUnknownSize);
+}
+
 // A file of the host's object store (`host_object`, Overlay::Lookup) is
 // looked up each time it is opened: git must see ENOENT for one the host's
 // gc deleted, as on a disk.
@@ -100,6 +108,7 @@ void FillEntry(fuse_req_t req, Node* node, const struct stat& st,
   std::memset(e, 0, sizeof *e);
   e->ino = IdOf(req, node);
   e->attr = st;
+  Told(node, st);
   e->attr_timeout = AttrTimeout(req, node);
   e->entry_timeout = host_object ? 0.0 : Ctx(req)->timeout;
 }
@@ -221,6 +230,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     Node* node = NodeOf(req, ino);
     auto st = Ctx(req)->overlay->GetAttr(node, /*by_path=*/fi == nullptr);
     if (!st) return ReplyError(req, st.error());
+    Told(node, *st);
     fuse_reply_attr(req, &*st, AttrTimeout(req, node));
   });
 }
@@ -318,6 +328,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     }
     auto st = ov->SetAttr(node, r, -1);
     if (!st) return ReplyError(req, st.error());
+    Told(node, *st);
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
   });
 }
@@ -441,18 +452,48 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   });
 }
 
+// A read that made its node follow the host's replacement of the file
+// (Overlay::FileFor) arrives with the kernel still caching the old file's
+// size, and without an open before it in the handle-less mode. The cached
+// attributes must go, but when matters: dropping them bumps the kernel's
+// attribute version, after which the short reply of a file that shrank no
+// longer sets the new, smaller size, and the reader would get zeros up to
+// the old one. So for a file that grew (against the size the kernel was
+// told, Node::told_size) they go before the reply: the reader gets the old
+// size's worth, and its next read asks for the new size. For one that
+// shrank they go after it: the short reply sets the size. (Told size
+// unknown: grown when the file reaches past the range the kernel asked
+// for.)
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto f = FileOf(req, ino, false);
+    Overlay* ov = Ctx(req)->overlay;
+    Node* node = NodeOf(req, ino);
+    bool followed = false;
+    auto f = ov->FileFor(node, false, &followed);
     if (!f) return ReplyError(req, f.error());
     int fd = f->get();
+    bool drop_after = false;
+    if (followed) {
+      struct stat st;
+      if (::fstat(fd, &st) != 0) st.st_size = 0;
+      const uint64_t now = static_cast<uint64_t>(st.st_size);
+      const uint32_t told = node->told_size.load();
+      const bool shrank = told != Node::kUnknownSize
+                              ? now < told
+                              : now <= static_cast<uint64_t>(off) + size;
+      if (shrank)
+        drop_after = true;
+      else
+        ov->DropCachedAttrs(node);
+    }
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags =
         static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
     buf.buf[0].fd = fd;
     buf.buf[0].pos = off;
     fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+    if (drop_after) ov->DropCachedAttrs(node);
   });
 }
 

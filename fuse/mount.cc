@@ -432,6 +432,20 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     return fail(dropper.error());
   }
   ctx.page_dropper = dropper->get();
+  // A node that starts to follow the host's replacement of its file
+  // (Overlay::SetAttrInvalidator): its cached attributes only (offset -1:
+  // no page is touched, so a worker may send it while the kernel waits
+  // for that worker's read), before the read is answered.
+  (*overlay)->SetAttrInvalidator([s = se.get(), root = (*overlay)->root()](
+                                     Node* n) {
+    const fuse_ino_t id =
+        n == root ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(n);
+    int rc = fuse_lowlevel_notify_inval_inode(s, id, -1, 0);
+    if (rc != 0 && rc != -ENOENT)
+      spdlog::warn("drop the cached attributes of a host file the host "
+                   "replaced: {}",
+                   std::strerror(-rc));
+  });
   SessionControl session_control(overlay->get(), se.get());
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);
@@ -456,6 +470,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
   ctx.warm = warm.get();
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  (*overlay)->SetAttrInvalidator(nullptr);
   if (installer.joinable()) installer.join();
   ctx.warm = nullptr;
   if (warm) warm->Stop();

@@ -439,5 +439,62 @@ TEST_P(HostReplaced, AMappedFileTheHostReplacesKeepsItsPages) {
 INSTANTIATE_TEST_SUITE_P(Modes, HostReplaced, ::testing::Values("", "handles"),
                          ModeName);
 
+// The same with the kernel caching names and attributes for 30 seconds:
+// what the sandbox sees of a host file replaced by rename before the
+// timeout passed.
+class HostReplacedCached : public MountTest,
+                           public ::testing::WithParamInterface<const char*> {
+ protected:
+  SandboxOptions Options() const override {
+    SandboxOptions o;
+    o.extra_mount_args = {"-o", "timeout=30"};
+    if (GetParam()[0]) {
+      o.extra_mount_args.push_back("-o");
+      o.extra_mount_args.push_back(GetParam());
+    }
+    return o;
+  }
+};
+
+// A host file the sandbox has looked up (the warm walk, a `stat`, a `git
+// status`) but never read, which the host then replaces by a rename over
+// it (`sed -i`, an editor, `git checkout` of another branch): the next
+// open and read in the sandbox, while the kernel still caches the name
+// and the old size, get the whole new file, as an open on ext4 after the
+// rename does. (The daemon answered ESTALE to the read, so `cat` failed
+// with "Stale file handle" for up to the timeout after every host edit
+// of that kind; and before that, the read was cut at the old size.)
+TEST_P(HostReplacedCached, AFileLookedUpButNeverReadReadsAsTheNewFile) {
+  const std::vector<std::string> texts = {
+      "short\n", std::string(5000, 'L') + "\n", "mid-sized text\n",
+      std::string(70000, 'x') + "end\n", "",
+      std::string(300, 'g') + "\n",  // grown, within the page read
+      "THE FIRST VERSION OF F6\n"};    // the same size
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string name = "f" + std::to_string(i);
+    ASSERT_TRUE(WriteFile(L(name), "the first version of " + name + "\n"));
+    struct stat before = StatM(name);  // a lookup: the node, never opened
+    ASSERT_TRUE(WriteFile(L(name + ".new"), texts[i]));
+    ASSERT_SYS_OK(::rename(L(name + ".new").c_str(), L(name).c_str()));
+    EXPECT_EQ(ContentOf(M(name)), texts[i]) << name;
+    struct stat after = StatM(name);
+    EXPECT_EQ(after.st_size, static_cast<off_t>(texts[i].size())) << name;
+    EXPECT_EQ(after.st_ino, before.st_ino) << name << ": the same node";
+    // Read again through a new descriptor, and as git reads: as many
+    // bytes as stat said.
+    ScopedFd fd(::open(M(name).c_str(), O_RDONLY));
+    ASSERT_TRUE(fd.valid()) << std::strerror(errno);
+    struct stat fst;
+    ASSERT_SYS_OK(::fstat(fd.get(), &fst));
+    std::string got(static_cast<size_t>(fst.st_size), '\0');
+    ssize_t n = ::pread(fd.get(), got.data(), got.size(), 0);
+    ASSERT_EQ(n, static_cast<ssize_t>(texts[i].size())) << name;
+    EXPECT_EQ(got, texts[i]) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, HostReplacedCached,
+                         ::testing::Values("", "handles"), ModeName);
+
 }  // namespace
 }  // namespace acqfs::test
