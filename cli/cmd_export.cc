@@ -43,6 +43,14 @@ void PrintText(const std::string& name, const gitbridge::ExportResult& r) {
     std::printf("  the host changed it too: %s (%s)\n",
                 QuotePath(h.path).c_str(),
                 gitbridge::DescribeHostChange(h).c_str());
+  if (r.host_edits_separated)
+    std::printf(
+        "  left out: the host's edits of %llu file(s) the sandbox wrote "
+        "over (the working tree holds only the sandbox's change)\n",
+        static_cast<unsigned long long>(r.host_edits_separated));
+  for (const auto& k : r.host_edits_kept)
+    std::printf("  holds a host edit: %s (%s)\n", QuotePath(k.path).c_str(),
+                k.why.c_str());
   if (!r.host_changed_error.empty())
     std::fprintf(stderr,
                  "acqfs: export: what the host changed since the base: %s\n",
@@ -76,6 +84,9 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
     skipped.push_back({{"path", k.path},
                        {"reason", k.reason},
                        {"from", k.host ? "host" : "sandbox"}});
+  nlohmann::json kept = nlohmann::json::array();
+  for (const auto& k : r.host_edits_kept)
+    kept.push_back({{"path", k.path}, {"why", k.why}});
   nlohmann::json j = {{"sandbox", name},
                       {"updates", updates},
                       {"refused", r.refused},
@@ -84,6 +95,8 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
                       {"worktree_parent", r.worktree_parent},
                       {"base_commit", r.base_commit},
                       {"host_changed", HostChangedJson(r)},
+                      {"host_edits_separated", r.host_edits_separated},
+                      {"host_edits_kept", kept},
                       {"changed_paths", r.changed_paths},
                       {"nothing_new", r.nothing_new()},
                       {"fetch_command", r.fetch_command}};

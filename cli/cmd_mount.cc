@@ -629,6 +629,10 @@ int RunMount(const MountArgs& a) {
       config.installed = IndexInstalled(t, sandbox);
     }
   }
+  if (git && meta.base.recorded() && meta.base.own_git) {
+    config.sources_dir = paths.sources;
+    config.sources_since_ns = meta.base.time_ns;
+  }
   config.lower = t.lower;
   config.upper = paths.upper;
   config.frozen = paths.frozen;

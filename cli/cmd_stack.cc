@@ -272,6 +272,29 @@ int RunRewind(const RewindArgs& a) {
   return 0;
 }
 
+// The fork's copy-up sources (fs/copy_up_source.h): the files of its
+// frozen layers, shared with the parent, name sources kept in the parent's
+// store, so each is hard-linked into the fork's own (which `acqfs rm` of
+// either then leaves to the other).
+static Status LinkSources(const std::string& from, const std::string& to) {
+  auto src = sys::OpenDirPath(from, O_RDONLY | O_NOFOLLOW);
+  if (!src) return src.err() == ENOENT ? Ok() : Status(src.error());
+  if (::mkdir(to.c_str(), 0700) != 0 && errno != EEXIST)
+    return Error::Errno("mkdir", to);
+  auto dst = sys::OpenDirPath(to, O_RDONLY | O_NOFOLLOW);
+  if (!dst) return dst.error();
+  auto entries = sys::ReadDir(src->get(), from);
+  if (!entries) return entries.error();
+  for (const auto& e : *entries) {
+    if (e.type != DT_REG || e.name[0] == '#') continue;  // '#': unfinished
+    if (::linkat(src->get(), e.name.c_str(), dst->get(), e.name.c_str(), 0) !=
+            0 &&
+        errno != EEXIST)
+      return Error::Errno("link", to + "/" + e.name);
+  }
+  return Ok();
+}
+
 int RunFork(const ForkArgs& a) {
   int rc = 0;
   auto s = FindSandbox("fork", a.state_dir, a.name, &rc);
@@ -337,6 +360,8 @@ int RunFork(const ForkArgs& a) {
       return fail(kExitFailed, w.error());
     }
   }
+  if (Status l = LinkSources(s->paths().sources, child.paths().sources); !l)
+    return fail(kExitFailed, l.error());
   child.meta() = s->meta();
   child.meta().name = a.new_name;
   child.meta().mountpoint = a.mountpoint;

@@ -176,6 +176,10 @@ int main(int argc, char** argv) {
     if (!policy)
       return Fail("mount: sandbox policy", meta, policy.error().Message());
     c.policy = *policy;
+    if (m->base.recorded() && m->base.own_git) {
+      c.sources_dir = sandbox_dir + "/sources";
+      c.sources_since_ns = m->base.time_ns;
+    }
     if (Status e = CheckPolicyEnforceable(c); !e)
       return Fail("mount: " + e.error().op, "-o " + e.error().path,
                   std::strerror(e.err()));

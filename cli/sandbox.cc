@@ -244,6 +244,7 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
     }
   }
   c.bridge = paths_.bridge;
+  c.sources = paths_.sources;
   c.xattr_namespace = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;

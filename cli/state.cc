@@ -43,6 +43,7 @@ SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)
       log(dir + "/daemon.log"),
       lock(dir + "/lock"),
       bridge(dir + "/bridge.git"),
+      sources(dir + "/sources"),
       stack(dir + "/stack.json") {}
 
 Result<SandboxMeta> ReadMeta(const std::string& path) {

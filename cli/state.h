@@ -37,6 +37,8 @@ bool ValidSandboxName(const std::string& name);
 struct SandboxPaths {
   explicit SandboxPaths(const std::string& state_dir, const std::string& name);
   std::string name, dir, upper, work, meta, pid, log, lock, bridge;
+  // Copy-up sources (fs/copy_up_source.h): <dir>/sources.
+  std::string sources;
   // The frozen layers' directories, bottom first, and the control socket's
   // folder and name. `upper` and `frozen` are the stack's (Sandbox::Load
   // reads <dir>/stack.json, docs/stack.md); a sandbox without one has its

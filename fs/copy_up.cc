@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/sys.h"
+#include "fs/copy_up_source.h"
 #include "fs/layer.h"
 
 namespace acqfs {
@@ -38,7 +39,27 @@ Result<UniqueFd> OpenSourceFile(int dirfd, const std::string& name,
   return UniqueFd(fd);
 }
 
-Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
+// Where a regular file's copy comes from, for its copy-up source
+// (fs/copy_up_source.h): a host file (layer 0), whose source is kept when
+// the host changed it since the base, or an own layer's file, whose mark the
+// copy carries.
+struct CopyFrom {
+  bool host = false;
+  std::string rel;  // the path copied
+};
+
+// Keeps the source of a copy of a host file, or carries an own file's mark,
+// once the bytes of `in` are in `out`.
+Status MarkSource(const Layers& layers, const CopyFrom& from, int in, int out,
+                  const std::string& shown) {
+  if (!from.host) return CarrySourceKey(layers.format, in, out, shown);
+  if (!layers.sources) return Ok();
+  return layers.sources->Keep(layers.format, in, out, from.rel,
+                              layers.sync_copy_up);
+}
+
+Status CopyRegular(const Layers& layers, const CopyFrom& from, int src_dirfd,
+                   const std::string& src_name, int dst_dirfd,
                    const std::string& dst_name, bool sync,
                    const std::string& shown) {
   auto in = OpenSourceFile(src_dirfd, src_name, shown);
@@ -52,18 +73,18 @@ Status CopyRegular(int src_dirfd, const std::string& src_name, int dst_dirfd,
   ACQFS_TRY(CopyData(in->get(), out.get(), shown));
   if (sync && ::fsync(out.get()) != 0)
     return Error::Errno("fsync copy-up", shown);
-  return Ok();
+  return MarkSource(layers, from, in->get(), out.get(), shown);
 }
 
 // Creates at dst a copy of the source entry without its attributes (for a
 // directory: an empty directory).
-Status CreateCopy(const Layers& layers, int src_dirfd,
+Status CreateCopy(const Layers& layers, const CopyFrom& from, int src_dirfd,
                   const std::string& src_name, const struct stat& st,
                   int dst_dirfd, const std::string& dst_name,
                   const std::string& shown) {
   switch (st.st_mode & S_IFMT) {
     case S_IFREG:
-      return CopyRegular(src_dirfd, src_name, dst_dirfd, dst_name,
+      return CopyRegular(layers, from, src_dirfd, src_name, dst_dirfd, dst_name,
                          layers.sync_copy_up, shown);
     case S_IFDIR:
       if (::mkdirat(dst_dirfd, dst_name.c_str(), 0700) != 0)
@@ -200,7 +221,8 @@ Status CopyAttrsTo(const Layers& layers, int src_dirfd,
 // system has no O_TMPFILE; the caller then uses a named temporary.
 Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
                               const std::string& rel, const struct stat& st,
-                              uint64_t origin, const std::string& shown) {
+                              LowerSource from, uint64_t origin,
+                              const std::string& shown) {
   std::string name = sys::Basename(rel);
   int fd = sys::OpenRelievingPressure([&] {
     return ::openat(layers.tmp.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC,
@@ -219,6 +241,8 @@ Result<bool> CopyUpViaTmpfile(const Layers& layers, int src_dirfd,
   // in order after the data, so a copy that survives a crash is complete.
   if (layers.sync_copy_up && ::fsync(out.get()) != 0)
     return Error::Errno("fsync copy-up", shown);
+  ACQFS_TRY(MarkSource(layers, CopyFrom{from.layer == 0, rel}, in->get(),
+                       out.get(), shown));
   Dest dst;
   dst.fd = out.get();
   ACQFS_TRY(CopyAttrsTo(layers, src_dirfd, name, st, dst, shown));
@@ -250,11 +274,12 @@ namespace {
 // The named copy of the lower object `name` in `src_dirfd` (stat `st`) at
 // `dst_dirfd`/`dst_name`, with its attributes and origin marker. On failure
 // whatever it made is removed.
-Status CopyNamed(const Layers& layers, int src_dirfd, const std::string& name,
-                 uint64_t origin, const struct stat& st, int dst_dirfd,
+Status CopyNamed(const Layers& layers, const CopyFrom& from, int src_dirfd,
+                 const std::string& name, uint64_t origin,
+                 const struct stat& st, int dst_dirfd,
                  const std::string& dst_name, const std::string& shown) {
   Status s =
-      CreateCopy(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
+      CreateCopy(layers, from, src_dirfd, name, st, dst_dirfd, dst_name, shown);
   if (s) s = CopyAttrs(layers, src_dirfd, name, st, dst_dirfd, dst_name, shown);
   if (s) s = layers.format.SetOrigin(dst_dirfd, dst_name, origin, shown);
   if (!s) (void)sys::RemoveTree(dst_dirfd, dst_name, shown);
@@ -272,7 +297,7 @@ Status CopyLowerTo(const Layers& layers, const std::string& rel, int dst_dirfd,
   std::string name = sys::Basename(rel);
   auto st = sys::StatAt(src_dir->get(), name, shown);
   if (!st) return st.error();
-  return CopyNamed(layers, src_dir->get(), name,
+  return CopyNamed(layers, CopyFrom{from.layer == 0, rel}, src_dir->get(), name,
                    from.origin ? from.origin : st->st_ino, *st, dst_dirfd,
                    dst_name, shown);
 }
@@ -330,15 +355,15 @@ Status CopyUp(const Layers& layers, const std::string& rel, LowerSource from) {
   const uint64_t origin = from.origin ? from.origin : st->st_ino;
   if (S_ISREG(st->st_mode)) {
     auto done =
-        CopyUpViaTmpfile(layers, src_dir->get(), rel, *st, origin, shown);
+        CopyUpViaTmpfile(layers, src_dir->get(), rel, *st, from, origin, shown);
     if (!done) return done.error();
     if (*done) return Ok();
   }
   std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
   int tfd = layers.tmp.get();
   auto cleanup = [&] { (void)sys::RemoveTree(tfd, tmp, layers.tmp_path); };
-  Status s =
-      CopyNamed(layers, src_dir->get(), name, origin, *st, tfd, tmp, shown);
+  Status s = CopyNamed(layers, CopyFrom{from.layer == 0, rel}, src_dir->get(),
+                       name, origin, *st, tfd, tmp, shown);
   if (s) s = RunHook(rel);
   if (!s) {
     cleanup();
@@ -414,8 +439,9 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
       if (c->upper) {
         if (::linkat(upper_fd.get(), e.name.c_str(), d, e.name.c_str(), 0) == 0)
           continue;
-        ACQFS_TRY(CreateCopy(layers, upper_fd.get(), e.name, c->upper_st, d,
-                             e.name, layers.upper.Shown(rel)));
+        ACQFS_TRY(CreateCopy(layers, CopyFrom{false, rel}, upper_fd.get(),
+                             e.name, c->upper_st, d, e.name,
+                             layers.upper.Shown(rel)));
         ACQFS_TRY(CopyAttrs(layers, upper_fd.get(), e.name, c->upper_st, d,
                             e.name, layers.upper.Shown(rel)));
         if (c->origin)
@@ -425,8 +451,8 @@ Status BuildMergedLevel(const Layers& layers, const DirView& dir, int dst_root,
         const Layer& src = layers.LowerLayer(c->lower_layer);
         auto lfd = lower_dir(c->lower_layer);
         if (!lfd) return lfd.error();
-        ACQFS_TRY(CreateCopy(layers, *lfd, e.name, c->lower_st, d, e.name,
-                             src.Shown(rel)));
+        ACQFS_TRY(CreateCopy(layers, CopyFrom{c->lower_layer == 0, rel}, *lfd,
+                             e.name, c->lower_st, d, e.name, src.Shown(rel)));
         ACQFS_TRY(CopyAttrs(layers, *lfd, e.name, c->lower_st, d, e.name,
                             src.Shown(rel)));
         ACQFS_TRY(

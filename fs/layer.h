@@ -33,6 +33,8 @@
 
 namespace acqfs {
 
+class CopyUpSources;
+
 class Layer {
  public:
   Layer() = default;
@@ -154,6 +156,10 @@ struct Layers {
   // The sandbox's policy (hidden lower paths and the rest), or null for
   // none. The lookup rules below treat a hidden lower object as absent.
   std::shared_ptr<const Policy> policy;
+  // Where copy-ups of host files the host changed since the sandbox's base
+  // keep what they started from (fs/copy_up_source.h), or null for none.
+  // The export reads them from here too.
+  std::shared_ptr<const CopyUpSources> sources;
 
   // Lower layer `i` (0: the host).
   const Layer& LowerLayer(unsigned i) const {

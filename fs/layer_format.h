@@ -47,6 +47,10 @@ class LayerFormat {
   // it and hides it like every "<ns>overlay." xattr.
   std::string OriginKey() const { return Prefix() + "acqfs.origin"; }
   static std::string MakeOriginValue(uint64_t ino);
+  // acqfs's mark on an upper file whose copy-up kept its source (the host's
+  // file as the copy started from it, fs/copy_up_source.h): the key of that
+  // source in the sandbox's store.
+  std::string SourceKey() const { return Prefix() + "acqfs.source"; }
   static uint64_t ParseOriginValue(std::string_view v);  // 0 if invalid
 
   // True for xattrs owned by the overlay format; they are hidden from users

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "fs/copy_up_source.h"
 #include "fs/fd_budget.h"
 #include "fs/layer.h"
 #include "fs/overlay.h"
@@ -341,6 +342,12 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   layers->sync_copy_up = config.sync_copy_up;
   layers->policy = config.policy;
   if (Status s = CheckPolicyEnforceable(config); !s) return fail(s.error());
+  if (!config.sources_dir.empty() && config.sources_since_ns > 0) {
+    auto src = CopyUpSources::Open(config.sources_dir, config.sources_since_ns,
+                                   /*create=*/true);
+    if (!src) return fail(src.error());
+    layers->sources = *src;
+  }
   auto limit = RaiseFdLimit();
   if (!limit) return fail(limit.error());
   auto budget = FdBudget::Plan(*limit, config.max_threads);
@@ -436,16 +443,17 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   // (Overlay::SetAttrInvalidator): its cached attributes only (offset -1:
   // no page is touched, so a worker may send it while the kernel waits
   // for that worker's read), before the read is answered.
-  (*overlay)->SetAttrInvalidator([s = se.get(), root = (*overlay)->root()](
-                                     Node* n) {
-    const fuse_ino_t id =
-        n == root ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(n);
-    int rc = fuse_lowlevel_notify_inval_inode(s, id, -1, 0);
-    if (rc != 0 && rc != -ENOENT)
-      spdlog::warn("drop the cached attributes of a host file the host "
-                   "replaced: {}",
-                   std::strerror(-rc));
-  });
+  (*overlay)->SetAttrInvalidator(
+      [s = se.get(), root = (*overlay)->root()](Node* n) {
+        const fuse_ino_t id =
+            n == root ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(n);
+        int rc = fuse_lowlevel_notify_inval_inode(s, id, -1, 0);
+        if (rc != 0 && rc != -ENOENT)
+          spdlog::warn(
+              "drop the cached attributes of a host file the host "
+              "replaced: {}",
+              std::strerror(-rc));
+      });
   SessionControl session_control(overlay->get(), se.get());
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);

@@ -50,6 +50,11 @@ struct MountConfig {
   bool debug = false;  // libfuse request tracing
   // The sandbox's policy (hidden paths, read-only paths, quota), or null.
   std::shared_ptr<const Policy> policy;
+  // Where copy-ups of host files the host changed at or after
+  // `sources_since_ns` (the base's instant) keep what they started from
+  // (fs/copy_up_source.h); "" or 0: nowhere.
+  std::string sources_dir;
+  int64_t sources_since_ns = 0;
   // A file the daemon copies into the upper layer at `install_rel` right
   // after the mount, on a thread of its own, while lookups of the first
   // component of `install_rel` in the root wait (Overlay::CloseGate): the

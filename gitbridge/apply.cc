@@ -11,6 +11,7 @@
 #include "common/git_ptr.h"
 #include "common/sys.h"
 #include "gitbridge/host_repo.h"
+#include "gitbridge/line_merge.h"
 
 namespace acqfs::gitbridge {
 namespace {
@@ -128,26 +129,7 @@ Result<std::optional<std::string>> MergeLines(const Side& base,
                                               const Side& ours,
                                               const Side& theirs,
                                               const std::string& path) {
-  git_merge_file_input in_base = GIT_MERGE_FILE_INPUT_INIT;
-  git_merge_file_input in_ours = GIT_MERGE_FILE_INPUT_INIT;
-  git_merge_file_input in_theirs = GIT_MERGE_FILE_INPUT_INIT;
-  in_base.ptr = base.data.data();
-  in_base.size = base.data.size();
-  in_base.path = path.c_str();
-  in_ours.ptr = ours.data.data();
-  in_ours.size = ours.data.size();
-  in_ours.path = path.c_str();
-  in_theirs.ptr = theirs.data.data();
-  in_theirs.size = theirs.data.size();
-  in_theirs.path = path.c_str();
-  git_merge_file_result out;
-  std::memset(&out, 0, sizeof out);
-  int rc = git_merge_file(&out, &in_base, &in_ours, &in_theirs, nullptr);
-  if (rc < 0) return GitError(rc, "merge the lines of", path);
-  std::optional<std::string> merged;
-  if (out.automergeable) merged = std::string(out.ptr, out.len);
-  git_merge_file_result_free(&out);
-  return merged;
+  return MergeFileLines(base.data, ours.data, theirs.data, path);
 }
 
 // Decides one path; sets e->conflict, or adds what to write to `plans`.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/git_ptr.h"
+#include "fs/copy_up_source.h"
 #include "fs/layer.h"
 #include "gitbridge/bridge_repo.h"
 #include "gitbridge/git_names.h"
@@ -30,11 +31,26 @@ struct Session {
   std::optional<SandboxRepo> sandbox;
   std::string sandbox_refused;
   ProgressFn progress;
+  // The base's instant, after which a host edit of a file the sandbox
+  // wrote is left out of the snapshot (worktree_snapshot.h); 0: none.
+  int64_t host_changed_since_ns = 0;
 };
+
+// The sandbox's copy-up sources (fs/copy_up_source.h), for the snapshot to
+// leave out host edits the sandbox wrote over. None kept yet: none needed.
+Status OpenSources(const ExportConfig& c, Layers* layers) {
+  if (c.sources.empty()) return Ok();
+  auto src = CopyUpSources::Open(c.sources, 0, /*create=*/false);
+  if (!src) return src.err() == ENOENT ? Ok() : Status(src.error());
+  layers->sources = *src;
+  return Ok();
+}
 
 Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
   auto s = std::make_unique<Session>();
   s->progress = c.progress;
+  if (c.base.recorded() && c.base.own_git)
+    s->host_changed_since_ns = c.base.time_ns;
   auto host = HostRepo::Open(c.lower);
   if (!host) {
     if (host.err() == ENOENT)
@@ -46,6 +62,7 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
       Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace, c.frozen);
   if (!layers) return layers.error();
   layers->policy = c.policy;
+  ACQFS_TRY(OpenSources(c, &*layers));
   s->layers = std::make_unique<Layers>(std::move(*layers));
   auto bridge = BridgeRepo::OpenOrCreate(c.bridge, s->host->objects_dir());
   if (!bridge) return bridge.error();
@@ -76,6 +93,8 @@ struct Plan {
   bool worktree_changed = false;
   uint64_t changes = 0;
   std::vector<std::string> paths;  // the working tree's changed paths
+  uint64_t host_edits_separated = 0;
+  std::vector<HostEditKept> host_edits_kept;
 };
 
 std::vector<git_oid> HostTips(const std::map<std::string, git_oid>& branches,
@@ -183,8 +202,9 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide, Plan* plan) {
   Result<git_oid> tree = git_oid{};
   for (int attempt = 1;; attempt++) {
     stats = SnapshotStats{};
-    tree = BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr,
-                             *s.layers, &stats, s.progress);
+    tree =
+        BuildWorktreeTree(bridge, base_tree ? &*base_tree : nullptr, *s.layers,
+                          &stats, s.progress, s.host_changed_since_ns);
     if (tree || !ChangedUnderfoot(tree.err()) || attempt == kAttempts) break;
   }
   if (!tree) {
@@ -205,6 +225,8 @@ Status PlanWorktree(Session& s, const std::vector<git_oid>& hide, Plan* plan) {
   plan->paths = std::move(stats.paths);
   for (SkippedPath& k : stats.skipped)
     plan->skipped.push_back({std::move(k.path), std::move(k.reason), false});
+  plan->host_edits_separated = stats.host_edits_separated;
+  plan->host_edits_kept = std::move(stats.host_edits_kept);
 
   auto refs = s.bridge->Refs("refs/acqfs/");
   if (!refs) return refs.error();
@@ -363,10 +385,11 @@ Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
                                          c.xattr_namespace, below);
     if (!layers) return layers.error();
     layers->policy = c.policy;
+    ACQFS_TRY(OpenSources(c, &*layers));
     SnapshotStats stats;
     auto tree =
         BuildWorktreeTree(bridge, plan.base_tree ? &*plan.base_tree : nullptr,
-                          *layers, &stats, s.progress);
+                          *layers, &stats, s.progress, s.host_changed_since_ns);
     if (!tree) return tree.error();
     std::string msg = cp.message.empty()
                           ? "checkpoint " + std::to_string(cp.number)
@@ -506,6 +529,8 @@ Result<ExportResult> Export(const ExportConfig& c) {
   r.refused = plan->refused;
   r.skipped = plan->skipped;
   r.changed_paths = plan->changes;
+  r.host_edits_separated = plan->host_edits_separated;
+  r.host_edits_kept = plan->host_edits_kept;
   r.base_commit = Hex(plan->base_commit);
   if (c.base.recorded()) {
     auto moved = HostChangesSince(c.lower, c.base, plan->paths);

@@ -45,6 +45,8 @@ struct ExportConfig {
   };
   std::vector<CheckpointRef> checkpoints;
   std::string bridge;  // <state>/<name>/bridge.git
+  // Its copy-up sources (fs/copy_up_source.h; "": none).
+  std::string sources;
   XattrNamespace xattr_namespace = XattrNamespace::kUser;
   ProgressFn progress;  // hears each step of Export (may be empty)
   // The sandbox's policy: changes at hidden or read-only paths are never
@@ -82,6 +84,11 @@ struct ExportResult {
   // The checkpoints' commits, oldest first (number, commit id).
   std::vector<std::pair<uint32_t, std::string>> checkpoint_commits;
   uint64_t changed_paths = 0;  // changes the upper layer holds
+  // Files the sandbox wrote after the host had edited them since the base
+  // (fs/copy_up_source.h): how many went out without the host's edit, and
+  // those recorded whole, host edit included, with the reason.
+  uint64_t host_edits_separated = 0;
+  std::vector<HostEditKept> host_edits_kept;
   // The paths it changed that the host changed too since the base
   // (host_changes.h): where a merge meets the host's work.
   std::vector<HostChange> host_changed;

@@ -25,6 +25,13 @@
 
 namespace acqfs::gitbridge {
 
+// A file the sandbox wrote after the host had edited it since the base,
+// which an export records whole, host edit included (worktree_snapshot.h),
+// and why.
+struct HostEditKept {
+  std::string path, why;
+};
+
 struct HostChange {
   std::string path;  // the sandbox's path (a directory covers what is below)
   // "committed", "committed-deleted", "committed-renamed", "uncommitted",

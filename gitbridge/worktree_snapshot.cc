@@ -13,9 +13,11 @@
 #include "common/dir_walk.h"
 #include "common/git_ptr.h"
 #include "common/sys.h"
+#include "fs/copy_up_source.h"
 #include "fs/layer_walk.h"
 #include "gitbridge/delta_scan.h"
 #include "gitbridge/ignore.h"
+#include "gitbridge/line_merge.h"
 #include "gitbridge/merged_tree.h"
 #include "gitbridge/tree_build.h"
 
@@ -154,12 +156,158 @@ class OwnDirs {
   std::vector<std::unique_ptr<DirStack>> dirs_;  // by layer number
 };
 
+// What the sandbox's version of a file it wrote started from, when the
+// host had edited that file since the base (docs/git-bridge.md, "A host
+// edit the sandbox wrote over"): the copy-up's kept source (an in-place
+// write: the exact bytes), else the host's file as it is now (a file
+// replaced by rename, as `sed -i`, editors and git write: what the sandbox
+// read it from, unless the host changed it again since).
+struct Ancestor {
+  std::string path;  // where the base's version is looked up
+  mode_t mode = 0;
+  std::string data;
+  const char* what = "";  // for messages
+};
+
+// The ancestor of the own file `path` (open as `fd`), or nullopt when the
+// host did not change the file since `since_ns` (the base's instant; 0:
+// only kept sources count). A kept source that is gone is listed in
+// stats->host_edits_kept.
+// `host` walks the host's directories (two descriptors at most, whatever
+// the depth); null: the host's file is not consulted (the base does not
+// track the path, so there is no base version to merge onto).
+Result<std::optional<Ancestor>> AncestorOf(const Layers& layers, int fd,
+                                           const std::string& path,
+                                           int64_t since_ns, DirStack* host,
+                                           SnapshotStats* stats) {
+  using Out = std::optional<Ancestor>;
+  auto key = SourceKeyOf(layers.format, fd, path);
+  if (!key) return key.error();
+  if (*key) {
+    auto src = layers.sources ? layers.sources->Read(**key)
+                              : Result<CopyUpSources::Source>(Error::Of(
+                                    ENOENT, "no store of copy-up sources", ""));
+    if (!src) {
+      if (src.err() != ENOENT && src.err() != EINVAL) return src.error();
+      stats->host_edits_kept.push_back(
+          HostEditKept{path, "its copy-up source is missing or damaged (" +
+                                 src.error().Message() + ")"});
+      return Out();
+    }
+    return Out(Ancestor{std::move(src->path), src->mode, std::move(src->data),
+                        "its copy-up source"});
+  }
+  if (since_ns == 0 || !host) return Out();
+  const std::string shown = layers.lower.Shown(path);
+  auto gone = [](int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP; };
+  if (Status g = host->GoTo(sys::Dirname(path)); !g) {
+    if (gone(g.err())) return Out();  // the host has no such directory now
+    return g.error();
+  }
+  const std::string name = sys::Basename(path);
+  struct stat st;
+  bool found = false;
+  ACQFS_TRY(sys::StatAtIfExists(host->top(), name, &st, &found, shown));
+  if (!found || !S_ISREG(st.st_mode)) return Out();
+  const int64_t ctime_ns =
+      int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+  if (ctime_ns < since_ns) return Out();  // unchanged since the base
+  if (static_cast<uint64_t>(st.st_size) > CopyUpSources::kMaxKept) {
+    stats->host_edits_kept.push_back(HostEditKept{path, "too large to merge"});
+    return Out();
+  }
+  auto in =
+      sys::OpenBeneath(host->top(), name, O_RDONLY | O_NOFOLLOW, 0, shown);
+  if (!in) return gone(in.err()) ? Result<Out>(Out()) : in.error();
+  auto data = sys::ReadAll(in->get(), CopyUpSources::kMaxKept, shown);
+  if (!data) return data.error();
+  return Out(
+      Ancestor{path, st.st_mode, std::move(*data), "the host's file now"});
+}
+
+// The own file `path` (open as `fd`, stat `st`), which the sandbox wrote
+// after the host had edited it (its `anc`estor): the sandbox's change
+// (ancestor -> file) merged onto `base`'s version of the ancestor's path,
+// as a tree edit of `path`. nullopt when the file goes whole: the host's
+// edit is not there to leave out (the base's version is the ancestor), or
+// it cannot be left out (then listed in stats->host_edits_kept with why).
+Result<std::optional<TreeEdit>> SeparateHostEdit(
+    git_repository* repo, const git_tree* base, const Ancestor& anc, int fd,
+    const struct stat& st, const std::string& path, SnapshotStats* stats) {
+  using Out = std::optional<TreeEdit>;
+  auto whole = [&](std::string why) -> Result<Out> {
+    stats->host_edits_kept.push_back(HostEditKept{path, std::move(why)});
+    return Out();
+  };
+  if (!base) return whole("the base has no file at " + anc.path);
+  git_tree_entry* raw = nullptr;
+  int rc = git_tree_entry_bypath(&raw, base, anc.path.c_str());
+  GitTreeEntry entry(raw);
+  if (rc == GIT_ENOTFOUND)
+    return whole("the base has no file at " + anc.path +
+                 " (the host made it after the base)");
+  if (rc < 0) return GitError(rc, "git_tree_entry_bypath", anc.path);
+  const git_filemode_t base_mode = git_tree_entry_filemode(entry.get());
+  if (base_mode != GIT_FILEMODE_BLOB &&
+      base_mode != GIT_FILEMODE_BLOB_EXECUTABLE)
+    return whole("the base has no regular file at " + anc.path);
+  git_blob* braw = nullptr;
+  rc = git_blob_lookup(&braw, repo, git_tree_entry_id(entry.get()));
+  GitBlob blob(braw);
+  if (rc < 0) return GitError(rc, "git_blob_lookup", anc.path);
+  const std::string_view ours(
+      static_cast<const char*>(git_blob_rawcontent(blob.get())),
+      static_cast<size_t>(git_blob_rawsize(blob.get())));
+  if (ours == anc.data) return Out();  // nothing of the host's to leave out
+  if (static_cast<uint64_t>(st.st_size) > CopyUpSources::kMaxKept)
+    return whole("too large to merge");
+  std::string theirs;
+  theirs.resize(static_cast<size_t>(st.st_size));
+  for (size_t off = 0; off < theirs.size();) {
+    ssize_t n = ::pread(fd, theirs.data() + off, theirs.size() - off,
+                        static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::Errno("read", path);
+    if (n == 0) return Error::Of(EAGAIN, "read (file shrank)", path);
+    off += static_cast<size_t>(n);
+  }
+  std::string result;
+  if (theirs == anc.data) {
+    result = std::string(ours);  // the sandbox changed no byte of it
+  } else {
+    auto merged = MergeFileLines(anc.data, ours, theirs, path);
+    if (!merged) return merged.error();
+    if (!*merged)
+      return whole("the sandbox's change and the host's edit (against " +
+                   std::string(anc.what) + ") touch the same lines");
+    result = std::move(**merged);
+  }
+  TreeEdit edit{TreeEdit::kPut, path};
+  rc =
+      git_blob_create_from_buffer(&edit.id, repo, result.data(), result.size());
+  if (rc < 0) return GitError(rc, "git_blob_create_from_buffer", path);
+  // The mode as the sandbox left it, unless it is the ancestor's (then the
+  // base's: a chmod of the host's is not the sandbox's either).
+  const bool anc_x = (anc.mode & S_IXUSR) != 0;
+  const bool now_x = (st.st_mode & S_IXUSR) != 0;
+  edit.mode = anc_x == now_x
+                  ? base_mode
+                  : (now_x ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB);
+  ++stats->host_edits_separated;
+  return Out(std::move(edit));
+}
+
 // Hashes the own object at `c.path` (in the layer the scan found it in) into
 // `repo`: a regular file's bytes or a symlink's target, never following a
 // link. Each layer's cursor moves a step or two per change (changes come in
 // path order), and the object is opened relative to its directory.
-Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
-                           OwnDirs* own, const Change& c) {
+// A file the host had edited since the base goes through SeparateHostEdit
+// (`base`: the tree the edit applies to; `since_ns`: the base's instant;
+// `tracked`: `base` has a file at the path).
+Result<TreeEdit> WriteBlob(git_repository* repo, const git_tree* base,
+                           const Layers& layers, OwnDirs* own, const Change& c,
+                           int64_t since_ns, DirStack* host, bool tracked,
+                           SnapshotStats* stats) {
   TreeEdit edit{TreeEdit::kPut, c.path};
   const unsigned layer = own->LayerOf(c);
   DirStack* dirs = own->Of(layer);
@@ -182,6 +330,15 @@ Result<TreeEdit> WriteBlob(git_repository* repo, const Layers& layers,
   if (!st) return st.error();
   if (!S_ISREG(st->st_mode))
     return Error::Of(EAGAIN, "hash file (changed type during the scan)", shown);
+  auto anc = AncestorOf(layers, fd->get(), c.path, since_ns,
+                        tracked ? host : nullptr, stats);
+  if (!anc) return anc.error();
+  if (*anc) {
+    auto sep =
+        SeparateHostEdit(repo, base, **anc, fd->get(), *st, c.path, stats);
+    if (!sep) return sep.error();
+    if (*sep) return std::move(**sep);
+  }
   auto id =
       StreamBlob(repo, fd->get(), static_cast<uint64_t>(st->st_size), shown);
   if (!id) return id.error();
@@ -201,6 +358,8 @@ struct Snapshot {
   IgnoreRules& ignore;
   BaseCursor& base_cursor;
   OwnDirs& own_dirs;
+  int64_t host_changed_since_ns;
+  DirStack* host_dirs;  // the host's directories (null: not consulted)
   SnapshotStats stats;
   std::vector<TreeEdit> edits;
 };
@@ -238,7 +397,9 @@ Status AddChange(Snapshot* s, const Change& c) {
       return Ok();
     }
   }
-  auto edit = WriteBlob(s->repo, s->layers, &s->own_dirs, c);
+  auto edit = WriteBlob(s->repo, s->base, s->layers, &s->own_dirs, c,
+                        s->host_changed_since_ns, s->host_dirs, base->tracked,
+                        &s->stats);
   if (!edit) return edit.error();
   ++s->stats.blobs_written;
   s->edits.push_back(std::move(*edit));
@@ -308,7 +469,8 @@ Status KeepHiddenBaseEntries(const git_tree* base, const Policy& policy,
 Result<git_oid> BuildWorktreeTree(git_repository* repo,
                                   const git_oid* base_tree,
                                   const Layers& layers, SnapshotStats* stats,
-                                  const ProgressFn& progress) {
+                                  const ProgressFn& progress,
+                                  int64_t host_changed_since_ns) {
   auto changes = ScanUpper(layers, nullptr, progress);
   if (!changes) return changes.error();
   GitTree base;
@@ -321,7 +483,18 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
   IgnoreRules ignore(layers);
   BaseCursor base_cursor(base.get());
   OwnDirs own_dirs(layers);
-  Snapshot s{repo, base.get(), layers, ignore, base_cursor, own_dirs, {}, {}};
+  DirStack host_dirs(layers.lower.root(), layers.lower.root_path(), 2,
+                     DirStack::kPathOnly);
+  Snapshot s{repo,
+             base.get(),
+             layers,
+             ignore,
+             base_cursor,
+             own_dirs,
+             host_changed_since_ns,
+             host_changed_since_ns ? &host_dirs : nullptr,
+             {},
+             {}};
   s.stats.changes = changes->size();
   uint64_t added = 0;
   for (const Change& c : *changes) {

@@ -13,6 +13,16 @@
 //     scan never descends into them;
 //   - blobs are hashed from the own layers' files (each read in the layer
 //     the merged view shows it from) and written into `repo`;
+//   - a file the sandbox wrote after the host had edited it since the base
+//     (`host_changed_since_ns`, the base's instant; 0: only copy-ups' kept
+//     sources tell) is recorded as the sandbox's change merged onto the
+//     base tree's version (git's line merge: ancestor what the sandbox's
+//     version started from, the copy-up's kept source (fs/copy_up_source.h)
+//     or else the host's file now; ours the base tree's blob at the
+//     ancestor's path; theirs the sandbox's file), so the host's edit stays
+//     out; where that cannot be done (the lines conflict, the base has no
+//     file there, a kept source is gone) the file is recorded whole and
+//     listed in `host_edits_kept`;
 //   - a path whose name git refuses in a tree (git_names.h; ".GIT/x", a
 //     symlinked "GITMOD~1") is left out (also the base's entry there) and
 //     listed in `skipped`, unless it is untracked and the sandbox's ignore
@@ -24,21 +34,25 @@
 #include <git2.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/progress_fn.h"
 #include "fs/layer.h"
 #include "gitbridge/git_names.h"
+#include "gitbridge/host_changes.h"
 
 namespace acqfs::gitbridge {
 
 struct SnapshotStats {
-  uint64_t changes = 0;              // changes the scan reported
-  uint64_t blobs_written = 0;        // own files hashed into the repository
-  uint64_t ignored_skipped = 0;      // untracked, ignored paths left out
-  std::vector<SkippedPath> skipped;  // left out: names git refuses
-  std::vector<std::string> paths;    // every path the scan reported
+  uint64_t changes = 0;               // changes the scan reported
+  uint64_t blobs_written = 0;         // own files hashed into the repository
+  uint64_t ignored_skipped = 0;       // untracked, ignored paths left out
+  std::vector<SkippedPath> skipped;   // left out: names git refuses
+  std::vector<std::string> paths;     // every path the scan reported
+  uint64_t host_edits_separated = 0;  // host edits left out (see above)
+  std::vector<HostEditKept> host_edits_kept;
 };
 
 // `base_tree` may be null (empty). Returns the new tree's id.
@@ -46,7 +60,8 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
                                   const git_oid* base_tree,
                                   const Layers& layers,
                                   SnapshotStats* stats = nullptr,
-                                  const ProgressFn& progress = {});
+                                  const ProgressFn& progress = {},
+                                  int64_t host_changed_since_ns = 0);
 
 }  // namespace acqfs::gitbridge
 

@@ -253,7 +253,9 @@ TEST(DirListing, CookiesAreFixedPositiveAndOrderTheListing) {
     EXPECT_EQ(l.CookieAt(i), DirListing::CookieOf(l.at(i).name));
     EXPECT_GE(l.CookieAt(i), 3u);
     EXPECT_LT(l.CookieAt(i), 1ull << 63);
-    if (i > 2) EXPECT_LT(l.CookieAt(i - 1), l.CookieAt(i));
+    if (i > 2) {
+      EXPECT_LT(l.CookieAt(i - 1), l.CookieAt(i));
+    }
     EXPECT_EQ(l.IndexAfter(l.CookieAt(i - 1)), i);
   }
   EXPECT_EQ(l.IndexAfter(l.CookieAt(l.size() - 1)), l.size());

@@ -468,10 +468,11 @@ TEST_F(SandboxRepoTest, SwappingTheStoreForASymlinkNeverReadsAnotherRepo) {
     // Put the directory back in its place.
     struct stat st;
     ASSERT_EQ(::lstat(sw.real.c_str(), &st), 0);
-    if (S_ISLNK(st.st_mode))
+    if (S_ISLNK(st.st_mode)) {
       ASSERT_EQ(::syscall(SYS_renameat2, AT_FDCWD, sw.real.c_str(), AT_FDCWD,
                           evil.c_str(), RENAME_EXCHANGE),
                 0);
+    }
     fs::remove(evil);
     EXPECT_EQ(leaks, 0) << sw.real << ": " << reads << " reads, " << flips
                         << " swaps";

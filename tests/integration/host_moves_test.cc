@@ -14,9 +14,11 @@
 //     status) is the clone's: git got to do a true 3-way merge.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +28,22 @@
 
 namespace acqfs::test {
 namespace {
+
+// Merges the sandbox's working-tree commit into `host` and the clone's into
+// its copy of the host, the same way, and expects the same outcome: a
+// conflict or none, the host's status and its files.
+void ExpectMergesAlike(const std::string& host, const CloneWorld& world,
+                       const std::string& home) {
+  MergeOutcome ours = MergeInto(host, "sandbox-x/acqfs-worktree", home);
+  MergeOutcome oracle = MergeInto(world.host(), "clone/acqfs-worktree", home);
+  EXPECT_EQ(ours.conflict, oracle.conflict) << "acqfs:\n"
+                                            << ours.Describe() << "clone:\n"
+                                            << oracle.Describe();
+  EXPECT_EQ(ours.status, oracle.status);
+  EXPECT_EQ(ours.files, oracle.files) << "acqfs:\n"
+                                      << ours.Describe() << "clone:\n"
+                                      << oracle.Describe();
+}
 
 enum class AgentCommits { kNone, kOnMain, kOnBranch };
 
@@ -184,15 +202,7 @@ TEST_P(HostMoves, MergeIsTheClonesAndTheSandboxsGitStaysItsOwn) {
   ASSERT_TRUE(sb.Unmount());  // exports
   ASSERT_TRUE(RunIn(host_, "git fetch -q sandbox-x", home_));
   ASSERT_TRUE(world.Export());
-  MergeOutcome ours = MergeInto(host_, "sandbox-x/acqfs-worktree", home_);
-  MergeOutcome oracle = MergeInto(world.host(), "clone/acqfs-worktree", home_);
-  EXPECT_EQ(ours.conflict, oracle.conflict) << "acqfs:\n"
-                                            << ours.Describe() << "clone:\n"
-                                            << oracle.Describe();
-  EXPECT_EQ(ours.status, oracle.status);
-  EXPECT_EQ(ours.files, oracle.files) << "acqfs:\n"
-                                      << ours.Describe() << "clone:\n"
-                                      << oracle.Describe();
+  ExpectMergesAlike(host_, world, home_);
 }
 
 std::string MoveName(
@@ -217,6 +227,191 @@ std::vector<std::tuple<int, AgentCommits, bool>> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(EveryMove, HostMoves, ::testing::ValuesIn(AllCases()),
                          MoveName);
+
+}  // namespace
+}  // namespace acqfs::test
+
+namespace acqfs::test {
+namespace {
+
+// The host moves first, the agent then writes a file the host changed: the
+// sandbox sees the host's files live, so the agent's version of that file
+// holds the host's change too, where a clone made at the mount would not
+// (docs/git-bridge.md, "A host edit the sandbox wrote over"). The export
+// leaves the host's change out: the working-tree commit's diff is the
+// clone's (only the agent's line), and merging it is the clone's merge.
+// The agent writes the file in place (a copy-up, whose source acqfs keeps)
+// or replaces it by a rename (`sed -i`, as editors and git write).
+struct HostFirstMove {
+  const char* name;
+  const char* script;  // run in the host before the agent writes a.txt
+};
+
+const HostFirstMove kFirstMoves[] = {
+    {"Commit", "sed -i s/^a9$/a9-host/ a.txt\ngit commit -qam host"},
+    {"Uncommitted", "sed -i s/^a9$/a9-host/ a.txt"},
+    {"InPlaceUncommitted",
+     "sed s/^a9$/a9-host/ a.txt > t && cat t > a.txt "
+     "&& rm t"},
+    {"Amend", "sed -i s/^a9$/a9-amend/ a.txt\ngit commit -q --amend -am amend"},
+    {"Pull", "git pull -q --ff-only origin main"},
+    {"SwitchBranch", "git checkout -q other"},
+};
+
+enum class AgentWrite { kInPlace, kRename };
+
+class HostFirst
+    : public ::testing::TestWithParam<std::tuple<int, AgentWrite, bool>> {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::geteuid(), 0u) << "integration tests run as root (as CI)";
+    tmp_.MakeDir("home", 0755);
+    home_ = tmp_.Sub("home");
+    host_ = tmp_.Sub("host");
+    ASSERT_TRUE(
+        RunIn(tmp_.path(),
+              std::string(kLinesFunction) +
+                  "git init -q -b main up && cd up\n"
+                  "lines a.txt a; lines b.txt b\n"
+                  "git add -A && git commit -qm c0\n"
+                  "cd .. && git clone -q up host && cd up\n"
+                  "sed -i s/^a7$/a7-up/ a.txt && git commit -qam c2\n"
+                  "cd ../host && git checkout -qb other\n"
+                  "sed -i s/^a10$/a10-other/ a.txt && git commit -qam other\n"
+                  "git checkout -q main\n",
+              home_));
+  }
+  TempDir tmp_;
+  std::string home_, host_;
+};
+
+using HostFirstAgain = HostFirst;
+
+TEST_P(HostFirst, TheWorkingTreeCommitHoldsOnlyTheAgentsChange) {
+  const HostFirstMove& move = kFirstMoves[std::get<0>(GetParam())];
+  const AgentWrite write = std::get<1>(GetParam());
+  const bool host_dirty = std::get<2>(GetParam());
+  if (host_dirty) {
+    ASSERT_TRUE(RunIn(host_, "sed -i s/^b3$/b3-dirty/ b.txt", home_));
+  }
+  CloneWorld world;
+  ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("world"), home_, &world));
+  SandboxOptions o;
+  o.name = "x";
+  o.extra_mount_args = {"-o", "timeout=1"};
+  Sandbox sb(host_, o);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  const std::string ws = sb.mountpoint();
+
+  ASSERT_TRUE(RunIn(host_, move.script, home_));
+  ASSERT_TRUE(RunIn(world.host(), move.script, home_));
+  // The sandbox shows the host's a.txt once the timeout passed.
+  const std::string want = TreeFiles(host_).at("a.txt");
+  for (int i = 0; i < 100 && TreeFiles(ws).at("a.txt") != want; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(TreeFiles(ws).at("a.txt"), want);
+
+  const std::string agent = write == AgentWrite::kRename
+                                ? "sed -i s/^a2$/a2-agent/ a.txt\n"
+                                : "sed s/^a2$/a2-agent/ a.txt > ../agent.tmp\n"
+                                  "cat ../agent.tmp > a.txt\nrm ../agent.tmp\n";
+  ASSERT_TRUE(RunIn(ws, agent, home_));
+  ASSERT_TRUE(RunIn(world.clone(), agent, home_));
+
+  ASSERT_TRUE(sb.Unmount());  // exports
+  ASSERT_TRUE(RunIn(host_, "git fetch -q sandbox-x", home_));
+  ASSERT_TRUE(world.Export());
+  std::string ours, theirs;
+  ASSERT_TRUE(RunIn(host_,
+                    "git diff sandbox-x/acqfs-worktree^ "
+                    "sandbox-x/acqfs-worktree",
+                    home_, &ours));
+  ASSERT_TRUE(RunIn(world.host(),
+                    "git diff clone/acqfs-worktree^ clone/acqfs-worktree",
+                    home_, &theirs));
+  EXPECT_EQ(ours, theirs);
+  EXPECT_NE(ours.find("+a2-agent"), std::string::npos) << ours;
+  ExpectMergesAlike(host_, world, home_);
+}
+
+// The host edits the same line once more after the agent wrote the file.
+// Written in place, the copy-up kept what the agent's version started from,
+// so the agent's change still goes out alone, as the clone's. Replaced by a
+// rename, nothing recorded what the agent read: taken against the host's
+// file now, the agent's version reverts the host's second edit on the line
+// the host changed, which conflicts with the base, so the export keeps the
+// file whole, host edit included, and says so (`host_edits_kept`).
+TEST_F(HostFirstAgain, InPlaceGoesOutAloneARenameIsKeptWholeAndSaid) {
+  CloneWorld world;
+  ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("world"), home_, &world));
+  SandboxOptions o;
+  o.name = "x";
+  o.extra_mount_args = {"-o", "timeout=1"};
+  Sandbox sb(host_, o);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  const std::string ws = sb.mountpoint();
+  const std::string host_step =
+      "sed -i s/^a9$/a9-host/ a.txt\nsed -i s/^b9$/b9-host/ b.txt\n"
+      "git commit -qam host\n";
+  ASSERT_TRUE(RunIn(host_, host_step, home_));
+  ASSERT_TRUE(RunIn(world.host(), host_step, home_));
+  const std::string want = TreeFiles(host_).at("b.txt");
+  for (int i = 0; i < 100 && TreeFiles(ws).at("b.txt") != want; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(TreeFiles(ws).at("b.txt"), want);
+  // a.txt in place, b.txt by rename.
+  const std::string agent =
+      "sed s/^a2$/a2-agent/ a.txt > ../agent.tmp\n"
+      "cat ../agent.tmp > a.txt\nrm ../agent.tmp\n"
+      "sed -i s/^b2$/b2-agent/ b.txt\n";
+  ASSERT_TRUE(RunIn(ws, agent, home_));
+  ASSERT_TRUE(RunIn(world.clone(), agent, home_));
+  const std::string again =
+      "sed -i s/^a9-host$/a9-again/ a.txt\n"
+      "sed -i s/^b9-host$/b9-again/ b.txt\n";
+  ASSERT_TRUE(RunIn(host_, again, home_));
+  ASSERT_TRUE(RunIn(world.host(), again, home_));
+
+  std::string json;
+  ASSERT_TRUE(RunIn(
+      host_, AcqfsBinary() + " export x --json --state-dir " + sb.state_dir(),
+      home_, &json));
+  EXPECT_NE(json.find("\"host_edits_separated\": 1"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"path\": \"b.txt\""), std::string::npos) << json;
+  ASSERT_TRUE(RunIn(host_, "git fetch -q sandbox-x", home_));
+  ASSERT_TRUE(world.Export());
+  std::string ours, theirs;
+  ASSERT_TRUE(RunIn(host_,
+                    "git diff sandbox-x/acqfs-worktree^ "
+                    "sandbox-x/acqfs-worktree -- a.txt",
+                    home_, &ours));
+  ASSERT_TRUE(RunIn(world.host(),
+                    "git diff clone/acqfs-worktree^ clone/acqfs-worktree "
+                    "-- a.txt",
+                    home_, &theirs));
+  EXPECT_EQ(ours, theirs);
+  ASSERT_TRUE(
+      RunIn(host_, "git show sandbox-x/acqfs-worktree:b.txt", home_, &ours));
+  EXPECT_NE(ours.find("b9-host"), std::string::npos) << ours;
+  EXPECT_NE(ours.find("b2-agent"), std::string::npos) << ours;
+}
+
+std::string FirstName(
+    const ::testing::TestParamInfo<std::tuple<int, AgentWrite, bool>>& i) {
+  return std::string(kFirstMoves[std::get<0>(i.param)].name) +
+         (std::get<1>(i.param) == AgentWrite::kRename ? "_AgentRenames"
+                                                      : "_AgentWritesInPlace") +
+         (std::get<2>(i.param) ? "_HostDirty" : "_HostClean");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryMove, HostFirst,
+    ::testing::Combine(
+        ::testing::Range(0, static_cast<int>(std::size(kFirstMoves))),
+        ::testing::Values(AgentWrite::kInPlace, AgentWrite::kRename),
+        ::testing::Bool()),
+    FirstName);
 
 }  // namespace
 }  // namespace acqfs::test
