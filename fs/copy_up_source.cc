@@ -71,6 +71,17 @@ Result<std::shared_ptr<const CopyUpSources>> CopyUpSources::Open(
     return Error::Errno("mkdir (copy-up sources)", dir);
   auto fd = sys::OpenDirPath(dir, O_RDONLY | O_NOFOLLOW);
   if (!fd) return fd.error();
+  if (create) {
+    // A daemon killed while it wrote a source left its temporary ("#key");
+    // the daemon opening the store is its only writer.
+    auto entries = sys::ReadDir(fd->get(), dir);
+    if (!entries) return entries.error();
+    for (const auto& e : *entries)
+      if (e.name[0] == '#' && ::unlinkat(fd->get(), e.name.c_str(), 0) != 0 &&
+          errno != ENOENT)
+        return Error::Errno("remove an unfinished copy-up source",
+                            dir + "/" + e.name);
+  }
   return std::shared_ptr<const CopyUpSources>(
       new CopyUpSources(std::move(*fd), dir, create ? changed_since_ns : 0));
 }

@@ -44,8 +44,9 @@ class CopyUpSources {
   static constexpr uint64_t kMaxKept = uint64_t{64} << 20;
   // The store at `dir`. `create`: made (0700) when missing, for a daemon
   // that keeps sources of host files whose ctime is at or after
-  // `changed_since_ns`. A reader passes create=false and 0: ENOENT when the
-  // store does not exist.
+  // `changed_since_ns`, which also removes the temporaries a writer killed
+  // mid-way left. A reader passes create=false and 0: ENOENT when the store
+  // does not exist.
   static Result<std::shared_ptr<const CopyUpSources>> Open(
       const std::string& dir, int64_t changed_since_ns, bool create);
 

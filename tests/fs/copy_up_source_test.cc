@@ -88,6 +88,18 @@ TEST_F(CopyUpSourceTest, OnlyAHostFileChangedSinceTheBaseKeepsItsSource) {
   EXPECT_TRUE(layers_.format.IsPrivateXattr(layers_.format.SourceKey()));
 }
 
+// A daemon killed while it wrote a source leaves its temporary; the next
+// daemon's store removes it, and keeps the finished ones.
+TEST_F(CopyUpSourceTest, TheNextWriterRemovesAnUnfinishedSource) {
+  ASSERT_OK(CopyUp(layers_, "dir/new"));
+  auto key = KeyOf(t_.U("dir/new"));
+  ASSERT_TRUE(key);
+  MakeFile(store_ + "/#" + std::string(32, 'a'), "acqfs-source 1 644 1\n");
+  ASSERT_OK_AND_ASSIGN(auto again, CopyUpSources::Open(store_, since_, true));
+  EXPECT_FALSE(fs::exists(store_ + "/#" + std::string(32, 'a')));
+  EXPECT_TRUE(again->Read(*key));
+}
+
 TEST_F(CopyUpSourceTest, AStoreThatKeepsNothingMarksNothing) {
   ASSERT_OK_AND_ASSIGN(layers_.sources, CopyUpSources::Open(store_, 0, true));
   ASSERT_OK(CopyUp(layers_, "dir/new"));

@@ -30,7 +30,7 @@ SRC_ROOT=$(cd "$HERE/../.." && pwd)
 PROG=soak
 
 usage() {
-  cat <<EOF
+  cat <<'EOF'
 Usage: tests/soak/run.sh [options]
 
   --quick           reduced suite: the python workload's list of file
