@@ -60,11 +60,12 @@ void AddMount(CLI::App& app, MountArgs& m) {
               "Mount even though a rootless Podman namespace of yours, made "
               "before this mount, would not see it (no container will use "
               "the mount)");
-  c->add_option("-o", m.options,
-                "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
-                "handles, nosync_copyup, nowarm, warm_limit=ENTRIES, "
-                "warm_threads=N, warm_nice=N, noparallel_dirops, debug, "
-                "allow_other, noallow_other");
+  c->add_option(
+      "-o", m.options,
+      "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
+      "handles, nosync_copyup, nowarm, nohost_watch, warm_limit=ENTRIES, "
+      "warm_threads=N, warm_nice=N, noparallel_dirops, debug, "
+      "allow_other, noallow_other");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(

@@ -54,8 +54,10 @@ Status MarkSource(const Layers& layers, const CopyFrom& from, int in, int out,
                   const std::string& shown) {
   if (!from.host) return CarrySourceKey(layers.format, in, out, shown);
   if (!layers.sources) return Ok();
-  return layers.sources->Keep(layers.format, in, out, from.rel,
-                              layers.sync_copy_up);
+  auto key = layers.sources->Keep(in, out, from.rel, layers.sync_copy_up);
+  if (!key) return key.error();
+  if (!*key) return Ok();
+  return CopyUpSources::Mark(layers.format, out, **key, shown);
 }
 
 Status CopyRegular(const Layers& layers, const CopyFrom& from, int src_dirfd,

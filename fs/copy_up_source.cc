@@ -86,18 +86,20 @@ Result<std::shared_ptr<const CopyUpSources>> CopyUpSources::Open(
       new CopyUpSources(std::move(*fd), dir, create ? changed_since_ns : 0));
 }
 
-Status CopyUpSources::Keep(const LayerFormat& format, int host_fd, int copy_fd,
-                           const std::string& rel, bool sync) const {
-  if (since_ns_ == 0) return Ok();
+Result<std::optional<std::string>> CopyUpSources::Keep(int host_fd, int copy_fd,
+                                                       const std::string& rel,
+                                                       bool sync) const {
+  using Out = std::optional<std::string>;
+  if (since_ns_ == 0) return Out();
   const std::string shown = dir_ + " (source of " + rel + ")";
   // Read after the copy: a host write that raced with it shows here.
   auto host = sys::Fstat(host_fd, rel);
   if (!host) return host.error();
-  if (!S_ISREG(host->st_mode) || CtimeNs(*host) < since_ns_) return Ok();
+  if (!S_ISREG(host->st_mode) || CtimeNs(*host) < since_ns_) return Out();
   auto copy = sys::Fstat(copy_fd, rel);
   if (!copy) return copy.error();
   const uint64_t size = static_cast<uint64_t>(copy->st_size);
-  if (size > kMaxKept) return Ok();
+  if (size > kMaxKept) return Out();
   // The copy is reopened for reading through its /proc entry (it may have
   // no name yet: an O_TMPFILE inode).
   const std::string proc = "/proc/self/fd/" + std::to_string(copy_fd);
@@ -115,7 +117,7 @@ Status CopyUpSources::Keep(const LayerFormat& format, int host_fd, int copy_fd,
   });
   if (out_fd < 0) return Error::Errno("create", shown);
   UniqueFd out(out_fd);
-  auto fail = [&](const Error& e) -> Status {
+  auto fail = [&](const Error& e) -> Result<Out> {
     (void)::unlinkat(dirfd_.get(), tmp.c_str(), 0);
     return e;
   };
@@ -141,7 +143,12 @@ Status CopyUpSources::Keep(const LayerFormat& format, int host_fd, int copy_fd,
       !s)
     return fail(s.error());
   if (sync && ::fsync(dirfd_.get()) != 0) return Error::Errno("fsync", dir_);
-  return sys::FSetXattr(copy_fd, format.SourceKey(), key, 0, rel);
+  return Out(key);
+}
+
+Status CopyUpSources::Mark(const LayerFormat& format, int fd,
+                           const std::string& key, const std::string& shown) {
+  return sys::FSetXattr(fd, format.SourceKey(), key, 0, shown);
 }
 
 Result<CopyUpSources::Source> CopyUpSources::Read(

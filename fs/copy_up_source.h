@@ -50,14 +50,19 @@ class CopyUpSources {
   static Result<std::shared_ptr<const CopyUpSources>> Open(
       const std::string& dir, int64_t changed_since_ns, bool create);
 
-  // Keeps a source for a copy of a host file (`host_fd`, read only for its
-  // ctime and mode, after the copy) when the host changed it since the
-  // base: the bytes of the finished copy `copy_fd` (any access mode; it is
-  // reopened for reading) and the host file's mode, recorded as the source
-  // of `rel`, and marks `copy_fd` with the key. Does nothing for other
-  // files.
-  Status Keep(const LayerFormat& format, int host_fd, int copy_fd,
-              const std::string& rel, bool sync) const;
+  // Keeps a source for the host file `host_fd` (read only for its ctime and
+  // mode, after the copy) when the host changed it since the base: the
+  // bytes of `content_fd` (the finished copy of it, or the host file
+  // itself; any access mode, it is reopened for reading) and the host
+  // file's mode, recorded as the source of `rel`. Returns its key, or
+  // nullopt for a file that needs none (unchanged since the base, not a
+  // regular file, over kMaxKept). The caller marks the file (Mark).
+  Result<std::optional<std::string>> Keep(int host_fd, int content_fd,
+                                          const std::string& rel,
+                                          bool sync) const;
+  // Marks the own layer's file `fd` with `key`.
+  static Status Mark(const LayerFormat& format, int fd, const std::string& key,
+                     const std::string& shown);
 
   struct Source {
     std::string path;  // the path the copy-up was made at

@@ -6,7 +6,10 @@
 //   fixed       standard streams, /dev/fuse (and PageDropper's duplicate),
 //               the log, the lock, the two claims on upper and work
 //               (LayersClaim), the four layer roots (lower, upper, work,
-//               work/acqfs-tmp), slack;
+//               work/acqfs-tmp), the store of copy-up sources
+//               (CopyUpSources), the host watch (HostWatch: its copy of
+//               the host's root, the inotify instance, a stop pipe and the
+//               directory its walk has open), slack;
 //   per thread  a worker's directory cache (Layer::DirFd), the descriptors
 //               one request holds at once (no walk holds more than a
 //               constant, however deep or wide the tree: see
@@ -36,7 +39,7 @@ namespace acqfs {
 
 struct FdBudget {
   // Descriptors held whatever the workload.
-  static constexpr size_t kFixed = 16;
+  static constexpr size_t kFixed = 24;
   // The most descriptors one request holds at once, beyond its thread's
   // directory cache (a directory rename that materialises a tree: two
   // parents, the source and copy levels being built, a file being copied
@@ -63,7 +66,7 @@ struct FdBudget {
   size_t bound() const {
     return kFixed + threads * per_thread() + files + pinned + 2 * kept;
   }
-  // "limit 20000, bound 2904: 16 fixed + 4 threads x 18 + 512 files + ..."
+  // "limit 20000, bound 2912: 24 fixed + 4 threads x 18 + 512 files + ..."
   std::string Describe() const;
 
   // The plan for `limit` descriptors and `threads` workers. EMFILE, naming

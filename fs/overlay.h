@@ -94,6 +94,21 @@ class Overlay {
   // made through descriptors the adapter holds go through Quota::Charged.
   Quota* quota() { return quota_.get(); }
 
+  // What the kernel may cache of a host entry that just changed
+  // (fs/host_watch.h): the node of the directory `dir` (null when the
+  // kernel knows none), and of its entry `name` (null when none, or when it
+  // no longer reads the host: copied up, unlinked). `dir_shows_host`: the
+  // host's directory shows through the merged one (so a change of its
+  // entries changes the merged listing). The pointers are only to be
+  // passed to the kernel as ids: the nodes may go at any time after.
+  struct HostChangeNodes {
+    Node* dir = nullptr;
+    Node* entry = nullptr;
+    bool dir_shows_host = false;
+  };
+  HostChangeNodes NodesOfHostChange(const std::string& dir,
+                                    const std::string& name);
+
   // Every method returning a Node* counts one lookup on it (the FUSE
   // contract); Forget gives them back.
   Result<Node*> Lookup(Node* parent, const std::string& name);
@@ -374,6 +389,15 @@ class Overlay {
   Status Materialise(Node* dir, uint64_t estimate);
   void MarkMaterialised(Node* dir);
   Status PrepareToMove(Node* node);
+  // A rename of the sandbox's regular file `src_name` (in the upper
+  // directory `src_dirfd`) over the host's file at `dst_rel`, which the
+  // host changed since the base (`sed -i`, an editor, git: a new file
+  // renamed over the one they read): keeps the host's file as the source
+  // of the file that takes its name (fs/copy_up_source.h), unless that
+  // file has one of its own. Best effort: without it the export compares
+  // with the host's file at the time of the export. Tree lock exclusive.
+  void KeepReplacedHostFile(int src_dirfd, const std::string& src_name,
+                            const std::string& dst_rel);
   Status ClearUpperDir(Quota::Change* ch, int pfd, const std::string& name,
                        const std::string& shown);
   // Marks the directory `name` in `dirfd` opaque, counting the block the
@@ -453,7 +477,7 @@ class Overlay {
   bool owns_owner_access_ = false;  // set once in Create: it enabled it
   FileCache files_{64};             // its own lock
   std::function<void(Node*)> attr_invalidator_;  // set before serving
-  KeptStore kept_{&layers_, 64};    // its own lock
+  KeptStore kept_{&layers_, 64};                 // its own lock
   // Moves on with every change that may rename, replace or remove a
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
   // used (it means "do not cache" to Layer::DirFd).

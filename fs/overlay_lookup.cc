@@ -324,4 +324,25 @@ uint64_t Overlay::UpperEntryIno(const DirView& view, int upper_dir,
   return TagUpper(e.upper_ino);
 }
 
+Overlay::HostChangeNodes Overlay::NodesOfHostChange(const std::string& dir,
+                                                    const std::string& name) {
+  HostChangeNodes out;
+  SharedLock l(tree_mu_);
+  TableLock t(table_mu_);
+  Node* node = table_.root();
+  for (size_t start = 0; node && start < dir.size();) {
+    size_t slash = dir.find('/', start);
+    if (slash == std::string::npos) slash = dir.size();
+    node = node->Child(std::string_view(dir).substr(start, slash - start));
+    start = slash + 1;
+  }
+  if (!node || !node->is_dir() || node->unlinked) return out;
+  out.dir = node;
+  out.dir_shows_host = (node->lower & LowerBit(0)) && node->merged();
+  if (Node* e = node->Child(name);
+      e && !e->upper.load() && !e->unlinked && (e->lower & LowerBit(0)))
+    out.entry = e;
+  return out;
+}
+
 }  // namespace acqfs

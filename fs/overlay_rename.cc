@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/sys.h"
+#include "fs/copy_up_source.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
 
@@ -217,6 +218,11 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
     if (!pfd) return pfd.error();
     auto npfd = UpperDir(new_parent);
     if (!npfd) return npfd.error();
+    if (layers_.sources && !op.exchange && S_ISREG(op.a->type) &&
+        op.dst_lower && !op.dst_lower_dir && dst_lower->lower_layer == 0 &&
+        !(op.b && op.b->upper))
+      KeepReplacedHostFile(pfd->get(), name,
+                           sys::Join(PathLocked(new_parent), new_name));
     // Never refused (the copies above were). Settles what the directories
     // grew and gives back what the name renamed over held, unless that is
     // kept for a process that may hold it (given back when the kept data
@@ -258,6 +264,20 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   table_.MaybeFreeLocked(op.a);
   if (op.b) table_.MaybeFreeLocked(op.b);
   return s;
+}
+
+void Overlay::KeepReplacedHostFile(int src_dirfd, const std::string& src_name,
+                                   const std::string& dst_rel) {
+  const std::string xpath = sys::XattrPath(src_dirfd, src_name);
+  const std::string mark = layers_.format.SourceKey();
+  auto own = sys::GetXattr(xpath, mark, dst_rel);
+  if (own || own.err() != ENODATA) return;  // its own source, or no xattrs
+  auto host = layers_.lower.OpenForReading(dst_rel);
+  if (!host) return;
+  auto key = layers_.sources->Keep(host->get(), host->get(), dst_rel,
+                                   layers_.sync_copy_up);
+  if (!key || !*key) return;
+  (void)sys::SetXattr(xpath, mark, **key, 0, dst_rel);
 }
 
 }  // namespace acqfs

@@ -19,6 +19,7 @@
 
 #include "fs/copy_up_source.h"
 #include "fs/fd_budget.h"
+#include "fs/host_watch.h"
 #include "fs/layer.h"
 #include "fs/overlay.h"
 #include "fuse/fuse_ops.h"
@@ -226,6 +227,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->warm = true;
   } else if (o == "nowarm") {
     c->warm = false;
+  } else if (o == "host_watch") {
+    c->host_watch = true;
+  } else if (o == "nohost_watch") {
+    c->host_watch = false;
   } else if (const char* w = value("warm_limit=")) {
     if (!ParseNumber(w, false, &v) || v > 1e9)
       return Error::Of(EINVAL,
@@ -327,6 +332,36 @@ class SessionControl : public MountControl {
 };
 
 }  // namespace
+
+// Drops what the kernel caches of a host change (fs/host_watch.h): the
+// entry's name and the directory's listing and attributes for a name made,
+// removed or renamed; the file's attributes, and for a write its pages, for
+// a change in place. Called on the watch's thread, which holds no lock of
+// the daemon's: the kernel may wait for a worker's reply (a page being
+// read) before it lets go.
+static void InvalidateHostChange(fuse_session* se, Overlay* ov,
+                                 const HostChange& c) {
+  if (c.kind == HostChange::kLost) {
+    spdlog::warn("host watch: {}{}; host edits there show after the timeout",
+                 c.why, c.dir.empty() ? "" : " (at " + c.dir + ")");
+    return;
+  }
+  const Overlay::HostChangeNodes n = ov->NodesOfHostChange(c.dir, c.name);
+  if (!n.dir) return;
+  auto id = [ov](Node* x) {
+    return x == ov->root() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(x);
+  };
+  if (c.kind == HostChange::kEntry) {
+    if (!n.dir_shows_host) return;  // an opaque directory hides the host's
+    (void)fuse_lowlevel_notify_inval_entry(se, id(n.dir), c.name.data(),
+                                           c.name.size());
+    (void)fuse_lowlevel_notify_inval_inode(se, id(n.dir), 0, 0);
+    return;
+  }
+  if (!n.entry) return;
+  (void)fuse_lowlevel_notify_inval_inode(
+      se, id(n.entry), c.kind == HostChange::kContent ? 0 : -1, 0);
+}
 
 Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
                      const ControlStarter& control) {
@@ -454,6 +489,25 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
               "replaced: {}",
               std::strerror(-rc));
       });
+  // The host's changes, as they happen (fs/host_watch.h): what the kernel
+  // caches of each goes at once. Started after the warm walk's fork.
+  std::unique_ptr<HostWatch> host_watch;
+  if (config.host_watch && config.timeout > 0) {
+    Overlay* ov = overlay->get();
+    auto w = HostWatch::Start(ov->layers().lower.root(),
+                              ov->layers().lower.root_path(),
+                              [s = se.get(), ov](const HostChange& c) {
+                                InvalidateHostChange(s, ov, c);
+                              },
+                              {".git"});
+    if (w)
+      host_watch = std::move(*w);
+    else
+      spdlog::warn(
+          "host watch not started: {} (host edits show after the "
+          "timeout)",
+          w.error().Message());
+  }
   SessionControl session_control(overlay->get(), se.get());
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);
@@ -478,6 +532,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   fuse_loop_cfg_set_clone_fd(loop.get(), 0);
   ctx.warm = warm.get();
   int rc = fuse_session_loop_mt(se.get(), loop.get());
+  host_watch.reset();
   (*overlay)->SetAttrInvalidator(nullptr);
   if (installer.joinable()) installer.join();
   ctx.warm = nullptr;

@@ -41,6 +41,10 @@ struct MountConfig {
   // The warm walk after mount (fuse/warm_walk.h): `-o nowarm` turns it
   // off, `-o warm_limit=N` bounds its entries (0: off).
   bool warm = true;
+  // Watch the host's tree and drop what the kernel caches of each change
+  // as it lands (fs/host_watch.h); `-o nohost_watch`: host edits show
+  // after the timeout.
+  bool host_watch = true;
   uint64_t warm_limit = 1000000;
   // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
   // walk's listings are not queued behind a parallel `git status`'s

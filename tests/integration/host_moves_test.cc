@@ -272,7 +272,7 @@ class HostFirst
         RunIn(tmp_.path(),
               std::string(kLinesFunction) +
                   "git init -q -b main up && cd up\n"
-                  "lines a.txt a; lines b.txt b\n"
+                  "lines a.txt a; lines b.txt b; lines c.txt c\n"
                   "git add -A && git commit -qm c0\n"
                   "cd .. && git clone -q up host && cd up\n"
                   "sed -i s/^a7$/a7-up/ a.txt && git commit -qam c2\n"
@@ -298,7 +298,6 @@ TEST_P(HostFirst, TheWorkingTreeCommitHoldsOnlyTheAgentsChange) {
   ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("world"), home_, &world));
   SandboxOptions o;
   o.name = "x";
-  o.extra_mount_args = {"-o", "timeout=1"};
   Sandbox sb(host_, o);
   ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
   const std::string ws = sb.mountpoint();
@@ -335,40 +334,42 @@ TEST_P(HostFirst, TheWorkingTreeCommitHoldsOnlyTheAgentsChange) {
 }
 
 // The host edits the same line once more after the agent wrote the file.
-// Written in place, the copy-up kept what the agent's version started from,
-// so the agent's change still goes out alone, as the clone's. Replaced by a
-// rename, nothing recorded what the agent read: taken against the host's
-// file now, the agent's version reverts the host's second edit on the line
-// the host changed, which conflicts with the base, so the export keeps the
-// file whole, host edit included, and says so (`host_edits_kept`).
-TEST_F(HostFirstAgain, InPlaceGoesOutAloneARenameIsKeptWholeAndSaid) {
+// Written in place, the copy-up kept what the agent's version started from;
+// replaced by a rename (sed -i), the rename kept the host's file it
+// replaced: either way the agent's change still goes out alone, as the
+// clone's. Removed and made anew, nothing recorded what the agent read:
+// taken against the host's file now, the agent's version reverts the
+// host's second edit on the line the host changed, which conflicts with
+// the base, so the export keeps the file whole, host edit included, and
+// says so (`host_edits_kept`).
+TEST_F(HostFirstAgain, KeptSourcesGoOutAloneAFileMadeAnewIsKeptWholeAndSaid) {
   CloneWorld world;
   ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("world"), home_, &world));
   SandboxOptions o;
   o.name = "x";
-  o.extra_mount_args = {"-o", "timeout=1"};
   Sandbox sb(host_, o);
   ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
   const std::string ws = sb.mountpoint();
   const std::string host_step =
-      "sed -i s/^a9$/a9-host/ a.txt\nsed -i s/^b9$/b9-host/ b.txt\n"
+      "for f in a b c; do sed -i s/^${f}9$/${f}9-host/ $f.txt; done\n"
       "git commit -qam host\n";
   ASSERT_TRUE(RunIn(host_, host_step, home_));
   ASSERT_TRUE(RunIn(world.host(), host_step, home_));
-  const std::string want = TreeFiles(host_).at("b.txt");
-  for (int i = 0; i < 100 && TreeFiles(ws).at("b.txt") != want; ++i)
+  const std::string want = TreeFiles(host_).at("c.txt");
+  for (int i = 0; i < 100 && TreeFiles(ws).at("c.txt") != want; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_EQ(TreeFiles(ws).at("b.txt"), want);
-  // a.txt in place, b.txt by rename.
+  ASSERT_EQ(TreeFiles(ws).at("c.txt"), want);
+  // a.txt in place, b.txt by rename, c.txt removed and made anew.
   const std::string agent =
       "sed s/^a2$/a2-agent/ a.txt > ../agent.tmp\n"
-      "cat ../agent.tmp > a.txt\nrm ../agent.tmp\n"
-      "sed -i s/^b2$/b2-agent/ b.txt\n";
+      "cat ../agent.tmp > a.txt\n"
+      "sed -i s/^b2$/b2-agent/ b.txt\n"
+      "sed s/^c2$/c2-agent/ c.txt > ../agent.tmp\n"
+      "rm c.txt\ncat ../agent.tmp > c.txt\nrm ../agent.tmp\n";
   ASSERT_TRUE(RunIn(ws, agent, home_));
   ASSERT_TRUE(RunIn(world.clone(), agent, home_));
   const std::string again =
-      "sed -i s/^a9-host$/a9-again/ a.txt\n"
-      "sed -i s/^b9-host$/b9-again/ b.txt\n";
+      "for f in a b c; do sed -i s/^${f}9-host$/${f}9-again/ $f.txt; done\n";
   ASSERT_TRUE(RunIn(host_, again, home_));
   ASSERT_TRUE(RunIn(world.host(), again, home_));
 
@@ -376,25 +377,25 @@ TEST_F(HostFirstAgain, InPlaceGoesOutAloneARenameIsKeptWholeAndSaid) {
   ASSERT_TRUE(RunIn(
       host_, AcqfsBinary() + " export x --json --state-dir " + sb.state_dir(),
       home_, &json));
-  EXPECT_NE(json.find("\"host_edits_separated\": 1"), std::string::npos)
+  EXPECT_NE(json.find("\"host_edits_separated\": 2"), std::string::npos)
       << json;
-  EXPECT_NE(json.find("\"path\": \"b.txt\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"path\": \"c.txt\""), std::string::npos) << json;
   ASSERT_TRUE(RunIn(host_, "git fetch -q sandbox-x", home_));
   ASSERT_TRUE(world.Export());
   std::string ours, theirs;
   ASSERT_TRUE(RunIn(host_,
                     "git diff sandbox-x/acqfs-worktree^ "
-                    "sandbox-x/acqfs-worktree -- a.txt",
+                    "sandbox-x/acqfs-worktree -- a.txt b.txt",
                     home_, &ours));
   ASSERT_TRUE(RunIn(world.host(),
                     "git diff clone/acqfs-worktree^ clone/acqfs-worktree "
-                    "-- a.txt",
+                    "-- a.txt b.txt",
                     home_, &theirs));
   EXPECT_EQ(ours, theirs);
   ASSERT_TRUE(
-      RunIn(host_, "git show sandbox-x/acqfs-worktree:b.txt", home_, &ours));
-  EXPECT_NE(ours.find("b9-host"), std::string::npos) << ours;
-  EXPECT_NE(ours.find("b2-agent"), std::string::npos) << ours;
+      RunIn(host_, "git show sandbox-x/acqfs-worktree:c.txt", home_, &ours));
+  EXPECT_NE(ours.find("c9-host"), std::string::npos) << ours;
+  EXPECT_NE(ours.find("c2-agent"), std::string::npos) << ours;
 }
 
 std::string FirstName(

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/command.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -439,15 +440,16 @@ TEST_P(HostReplaced, AMappedFileTheHostReplacesKeepsItsPages) {
 INSTANTIATE_TEST_SUITE_P(Modes, HostReplaced, ::testing::Values("", "handles"),
                          ModeName);
 
-// The same with the kernel caching names and attributes for 30 seconds:
-// what the sandbox sees of a host file replaced by rename before the
-// timeout passed.
+// The same with the kernel caching names and attributes for 30 seconds,
+// and no watch of the host (`-o nohost_watch`, as where inotify does not
+// reach): what the sandbox sees of a host file replaced by rename before
+// the timeout passed.
 class HostReplacedCached : public MountTest,
                            public ::testing::WithParamInterface<const char*> {
  protected:
   SandboxOptions Options() const override {
     SandboxOptions o;
-    o.extra_mount_args = {"-o", "timeout=30"};
+    o.extra_mount_args = {"-o", "timeout=30", "-o", "nohost_watch"};
     if (GetParam()[0]) {
       o.extra_mount_args.push_back("-o");
       o.extra_mount_args.push_back(GetParam());
@@ -466,10 +468,13 @@ class HostReplacedCached : public MountTest,
 // of that kind; and before that, the read was cut at the old size.)
 TEST_P(HostReplacedCached, AFileLookedUpButNeverReadReadsAsTheNewFile) {
   const std::vector<std::string> texts = {
-      "short\n", std::string(5000, 'L') + "\n", "mid-sized text\n",
-      std::string(70000, 'x') + "end\n", "",
+      "short\n",
+      std::string(5000, 'L') + "\n",
+      "mid-sized text\n",
+      std::string(70000, 'x') + "end\n",
+      "",
       std::string(300, 'g') + "\n",  // grown, within the page read
-      "THE FIRST VERSION OF F6\n"};    // the same size
+      "THE FIRST VERSION OF F6\n"};  // the same size
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string name = "f" + std::to_string(i);
     ASSERT_TRUE(WriteFile(L(name), "the first version of " + name + "\n"));
@@ -495,6 +500,106 @@ TEST_P(HostReplacedCached, AFileLookedUpButNeverReadReadsAsTheNewFile) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, HostReplacedCached,
                          ::testing::Values("", "handles"), ModeName);
+
+// The host's edits with the kernel caching names and attributes for the
+// default 60 seconds: the daemon watches the host's tree (fs/host_watch.h)
+// and drops what the kernel caches of each change as it lands, so the
+// sandbox sees the host as it is, as a bind mount would, instead of after
+// the timeout. The lower has two branches whose files differ in size.
+// (HostRemoved's mount: both modes, the default timeout.)
+class HostWatched : public HostRemoved {
+ protected:
+  void PrepareLower(const std::string& lower) override {
+    std::string script = "cd " + ShellQuote(lower) + "\nmkdir -p w\n";
+    for (int i = 0; i < 40; ++i)
+      script += "seq 1 " + std::to_string(20 + i * 7) + " > w/f" +
+                std::to_string(i) + "\n";
+    const std::string commit = "git -c user.name=t -c user.email=t@t commit";
+    script +=
+        "git add -A && " + commit + " -qm sizes && git checkout -qb other\n";
+    // On `other`, even files grow and odd ones shrink.
+    for (int i = 0; i < 40; ++i)
+      script += "seq 1 " + std::to_string(i % 2 ? 3 + i : 200 + i * 11) +
+                " > w/f" + std::to_string(i) + "\n";
+    script += commit + " -qam other && git checkout -q -\n";
+    Sh(script);
+  }
+  // Waits (up to 3 s) until `pred` holds.
+  static bool Soon(const std::function<bool()>& pred) {
+    for (int i = 0; i < 300; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pred();
+  }
+  bool Exists(const std::string& p) {
+    struct stat st;
+    return ::lstat(p.c_str(), &st) == 0;
+  }
+};
+
+TEST_P(HostWatched, HostEditsShowAtOnceNotAfterTheTimeout) {
+  ASSERT_TRUE(WriteFile(L("r.txt"), std::string(5000, 'r')));
+  ASSERT_TRUE(WriteFile(L("w.txt"), "written in place, first\n"));
+  ASSERT_SYS_OK(::mkdir(L("dd").c_str(), 0755));
+  ASSERT_TRUE(WriteFile(L("dd/x"), "x\n"));
+  // Let the watch reach the new directory (it walks the tree once mounted).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // What the kernel now caches: names, sizes, pages, a missing name.
+  EXPECT_EQ(StatM("r.txt").st_size, 5000);
+  EXPECT_EQ(ContentOf(M("w.txt")), "written in place, first\n");
+  EXPECT_FALSE(Exists(M("new.txt")));
+  EXPECT_EQ(ContentOf(M("dd/x")), "x\n");
+  // The host: a rename over r.txt (shorter), w.txt rewritten in place
+  // (same size), a new file, a directory moved.
+  ASSERT_TRUE(WriteFile(L("r.txt.new"), "short now\n"));
+  ASSERT_SYS_OK(::rename(L("r.txt.new").c_str(), L("r.txt").c_str()));
+  ASSERT_TRUE(WriteFile(L("w.txt"), "written in place, again\n"));
+  ASSERT_TRUE(WriteFile(L("new.txt"), "made by the host\n"));
+  ASSERT_SYS_OK(::rename(L("dd").c_str(), L("dd2").c_str()));
+  EXPECT_TRUE(Soon([&] { return StatM("r.txt").st_size == 10; }));
+  EXPECT_EQ(ContentOf(M("r.txt")), "short now\n");
+  EXPECT_TRUE(Soon(
+      [&] { return ContentOf(M("w.txt")) == "written in place, again\n"; }));
+  EXPECT_TRUE(Soon([&] { return Exists(M("new.txt")); }));
+  EXPECT_TRUE(Soon([&] { return !Exists(M("dd")) && Exists(M("dd2/x")); }));
+}
+
+// The host switches between two branches whose files grow and shrink, and
+// right after each switch the sandbox reads the files and runs `git
+// status`. With the sizes the kernel cached for a minute, the sandbox went
+// on seeing the old branch's files (or their new bytes cut at the old
+// size), and git read fewer bytes than it had been told ("short read while
+// indexing") or mapped them and died of SIGBUS. Now the sandbox's files are
+// the host's within moments of each switch, and git sees them as they are:
+// every file changed from its index on `other`, none on the first branch.
+TEST_P(HostWatched, GitStatusRightAfterEachHostBranchSwitchSeesTheHost) {
+  const std::string mnt = ShellQuote(sandbox().mountpoint());
+  for (int i = 0; i < 8; ++i) {
+    const bool other = i % 2 == 0;
+    CommandResult co = RunShell("git -C " + ShellQuote(lower()) +
+                                    " checkout -q " + (other ? "other" : "-"),
+                                30);
+    ASSERT_TRUE(co.ok()) << co.Describe();
+    for (int f = 0; f < 40; ++f) {
+      const std::string rel = "w/f" + std::to_string(f);
+      const std::string want = ContentOf(L(rel));
+      EXPECT_TRUE(Soon([&] { return ContentOf(M(rel)) == want; }))
+          << rel << " after switch " << i << " has " << ContentOf(M(rel)).size()
+          << " bytes, the host's " << want.size();
+    }
+    CommandResult st = RunShell("git -C " + mnt + " status --porcelain w", 60);
+    ASSERT_TRUE(st.ok()) << "switch " << i << ": " << st.Describe();
+    size_t listed = 0;
+    for (size_t p = st.out.find(" M w/f"); p != std::string::npos;
+         p = st.out.find(" M w/f", p + 1))
+      ++listed;
+    EXPECT_EQ(listed, other ? 40u : 0u) << "switch " << i << ":\n" << st.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, HostWatched, ::testing::Values("", "handles"),
+                         ModeName);
 
 }  // namespace
 }  // namespace acqfs::test
