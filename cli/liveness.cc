@@ -5,11 +5,13 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -179,13 +181,39 @@ std::optional<DaemonRecord> ReadDaemonRecord(const std::string& pid_path) {
   return r;
 }
 
+namespace {
+
+// Is the daemon `pid` on its way out: its leader a zombie while its last
+// threads finish (a daemon killed holds its lock until the last one has
+// closed its descriptors, which can take tens of milliseconds)? A pid this
+// namespace cannot see is not taken for one.
+bool Exiting(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  size_t open = stat.find('('), close = stat.rfind(')');
+  return open != std::string::npos && close != std::string::npos &&
+         close + 2 < stat.size() &&
+         stat.compare(open + 1, close - open - 1, "acqfs") == 0 &&
+         (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+}
+
+}  // namespace
+
 Result<SandboxLiveness> ProbeSandbox(const SandboxPaths& paths,
                                      const SandboxMeta& meta) {
   auto held = LockHeld(paths.lock);
   if (!held) return held.error();
   SandboxLiveness l;
-  l.daemon_alive = *held;
   auto record = ReadDaemonRecord(paths.pid);
+  // A daemon that is exiting still holds the lock for a moment: waited
+  // for (at most 2 s), so that a crashed sandbox reads as stale at once.
+  for (int i = 0; *held && record && Exiting(record->pid) && i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    held = LockHeld(paths.lock);
+    if (!held) return held.error();
+  }
+  l.daemon_alive = *held;
   std::vector<MountEntry> mounts;
   if (!meta.mountpoint.empty()) mounts = AcqfsMountsAt(meta.mountpoint);
   l.mount = OwnMount(mounts, record);

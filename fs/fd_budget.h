@@ -3,7 +3,7 @@
 // does (docs/architecture.md, "Descriptors").
 //
 // Every descriptor the daemon holds is in one of these classes:
-//   fixed       standard streams, /dev/fuse (and PageDropper's duplicate),
+//   fixed       standard streams, /dev/fuse (and KernelNotify's duplicate),
 //               the log, the lock, the two claims on upper and work
 //               (LayersClaim), the four layer roots (lower, upper, work,
 //               work/acqfs-tmp), the store of copy-up sources

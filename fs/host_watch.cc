@@ -7,12 +7,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
+#include "common/handle.h"
 #include "common/sys.h"
 
 namespace acqfs {
@@ -32,12 +38,20 @@ std::string JoinRel(const std::string& dir, const std::string& name) {
 }  // namespace
 
 struct HostWatch::State {
-  UniqueFd inotify, root;
+  // Immutable once the thread runs.
+  UniqueFd inotify, root, stop_read, stop_write;
   std::string shown;
   Sink sink;
   std::vector<std::string> skip;
-  std::atomic<size_t>* watched = nullptr;
-  int stop = -1;  // readable once the watch is to stop
+  // Read by any thread.
+  std::atomic<size_t> watched{0};
+  std::atomic<bool> walked{false};
+  std::atomic<bool> stopping{false};  // no sink is called once set
+  // The thread has returned; guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  // The thread's own.
   std::unordered_map<int, std::string> dir_of;  // wd -> directory
   std::map<std::string, int> wd_of;             // directory -> wd
   bool limit_said = false, overflow_said = false;
@@ -58,7 +72,7 @@ struct HostWatch::State {
       todo.pop_front();
       if (!WatchOne(dir, &todo)) return;  // the limit: no more watches
       if (++done % kWalkSlice == 0) {
-        struct pollfd p = {stop, POLLIN, 0};
+        struct pollfd p = {stop_read.get(), POLLIN, 0};
         if (::poll(&p, 1, 0) > 0) return;
         Drain();
       }
@@ -76,7 +90,7 @@ struct HostWatch::State {
     int wd = ::inotify_add_watch(inotify.get(), proc.c_str(), kMask);
     if (wd < 0) {
       if (errno == ENOSPC) {
-        if (!limit_said)
+        if (!limit_said && !stopping)
           sink(HostChange{HostChange::kLost, dir, "", true,
                           "the kernel refuses more inotify watches after " +
                               std::to_string(wd_of.size()) +
@@ -90,7 +104,7 @@ struct HostWatch::State {
     if (old != dir_of.end()) wd_of.erase(old->second);
     dir_of[wd] = dir;
     wd_of[dir] = wd;
-    watched->store(wd_of.size());
+    watched.store(wd_of.size());
     auto entries = sys::ReadDir(fd->get(), shown_dir);
     if (!entries) return true;
     for (const auto& e : *entries) {
@@ -118,12 +132,12 @@ struct HostWatch::State {
       dir_of.erase(it->second);
       it = wd_of.erase(it);
     }
-    watched->store(wd_of.size());
+    watched.store(wd_of.size());
   }
 
   void Handle(const struct inotify_event& ev) {
     if (ev.mask & IN_Q_OVERFLOW) {
-      if (!overflow_said)
+      if (!overflow_said && !stopping)
         sink(HostChange{HostChange::kLost, "", "", false,
                         "the host changed more than the event queue holds "
                         "(fs.inotify.max_queued_events)"});
@@ -135,7 +149,7 @@ struct HostWatch::State {
     if (ev.mask & IN_IGNORED) {  // the directory is gone
       wd_of.erase(d->second);
       dir_of.erase(d);
-      watched->store(wd_of.size());
+      watched.store(wd_of.size());
       return;
     }
     if (ev.len == 0 || ev.name[0] == '\0') return;  // about the dir itself
@@ -154,6 +168,7 @@ struct HostWatch::State {
       c.kind = HostChange::kAttrs;
     else
       return;
+    if (stopping) return;
     sink(c);
     if (c.is_dir && (ev.mask & (IN_DELETE | IN_MOVED_FROM)))
       Unwatch(JoinRel(dir, name));
@@ -178,10 +193,29 @@ struct HostWatch::State {
   }
 };
 
+namespace {
+
+void Run(const std::shared_ptr<HostWatch::State>& s) {
+  s->Walk("");
+  s->walked.store(true);
+  for (;;) {
+    struct pollfd fds[2] = {{s->inotify.get(), POLLIN, 0},
+                            {s->stop_read.get(), POLLIN, 0}};
+    int rc = ::poll(fds, 2, -1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0 || (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) break;
+    if (fds[0].revents & POLLIN) s->Drain();
+  }
+  std::lock_guard<std::mutex> l(s->mu);
+  s->done = true;
+  s->cv.notify_all();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<HostWatch>> HostWatch::Start(
     int root, std::string shown, Sink sink, std::vector<std::string> skip) {
-  std::unique_ptr<HostWatch> w(new HostWatch());
-  auto st = std::make_unique<State>();
+  auto st = std::make_shared<State>();
   int ifd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (ifd < 0) return Error::Errno("inotify_init1 (host watch)", shown);
   st->inotify.reset(ifd);
@@ -191,38 +225,24 @@ Result<std::unique_ptr<HostWatch>> HostWatch::Start(
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
     return Error::Errno("pipe2 (host watch)", shown);
-  w->stop_read_.reset(p[0]);
-  w->stop_write_.reset(p[1]);
+  st->stop_read.reset(p[0]);
+  st->stop_write.reset(p[1]);
   st->shown = std::move(shown);
   st->sink = std::move(sink);
   st->skip = std::move(skip);
-  st->watched = &w->watched_;
-  st->stop = w->stop_read_.get();
-  w->state_ = std::move(st);
-  w->thread_ = std::thread([raw = w.get()] { raw->Run(); });
-  return w;
+  std::thread([st] { Run(st); }).detach();
+  return std::unique_ptr<HostWatch>(new HostWatch(std::move(st)));
 }
 
-void HostWatch::Run() {
-  State& s = *state_;
-  s.Walk("");
-  walked_.store(true);
-  for (;;) {
-    struct pollfd fds[2] = {{s.inotify.get(), POLLIN, 0},
-                            {stop_read_.get(), POLLIN, 0}};
-    int rc = ::poll(fds, 2, -1);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0 || (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) return;
-    if (fds[0].revents & POLLIN) s.Drain();
-  }
-}
+size_t HostWatch::watched() const { return state_->watched.load(); }
+bool HostWatch::walked() const { return state_->walked.load(); }
 
 HostWatch::~HostWatch() {
-  if (thread_.joinable()) {
-    char c = 1;
-    (void)::write(stop_write_.get(), &c, 1);
-    thread_.join();
-  }
+  state_->stopping.store(true);
+  char c = 1;
+  (void)!::write(state_->stop_write.get(), &c, 1);
+  std::unique_lock<std::mutex> l(state_->mu);
+  state_->cv.wait_for(l, std::chrono::seconds(1), [&] { return state_->done; });
 }
 
 }  // namespace acqfs

@@ -25,23 +25,23 @@
 // fs.inotify.max_user_watches) or its queue overflows, the sink hears it
 // once (kLost, for the daemon's log) and the rest of the tree keeps the
 // timeout's behaviour.
-// Descriptors: the inotify instance, a stop pipe (two) and one directory
-// while walking.
+// Descriptors: its copy of the root, the inotify instance, a stop pipe
+// (two) and one directory while walking.
+// Stopping: the destructor tells the thread to stop and waits for it at
+// most a second (a sink may wait in the kernel, see fuse/kernel_notify.h);
+// a thread still busy then is left to end alone, and calls no sink again.
 // Thread-safety: Start and the destructor from one thread; the sink runs
 // on the watch's thread.
 #ifndef ACQFS_FS_HOST_WATCH_H_
 #define ACQFS_FS_HOST_WATCH_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
-#include "common/handle.h"
 
 namespace acqfs {
 
@@ -74,20 +74,14 @@ class HostWatch {
   HostWatch& operator=(const HostWatch&) = delete;
 
   // Directories watched now, and whether the first walk has ended (tests).
-  size_t watched() const { return watched_.load(); }
-  bool walked() const { return walked_.load(); }
+  size_t watched() const;
+  bool walked() const;
 
-  struct State;  // the thread's own
+  struct State;  // shared with the thread
 
  private:
-  HostWatch() = default;
-  void Run();
-
-  std::unique_ptr<State> state_;  // owned by the thread while it runs
-  UniqueFd stop_read_, stop_write_;
-  std::atomic<size_t> watched_{0};
-  std::atomic<bool> walked_{false};
-  std::thread thread_;
+  explicit HostWatch(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace acqfs

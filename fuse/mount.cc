@@ -23,6 +23,7 @@
 #include "fs/layer.h"
 #include "fs/overlay.h"
 #include "fuse/fuse_ops.h"
+#include "fuse/kernel_notify.h"
 #include "fuse/warm_walk.h"
 
 namespace acqfs {
@@ -338,8 +339,10 @@ class SessionControl : public MountControl {
 // removed or renamed; the file's attributes, and for a write its pages, for
 // a change in place. Called on the watch's thread, which holds no lock of
 // the daemon's: the kernel may wait for a worker's reply (a page being
-// read) before it lets go.
-static void InvalidateHostChange(fuse_session* se, Overlay* ov,
+// read) before it lets go. The overlay is read first, the kernel told
+// after (a notification that waits past the watch's stop never reaches
+// the overlay again).
+static void InvalidateHostChange(const KernelNotify& notify, Overlay* ov,
                                  const HostChange& c) {
   if (c.kind == HostChange::kLost) {
     spdlog::warn("host watch: {}{}; host edits there show after the timeout",
@@ -348,19 +351,19 @@ static void InvalidateHostChange(fuse_session* se, Overlay* ov,
   }
   const Overlay::HostChangeNodes n = ov->NodesOfHostChange(c.dir, c.name);
   if (!n.dir) return;
-  auto id = [ov](Node* x) {
-    return x == ov->root() ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(x);
+  auto id = [root = ov->root()](Node* x) -> uint64_t {
+    return x == root ? FUSE_ROOT_ID : reinterpret_cast<uint64_t>(x);
   };
+  const uint64_t dir = id(n.dir);
+  const uint64_t entry = n.entry ? id(n.entry) : 0;
   if (c.kind == HostChange::kEntry) {
     if (!n.dir_shows_host) return;  // an opaque directory hides the host's
-    (void)fuse_lowlevel_notify_inval_entry(se, id(n.dir), c.name.data(),
-                                           c.name.size());
-    (void)fuse_lowlevel_notify_inval_inode(se, id(n.dir), 0, 0);
+    (void)notify.InvalEntry(dir, c.name);
+    (void)notify.InvalInode(dir, 0, 0);
     return;
   }
-  if (!n.entry) return;
-  (void)fuse_lowlevel_notify_inval_inode(
-      se, id(n.entry), c.kind == HostChange::kContent ? 0 : -1, 0);
+  if (entry)
+    (void)notify.InvalInode(entry, c.kind == HostChange::kContent ? 0 : -1, 0);
 }
 
 Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
@@ -467,7 +470,15 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
                                             ? "warm_limit=0"
                                             : "timeout=0");
   }
-  auto dropper = PageDropper::Start(fuse_session_fd(se.get()));
+  // Notifications from threads other than the workers go through a
+  // descriptor of their own (fuse/kernel_notify.h).
+  auto notify = KernelNotify::Open(fuse_session_fd(se.get()));
+  if (!notify) {
+    fuse_session_unmount(se.get());
+    fuse_remove_signal_handlers(se.get());
+    return fail(notify.error());
+  }
+  auto dropper = PageDropper::Start(*notify);
   if (!dropper) {
     fuse_session_unmount(se.get());
     fuse_remove_signal_handlers(se.get());
@@ -496,8 +507,8 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     Overlay* ov = overlay->get();
     auto w = HostWatch::Start(ov->layers().lower.root(),
                               ov->layers().lower.root_path(),
-                              [s = se.get(), ov](const HostChange& c) {
-                                InvalidateHostChange(s, ov, c);
+                              [n = *notify, ov](const HostChange& c) {
+                                InvalidateHostChange(*n, ov, c);
                               },
                               {".git"});
     if (w)
@@ -539,11 +550,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (warm) warm->Stop();
   if (stop_control) stop_control();
   fuse_session_unmount(se.get());
-  // The page dropper's copy of the /dev/fuse descriptor goes too: only
-  // then does the kernel end the connection, and abort a request of the
-  // warm walk's that the loop had read but will never answer.
+  // The notifier's copy of the /dev/fuse descriptor goes too (the page
+  // dropper's and the host watch's holds are gone by now, unless one of
+  // them was left waiting in the kernel): only then does the kernel end
+  // the connection, and abort a request of the warm walk's that the loop
+  // had read but will never answer.
   ctx.page_dropper = nullptr;
   dropper->reset();
+  notify->reset();
   warm.reset();  // reaps the walk, which nothing holds any more
   fuse_remove_signal_handlers(se.get());
   spdlog::info("unmounted {} (loop returned {})", config.mountpoint, rc);

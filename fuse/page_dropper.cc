@@ -14,13 +14,14 @@
 #include <thread>
 
 #include "common/handle.h"
+#include "fuse/kernel_notify.h"
 
 namespace acqfs {
 
 constexpr size_t kMaxWaiting = 4096;
 
 struct PageDropper::State {
-  UniqueFd fuse;  // immutable after Start
+  std::shared_ptr<const KernelNotify> notify;  // immutable after Start
   std::mutex mu;
   std::condition_variable cv;
   std::set<uint64_t> waiting;  // guarded by mu
@@ -30,26 +31,6 @@ struct PageDropper::State {
 };
 
 namespace {
-
-// FUSE_NOTIFY_INVAL_INODE for every page of `ino` (the kernel's
-// include/uapi/linux/fuse.h: an out header with unique 0 and the notify
-// code in `error`, then fuse_notify_inval_inode_out).
-int SendInvalidate(int fd, uint64_t ino) {
-  fuse_notify_inval_inode_out arg{};
-  arg.ino = ino;
-  arg.off = 0;
-  arg.len = 0;
-  fuse_out_header head{};
-  head.unique = 0;
-  head.error = FUSE_NOTIFY_INVAL_INODE;
-  head.len = sizeof head + sizeof arg;
-  struct iovec iov[2] = {{&head, sizeof head}, {&arg, sizeof arg}};
-  for (;;) {
-    ssize_t n = ::writev(fd, iov, 2);
-    if (n >= 0) return 0;
-    if (errno != EINTR) return errno;
-  }
-}
 
 void Run(const std::shared_ptr<PageDropper::State>& s) {
   std::unique_lock<std::mutex> lock(s->mu);
@@ -64,7 +45,7 @@ void Run(const std::shared_ptr<PageDropper::State>& s) {
     if (overflowed)
       spdlog::warn("page dropper: {} refused writes not dropped (queue full)",
                    overflowed);
-    int e = SendInvalidate(s->fuse.get(), ino);
+    int e = s->notify->InvalInode(ino, 0, 0);  // every page
     // ENOENT: the kernel has forgotten the inode, and its pages with it.
     if (e != 0 && e != ENOENT)
       spdlog::warn("notify_inval_inode: node {:#x}: {}", ino, std::strerror(e));
@@ -76,11 +57,10 @@ void Run(const std::shared_ptr<PageDropper::State>& s) {
 
 }  // namespace
 
-Result<std::unique_ptr<PageDropper>> PageDropper::Start(int fuse_fd) {
+Result<std::unique_ptr<PageDropper>> PageDropper::Start(
+    std::shared_ptr<const KernelNotify> notify) {
   auto s = std::make_shared<State>();
-  int fd = ::fcntl(fuse_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return Error::Errno("dup", "/dev/fuse");
-  s->fuse = UniqueFd(fd);
+  s->notify = std::move(notify);
   std::thread([s] { Run(s); }).detach();
   return std::unique_ptr<PageDropper>(new PageDropper(std::move(s)));
 }

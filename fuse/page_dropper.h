@@ -13,9 +13,10 @@
 //
 // The notification cannot be sent from the worker that refused the write:
 // the kernel holds the page under writeback until that reply, and dropping
-// it waits for the writeback. The thread writes the notification to its own
-// duplicate of the session's /dev/fuse descriptor (the same message libfuse
-// sends), so it shares nothing with the session that a shutdown destroys.
+// it waits for the writeback. The thread writes the notification through
+// KernelNotify (its own duplicate of the session's /dev/fuse descriptor,
+// the same message libfuse sends), so it shares nothing with the session
+// that a shutdown destroys.
 // Thread-safety: Drop() may be called from any thread.
 #ifndef ACQFS_FUSE_PAGE_DROPPER_H_
 #define ACQFS_FUSE_PAGE_DROPPER_H_
@@ -27,10 +28,13 @@
 
 namespace acqfs {
 
+class KernelNotify;
+
 class PageDropper {
  public:
-  // Starts the thread, writing to a duplicate of `fuse_fd`.
-  static Result<std::unique_ptr<PageDropper>> Start(int fuse_fd);
+  // Starts the thread, notifying through `notify`.
+  static Result<std::unique_ptr<PageDropper>> Start(
+      std::shared_ptr<const KernelNotify> notify);
   // Stops the thread: waits up to a second for a notification in flight
   // (the kernel may need a worker to write a page back first), then leaves
   // the thread to finish alone.

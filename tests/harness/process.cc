@@ -16,9 +16,9 @@
 namespace acqfs::test {
 namespace {
 
-// The state letter from /proc/PID/stat ('R', 'S', 'Z', ...), or 0.
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+// The state letter from a /proc/.../stat file ('R', 'S', 'Z', ...), or 0.
+char StateIn(const std::string& stat_path) {
+  std::ifstream in(stat_path);
   std::string stat((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
   size_t close = stat.rfind(')');  // the command name may hold spaces
@@ -38,8 +38,19 @@ std::vector<std::string> ReadCmdline(const std::string& pid_dir) {
 bool IsProcessAlive(pid_t pid) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  char state = ProcessState(pid);
-  return state != 0 && state != 'Z' && state != 'X';
+  // Any of its threads: a killed process's leader is a zombie while its
+  // other threads still finish their exit (closing its descriptors, which
+  // releases its locks), which can take tens of milliseconds (an inotify
+  // instance waits for an SRCU grace period when it goes).
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(task.c_str()), ::closedir);
+  if (!dir) return false;
+  while (struct dirent* e = ::readdir(dir.get())) {
+    if (e->d_name[0] == '.') continue;
+    char state = StateIn(task + "/" + e->d_name + "/stat");
+    if (state != 0 && state != 'Z' && state != 'X') return true;
+  }
+  return false;
 }
 
 bool WaitForProcessExit(pid_t pid, double seconds) {
