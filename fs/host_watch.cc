@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +32,8 @@ constexpr uint32_t kMask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
 // Directories walked between two reads of the event queue, so a long
 // first walk does not let the queue overflow.
 constexpr size_t kWalkSlice = 256;
+// How long after Start the first walk begins.
+constexpr int kWalkDelayMs = 100;
 
 std::string JoinRel(const std::string& dir, const std::string& name) {
   return dir.empty() ? name : dir + "/" + name;
@@ -42,6 +46,7 @@ struct HostWatch::State {
   UniqueFd inotify, root, stop_read, stop_write;
   std::string shown;
   Sink sink;
+  Walked on_walked;
   std::vector<std::string> skip;
   // Read by any thread.
   std::atomic<size_t> watched{0};
@@ -196,8 +201,30 @@ struct HostWatch::State {
 namespace {
 
 void Run(const std::shared_ptr<HostWatch::State>& s) {
+  // The first walk reads every directory of the host while the sandbox's
+  // first commands (a `git status` at the mount) want the CPUs: it runs at
+  // the lowest priority, and the events after it at the daemon's (a user
+  // without CAP_SYS_NICE cannot raise it back: the events then wait for
+  // the CPUs a moment longer under load).
+  const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
+  // And it starts once the mount's first requests are served.
+  struct pollfd first = {s->stop_read.get(), POLLIN, 0};
+  if (::poll(&first, 1, kWalkDelayMs) > 0) {
+    std::lock_guard<std::mutex> l(s->mu);
+    s->done = true;
+    s->cv.notify_all();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
   s->Walk("");
   s->walked.store(true);
+  if (s->on_walked && !s->stopping)
+    s->on_walked(
+        s->watched.load(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 0);
   for (;;) {
     struct pollfd fds[2] = {{s->inotify.get(), POLLIN, 0},
                             {s->stop_read.get(), POLLIN, 0}};
@@ -214,7 +241,8 @@ void Run(const std::shared_ptr<HostWatch::State>& s) {
 }  // namespace
 
 Result<std::unique_ptr<HostWatch>> HostWatch::Start(
-    int root, std::string shown, Sink sink, std::vector<std::string> skip) {
+    int root, std::string shown, Sink sink, std::vector<std::string> skip,
+    Walked walked) {
   auto st = std::make_shared<State>();
   int ifd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (ifd < 0) return Error::Errno("inotify_init1 (host watch)", shown);
@@ -230,6 +258,7 @@ Result<std::unique_ptr<HostWatch>> HostWatch::Start(
   st->shown = std::move(shown);
   st->sink = std::move(sink);
   st->skip = std::move(skip);
+  st->on_walked = std::move(walked);
   std::thread([st] { Run(st); }).detach();
   return std::unique_ptr<HostWatch>(new HostWatch(std::move(st)));
 }

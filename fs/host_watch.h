@@ -16,7 +16,9 @@
 // What it watches: every directory of the host tree (one inotify watch
 // each), but the top-level names in `skip` (`.git`: the sandbox's git is
 // its own, and the shared object store is never cached). The watches are
-// added by the watch's own thread right after Start, walking the tree
+// added by the watch's own thread a tenth of a second after Start (at nice
+// 19, so it leaves the mount's first requests and the CPUs to the
+// sandbox's first commands), walking the tree
 // breadth first with at most one directory open; changes made before a
 // directory's watch is in place are seen after the timeout, as before.
 // New directories (made or moved in) are walked and watched as their
@@ -63,12 +65,15 @@ struct HostChange {
 class HostWatch {
  public:
   using Sink = std::function<void(const HostChange&)>;
+  // Hears, on the watch's thread, that the first walk has ended: the
+  // directories watched and the seconds it took.
+  using Walked = std::function<void(size_t, double)>;
   // Watches the tree below `root` (a directory; the watch keeps its own
   // descriptor of it), skipping the top-level names in `skip`. The sink
   // hears every change once the walk reached its directory.
   static Result<std::unique_ptr<HostWatch>> Start(
       int root, std::string shown, Sink sink,
-      std::vector<std::string> skip = {});
+      std::vector<std::string> skip = {}, Walked walked = {});
   ~HostWatch();  // stops and joins the thread
   HostWatch(const HostWatch&) = delete;
   HostWatch& operator=(const HostWatch&) = delete;

@@ -66,10 +66,9 @@ std::vector<std::string> Sandbox::AcqfsCommand(
 
 void Sandbox::Mount() {
   struct stat log_st;
-  const size_t log_before =
-      ::stat(log_file().c_str(), &log_st) == 0
-          ? static_cast<size_t>(log_st.st_size)
-          : 0;
+  const size_t log_before = ::stat(log_file().c_str(), &log_st) == 0
+                                ? static_cast<size_t>(log_st.st_size)
+                                : 0;
   std::vector<std::string> args = {"mount",   lower_,        mountpoint_,
                                    "--name",  options_.name, "--state-dir",
                                    state_dir_};
@@ -97,20 +96,24 @@ void Sandbox::Mount() {
     auto walked =
         WaitForWarmWalk(options_.warm_walk_timeout_seconds, log_before);
     if (!walked) ADD_FAILURE() << walked.message();
+    walked = WaitForWarmWalk(options_.warm_walk_timeout_seconds, log_before,
+                             nullptr, "host watch");
+    if (!walked) ADD_FAILURE() << walked.message();
   }
 }
 
 ::testing::AssertionResult Sandbox::WaitForWarmWalk(double seconds,
                                                     size_t log_offset,
-                                                    std::string* line) const {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(seconds);
+                                                    std::string* line,
+                                                    const char* what) const {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {
     std::ifstream in(log_file());
     std::string log((std::istreambuf_iterator<char>(in)),
                     std::istreambuf_iterator<char>());
     if (log.size() > log_offset) {
-      size_t at = log.find("warm walk", log_offset);
+      size_t at = log.find(what, log_offset);
       if (at != std::string::npos) {
         if (line != nullptr) *line = log.substr(at, log.find('\n', at) - at);
         return ::testing::AssertionSuccess();
@@ -120,7 +123,7 @@ void Sandbox::Mount() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return ::testing::AssertionFailure()
-         << "no line of the warm walk in daemon.log " << seconds
+         << "no line of the " << what << " in daemon.log " << seconds
          << " s after the mount:\n"
          << DaemonLog();
 }

@@ -48,8 +48,9 @@ struct SandboxOptions {
   // changes the lower after mounting would otherwise race it, and may see
   // a state the host passed through (a file just created, still empty)
   // for as long as the timeout (architecture.md, "Host edits while
-  // mounted"). Tests of the walk itself, which race it on purpose, say
-  // false.
+  // mounted"). Then also the line that the host watch is in place, or off
+  // (a host change before it shows only after the timeout). Tests of the
+  // walk itself, which race it on purpose, say false.
   bool wait_for_warm_walk = true;
   int warm_walk_timeout_seconds = 60;
   int mount_timeout_seconds = 30;
@@ -103,10 +104,11 @@ class Sandbox {
   std::string DaemonLog() const;
   // Waits up to `seconds` for daemon.log's line, written past byte
   // `log_offset`, that the warm walk ended or is off ("warm walk: ..."),
-  // and returns that line.
-  ::testing::AssertionResult WaitForWarmWalk(double seconds,
-                                             size_t log_offset = 0,
-                                             std::string* line = nullptr) const;
+  // and returns that line. `what` "host watch": the line that the host
+  // watch's first walk ended, or that there is no watch.
+  ::testing::AssertionResult WaitForWarmWalk(
+      double seconds, size_t log_offset = 0, std::string* line = nullptr,
+      const char* what = "warm walk") const;
 
   // Paths of `rel` in the mount, the upper layer and the lower layer.
   std::string M(const std::string& rel) const {
