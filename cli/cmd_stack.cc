@@ -19,6 +19,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/control.h"
+#include "cli/liveness.h"
 #include "cli/sandbox.h"
 #include "cli/stack.h"
 #include "cli/stack_ops.h"
@@ -300,7 +301,10 @@ int RunFork(const ForkArgs& a) {
   auto s = FindSandbox("fork", a.state_dir, a.name, &rc);
   if (!s) return rc;
   const std::string what = "fork " + s->name();
-  const std::string state = s->state_dir();
+  // Absolute: the fork's bridge path becomes its remote's URL in the
+  // host's .git/config, which a relative --state-dir would leave naming a
+  // path relative to wherever git runs (the host's fetch failed).
+  const std::string state = CanonicalPath(s->state_dir());
   if (!ValidSandboxName(a.new_name))
     return Fail(kExitBadInput, what, a.new_name,
                 "not a valid sandbox name (letters, digits, '.', '_', '-')");

@@ -274,6 +274,38 @@ TEST_P(Stack, SquashKeepsTheTreeAndTheFilesNumbers) {
 // Two forks of one sandbox, built at once, export different branches; the
 // host fetches both, and their timelines share the checkpoint commits below
 // the fork point.
+// A fork made with a relative --state-dir (as `acqfs fork a b --state-dir
+// st` from the folder above): its remote in the host's .git/config named
+// `st/b/bridge.git`, a path git took relative to wherever it ran, and the
+// host's `git fetch` failed ("does not appear to be a git repository").
+TEST_P(Stack, AForkMadeWithARelativeStateDirIsFetchedByTheHost) {
+  ASSERT_TRUE(RunShell("cd " + ShellQuote(sandbox().mountpoint()) +
+                           " && echo forked > forked.txt",
+                       30)
+                  .ok());
+  const std::string state = sandbox().state_dir();
+  const std::string up = state.substr(0, state.rfind('/'));
+  const std::string rel = state.substr(state.rfind('/') + 1);
+  CommandResult f = RunCommand(
+      {AcqfsBinary(), "fork", sandbox().name(), "relfork", "--state-dir", rel},
+      120, up);
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  const std::string url =
+      Git(sandbox().lower(), "config remote.sandbox-relfork.url");
+  EXPECT_EQ(url, state + "/relfork/bridge.git");
+  CommandResult e = Acqfs(sandbox(), {"export", "relfork"});
+  ASSERT_TRUE(e.ok()) << e.Describe();
+  CommandResult fetch = RunShell(
+      "git -C " + ShellQuote(sandbox().lower()) + " fetch -q sandbox-relfork",
+      60);
+  EXPECT_TRUE(fetch.ok()) << fetch.Describe();
+  EXPECT_EQ(
+      Git(sandbox().lower(), "show sandbox-relfork/acqfs-worktree:forked.txt"),
+      "forked");
+  CommandResult rm = Acqfs(sandbox(), {"rm", "--force", "relfork"});
+  EXPECT_TRUE(rm.ok()) << rm.Describe();
+}
+
 TEST_P(Stack, ForksExportTheirOwnBranchesOnSharedCheckpointCommits) {
   const std::string m = sandbox().mountpoint();
   const std::string host = sandbox().lower();

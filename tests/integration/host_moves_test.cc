@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -46,6 +47,11 @@ void ExpectMergesAlike(const std::string& host, const CloneWorld& world,
 }
 
 enum class AgentCommits { kNone, kOnMain, kOnBranch };
+void PrintTo(AgentCommits a, std::ostream* os) {
+  *os << (a == AgentCommits::kNone     ? "commits nothing"
+          : a == AgentCommits::kOnMain ? "commits on main"
+                                       : "commits on a branch");
+}
 
 struct HostMove {
   const char* name;
@@ -259,6 +265,9 @@ const HostFirstMove kFirstMoves[] = {
 };
 
 enum class AgentWrite { kInPlace, kRename };
+void PrintTo(AgentWrite w, std::ostream* os) {
+  *os << (w == AgentWrite::kInPlace ? "writes in place" : "renames");
+}
 
 class HostFirst
     : public ::testing::TestWithParam<std::tuple<int, AgentWrite, bool>> {
