@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -231,12 +230,8 @@ Status RunFusermount(std::vector<const char*> args,
 // container's init that never reaps) counts as gone.
 bool Alive(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno != EPERM) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() ||
-         line[close + 2] != 'Z';
+  auto st = ReadProcStat(pid);
+  return st && st->state != 'Z';
 }
 
 // Polls `gone` every 10 ms until it says yes or `seconds` have passed.

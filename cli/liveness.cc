@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/process.h"
 #include "common/dir_walk.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -188,14 +189,8 @@ namespace {
 // closed its descriptors, which can take tens of milliseconds)? A pid this
 // namespace cannot see is not taken for one.
 bool Exiting(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  size_t open = stat.find('('), close = stat.rfind(')');
-  return open != std::string::npos && close != std::string::npos &&
-         close + 2 < stat.size() &&
-         stat.compare(open + 1, close - open - 1, "acqfs") == 0 &&
-         (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+  auto st = ReadProcStat(pid);
+  return st && st->comm == "acqfs" && (st->state == 'Z' || st->state == 'X');
 }
 
 }  // namespace

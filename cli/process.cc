@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "cli/cli_util.h"
 #include "common/sys.h"
@@ -388,6 +389,19 @@ std::string ShellLine(const std::vector<std::string>& words) {
   std::string line;
   for (const auto& w : words) line += (line.empty() ? "" : " ") + ShellQuote(w);
   return line;
+}
+
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  // The command name may hold spaces and parentheses: it runs from the
+  // first '(' to the last ')'.
+  const size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open ||
+      close + 2 >= line.size())
+    return std::nullopt;
+  return ProcStat{line.substr(open + 1, close - open - 1), line[close + 2]};
 }
 
 }  // namespace acqfs::cli

@@ -29,6 +29,15 @@
 
 namespace acqfs::cli {
 
+// What /proc/PID/stat says of a process this pid namespace sees: its
+// command name and its state letter ('R', 'S', 'Z', ...); nullopt when
+// there is no such process.
+struct ProcStat {
+  std::string comm;
+  char state = 0;
+};
+std::optional<ProcStat> ReadProcStat(pid_t pid);
+
 // How Spawn sets up the child.
 struct SpawnOptions {
   // For stdin_fd, stdout_fd and stderr_fd: keep this process's descriptor,

@@ -59,6 +59,13 @@ Result<struct stat> StatAt(int dirfd, const std::string& name,
 Status StatAtIfExists(int dirfd, const std::string& name, struct stat* st,
                       bool* found, const std::string& shown);
 Result<struct stat> Fstat(int fd, const std::string& shown);
+// A stat's ctime and mtime in nanoseconds since the epoch.
+inline int64_t CtimeNs(const struct stat& st) {
+  return int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+}
+inline int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
 
 struct DirEntry {
   std::string name;

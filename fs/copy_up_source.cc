@@ -27,10 +27,6 @@ bool ValidKey(const std::string& k) {
   return true;
 }
 
-int64_t CtimeNs(const struct stat& st) {
-  return int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
-}
-
 // Copies `n` bytes of `in` from offset 0 to `out` at `at`.
 Status CopyRange(int in, int out, off_t at, uint64_t n,
                  const std::string& shown) {
@@ -95,7 +91,7 @@ Result<std::optional<std::string>> CopyUpSources::Keep(int host_fd, int copy_fd,
   // Read after the copy: a host write that raced with it shows here.
   auto host = sys::Fstat(host_fd, rel);
   if (!host) return host.error();
-  if (!S_ISREG(host->st_mode) || CtimeNs(*host) < since_ns_) return Out();
+  if (!S_ISREG(host->st_mode) || sys::CtimeNs(*host) < since_ns_) return Out();
   auto copy = sys::Fstat(copy_fd, rel);
   if (!copy) return copy.error();
   const uint64_t size = static_cast<uint64_t>(copy->st_size);

@@ -35,10 +35,6 @@ constexpr size_t kWalkSlice = 256;
 // How long after Start the first walk begins.
 constexpr int kWalkDelayMs = 100;
 
-std::string JoinRel(const std::string& dir, const std::string& name) {
-  return dir.empty() ? name : dir + "/" + name;
-}
-
 }  // namespace
 
 struct HostWatch::State {
@@ -121,7 +117,7 @@ struct HostWatch::State {
                  S_ISDIR(st.st_mode);
       }
       if (is_dir && !Skipped(dir, e.name))
-        todo->push_back(JoinRel(dir, e.name));
+        todo->push_back(sys::Join(dir, e.name));
     }
     return true;
   }
@@ -176,9 +172,9 @@ struct HostWatch::State {
     if (stopping) return;
     sink(c);
     if (c.is_dir && (ev.mask & (IN_DELETE | IN_MOVED_FROM)))
-      Unwatch(JoinRel(dir, name));
+      Unwatch(sys::Join(dir, name));
     if (c.is_dir && (ev.mask & (IN_CREATE | IN_MOVED_TO)))
-      Walk(JoinRel(dir, name));
+      Walk(sys::Join(dir, name));
   }
 
   // Reads and handles every event queued now.

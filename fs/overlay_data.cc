@@ -142,8 +142,8 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   }
   if (!fd) return fd.error();
   uint32_t state = Node::kNeverOpened;
-  const bool first = node->data_state.compare_exchange_strong(
-      state, Node::kOpened);
+  const bool first =
+      node->data_state.compare_exchange_strong(state, Node::kOpened);
   if (f.from_lower && !node->unlinked) {
     // The host may have replaced the file since the node was made: the
     // path then leads to an inode that is not the node's, whose data must
@@ -157,7 +157,7 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
       // mode never asks first). The node follows the new file, as an open
       // on ext4 after the replace would find it, and the kernel's cached
       // attributes (the old size) go before the data is read. Only for a
-      // number that fits Node::followed_ino.
+      // number that fits Node::data_state.
       if (!first || st->st_ino <= Node::kOpened || st->st_ino > UINT32_MAX)
         return Error::Of(ESTALE, "open (the host replaced it)",
                          PathLocked(node));

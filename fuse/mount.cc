@@ -342,6 +342,12 @@ class SessionControl : public MountControl {
 // read) before it lets go. The overlay is read first, the kernel told
 // after (a notification that waits past the watch's stop never reaches
 // the overlay again).
+// The id the kernel knows `n` by (fuse_ops.cc's IdOf, for threads that
+// have no request).
+static uint64_t NodeIdOf(Overlay* ov, Node* n) {
+  return n == ov->root() ? FUSE_ROOT_ID : reinterpret_cast<uint64_t>(n);
+}
+
 static void InvalidateHostChange(const KernelNotify& notify, Overlay* ov,
                                  const HostChange& c) {
   if (c.kind == HostChange::kLost) {
@@ -351,11 +357,8 @@ static void InvalidateHostChange(const KernelNotify& notify, Overlay* ov,
   }
   const Overlay::HostChangeNodes n = ov->NodesOfHostChange(c.dir, c.name);
   if (!n.dir) return;
-  auto id = [root = ov->root()](Node* x) -> uint64_t {
-    return x == root ? FUSE_ROOT_ID : reinterpret_cast<uint64_t>(x);
-  };
-  const uint64_t dir = id(n.dir);
-  const uint64_t entry = n.entry ? id(n.entry) : 0;
+  const uint64_t dir = NodeIdOf(ov, n.dir);
+  const uint64_t entry = n.entry ? NodeIdOf(ov, n.entry) : 0;
   if (c.kind == HostChange::kEntry) {
     if (!n.dir_shows_host) return;  // an opaque directory hides the host's
     (void)notify.InvalEntry(dir, c.name);
@@ -489,17 +492,13 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   // (Overlay::SetAttrInvalidator): its cached attributes only (offset -1:
   // no page is touched, so a worker may send it while the kernel waits
   // for that worker's read), before the read is answered.
-  (*overlay)->SetAttrInvalidator(
-      [s = se.get(), root = (*overlay)->root()](Node* n) {
-        const fuse_ino_t id =
-            n == root ? FUSE_ROOT_ID : reinterpret_cast<fuse_ino_t>(n);
-        int rc = fuse_lowlevel_notify_inval_inode(s, id, -1, 0);
-        if (rc != 0 && rc != -ENOENT)
-          spdlog::warn(
-              "drop the cached attributes of a host file the host "
-              "replaced: {}",
-              std::strerror(-rc));
-      });
+  (*overlay)->SetAttrInvalidator([n = *notify, ov = overlay->get()](Node* x) {
+    int e = n->InvalInode(NodeIdOf(ov, x), -1, 0);
+    if (e != 0 && e != ENOENT)
+      spdlog::warn(
+          "drop the cached attributes of a host file the host replaced: {}",
+          std::strerror(e));
+  });
   // The host's changes, as they happen (fs/host_watch.h): what the kernel
   // caches of each goes at once. Started after the warm walk's fork.
   std::unique_ptr<HostWatch> host_watch;

@@ -114,8 +114,8 @@ FileIdentity FileIdentity::Of(const struct stat& st) {
   id.dev = st.st_dev;
   id.ino = st.st_ino;
   id.size = static_cast<uint64_t>(st.st_size);
-  id.mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-  id.ctime_ns = st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+  id.mtime_ns = sys::MtimeNs(st);
+  id.ctime_ns = sys::CtimeNs(st);
   return id;
 }
 

@@ -115,10 +115,8 @@ Status Uncommitted(const HostRepo& host, const GitBase& base,
     if (!found) {
       c.how = "uncommitted-deleted";
     } else {
-      const int64_t ctime =
-          st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
       // Changed before the base: the sandbox saw this version.
-      if (ctime < base.time_ns) continue;
+      if (sys::CtimeNs(st) < base.time_ns) continue;
       c.how = "uncommitted";
     }
     out->push_back(std::move(c));

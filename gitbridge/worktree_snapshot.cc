@@ -158,10 +158,11 @@ class OwnDirs {
 
 // What the sandbox's version of a file it wrote started from, when the
 // host had edited that file since the base (docs/git-bridge.md, "A host
-// edit the sandbox wrote over"): the copy-up's kept source (an in-place
-// write: the exact bytes), else the host's file as it is now (a file
-// replaced by rename, as `sed -i`, editors and git write: what the sandbox
-// read it from, unless the host changed it again since).
+// edit the sandbox wrote over"): its kept source (fs/copy_up_source.h:
+// kept by the copy-up of an in-place write, or by the rename of a new file
+// over the host's, as `sed -i`, editors and git write), else the host's
+// file as it is now (a file removed and made anew: what the sandbox read
+// it from, unless the host changed it again since).
 struct Ancestor {
   std::string path;  // where the base's version is looked up
   mode_t mode = 0;
@@ -209,9 +210,7 @@ Result<std::optional<Ancestor>> AncestorOf(const Layers& layers, int fd,
   bool found = false;
   ACQFS_TRY(sys::StatAtIfExists(host->top(), name, &st, &found, shown));
   if (!found || !S_ISREG(st.st_mode)) return Out();
-  const int64_t ctime_ns =
-      int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
-  if (ctime_ns < since_ns) return Out();  // unchanged since the base
+  if (sys::CtimeNs(st) < since_ns) return Out();  // unchanged since the base
   if (static_cast<uint64_t>(st.st_size) > CopyUpSources::kMaxKept) {
     stats->host_edits_kept.push_back(HostEditKept{path, "too large to merge"});
     return Out();

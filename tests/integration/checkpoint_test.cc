@@ -338,7 +338,7 @@ TEST_P(Stack, ForksExportTheirOwnBranchesOnSharedCheckpointCommits) {
   ASSERT_TRUE(
       Acqfs(sandbox(), {"checkpoint", sandbox().name(), "-m", "a done"}).ok());
   ASSERT_TRUE(Acqfs(sandbox(), {"checkpoint", "other", "-m", "b done"}).ok());
-  for (const std::string n : {sandbox().name(), std::string("other")}) {
+  for (const std::string& n : {sandbox().name(), std::string("other")}) {
     CommandResult e = Acqfs(sandbox(), {"export", n});
     ASSERT_TRUE(e.ok()) << e.Describe();
     CommandResult fetch =

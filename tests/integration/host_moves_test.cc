@@ -71,8 +71,9 @@ const HostMove kMoves[] = {
     {"Stash", "git stash push -q", true},
 };
 
-class HostMoves
-    : public ::testing::TestWithParam<std::tuple<int, AgentCommits, bool>> {
+// The host of every test here: a clone of an upstream, with a branch of
+// its own and a commit upstream to pull.
+class HostRepo : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(::geteuid(), 0u) << "integration tests run as root (as CI)";
@@ -98,6 +99,14 @@ class HostMoves
         home_));
   }
 
+  TempDir tmp_;
+  std::string home_, host_;
+};
+
+class HostMoves : public HostRepo,
+                  public ::testing::WithParamInterface<
+                      std::tuple<int, AgentCommits, bool>> {
+ protected:
   // The host's uncommitted work at the mount: a staged file, an edit, an
   // untracked file, an ignored one.
   void MakeHostDirty() {
@@ -151,9 +160,6 @@ class HostMoves
     }
     return out;
   }
-
-  TempDir tmp_;
-  std::string home_, host_;
 };
 
 TEST_P(HostMoves, MergeIsTheClonesAndTheSandboxsGitStaysItsOwn) {
@@ -270,38 +276,18 @@ void PrintTo(AgentWrite w, std::ostream* os) {
 }
 
 class HostFirst
-    : public ::testing::TestWithParam<std::tuple<int, AgentWrite, bool>> {
- protected:
-  void SetUp() override {
-    ASSERT_EQ(::geteuid(), 0u) << "integration tests run as root (as CI)";
-    tmp_.MakeDir("home", 0755);
-    home_ = tmp_.Sub("home");
-    host_ = tmp_.Sub("host");
-    ASSERT_TRUE(
-        RunIn(tmp_.path(),
-              std::string(kLinesFunction) +
-                  "git init -q -b main up && cd up\n"
-                  "lines a.txt a; lines b.txt b; lines c.txt c\n"
-                  "git add -A && git commit -qm c0\n"
-                  "cd .. && git clone -q up host && cd up\n"
-                  "sed -i s/^a7$/a7-up/ a.txt && git commit -qam c2\n"
-                  "cd ../host && git checkout -qb other\n"
-                  "sed -i s/^a10$/a10-other/ a.txt && git commit -qam other\n"
-                  "git checkout -q main\n",
-              home_));
-  }
-  TempDir tmp_;
-  std::string home_, host_;
+    : public HostRepo,
+      public ::testing::WithParamInterface<std::tuple<int, AgentWrite, bool>> {
 };
 
-using HostFirstAgain = HostFirst;
+using HostFirstAgain = HostRepo;
 
 TEST_P(HostFirst, TheWorkingTreeCommitHoldsOnlyTheAgentsChange) {
   const HostFirstMove& move = kFirstMoves[std::get<0>(GetParam())];
   const AgentWrite write = std::get<1>(GetParam());
   const bool host_dirty = std::get<2>(GetParam());
   if (host_dirty) {
-    ASSERT_TRUE(RunIn(host_, "sed -i s/^b3$/b3-dirty/ b.txt", home_));
+    ASSERT_TRUE(RunIn(host_, "sed -i s/^c3$/c3-dirty/ c.txt", home_));
   }
   CloneWorld world;
   ASSERT_TRUE(CloneWorld::Make(host_, tmp_.Sub("world"), home_, &world));
