@@ -30,6 +30,7 @@
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
 #include "gitbridge/git_base.h"
+#include "gitbridge/index_objects.h"
 #include "gitbridge/remote.h"
 
 namespace acqfs::cli {
@@ -360,6 +361,41 @@ int CheckAll(const MountArgs& a, MountTarget* t, MountConfig* config,
   return ChoosePolicy(a, *t, config, &(*sandbox)->meta());
 }
 
+// Copies what the sandbox's copy of the index names beyond the base's
+// HEAD into its upper (gitbridge/index_objects.h) and records it in
+// `base`; returns the bytes added. Says on stderr (the daemon's log) what
+// could not be kept.
+Result<uint64_t> KeepBaseIndexObjects(const std::string& xattr_namespace,
+                                      const std::string& lower,
+                                      const std::string& upper,
+                                      const std::vector<std::string>& frozen,
+                                      const std::string& work,
+                                      gitbridge::GitBase* base) {
+  auto layers = Layers::OpenForReading(lower, upper,
+                                       xattr_namespace == "trusted"
+                                           ? XattrNamespace::kTrusted
+                                           : XattrNamespace::kUser,
+                                       frozen);
+  if (!layers) return layers.error();
+  auto kept = gitbridge::KeepIndexObjects(*layers, lower, base->head, work);
+  if (!kept) return kept.error();
+  base->index_objects += kept->copied;
+  for (const std::string& n : kept->not_kept) {
+    base->index_objects_not_kept.push_back(n);
+    std::fprintf(stderr,
+                 "acqfs: the base's index names object %s, which is not kept "
+                 "in the sandbox: once the host's gc prunes it, the "
+                 "sandbox's git reports it missing\n",
+                 n.c_str());
+  }
+  if (kept->split_index)
+    std::fprintf(stderr,
+                 "acqfs: the host's index is split (core.splitIndex): the "
+                 "objects its shared part names beyond HEAD are not kept in "
+                 "the sandbox\n");
+  return kept->bytes;
+}
+
 // The base (gitbridge/git_base.h): recorded at the first mount of a sandbox
 // over a git checkout, finished by a mount after one that was interrupted
 // (killed while it copied the host's .git), kept by every later mount.
@@ -410,6 +446,10 @@ class BaseRecorder {
     ACQFS_TRY(Keep());
     ACQFS_TRY(
         gitbridge::KeepBranches(t_.lower, t_.name, base_.branches, base_.head));
+    auto tips = gitbridge::ReadBaseTips(*layers, base_);
+    if (!tips) return tips.error();
+    auto written = gitbridge::KeepTips(t_.lower, t_.name, *tips);
+    if (!written) return written.error();
     base_.own_git = true;
     base_.state = State::kRecorded;
     sandbox_.meta().policy.own_git = true;
@@ -469,6 +509,13 @@ class BaseRecorder {
     auto layers = Open(true);
     if (!layers) return layers.error();
     if (HasOwnIndex(*layers)) {
+      // The daemon's copy was in place; what it names beyond HEAD may not
+      // have been kept yet (kept again: what is there already is skipped).
+      const SandboxMeta& m = sandbox_.meta();
+      auto kept = KeepBaseIndexObjects(
+          m.xattr_namespace, t_.lower, sandbox_.paths().upper,
+          sandbox_.paths().frozen, sandbox_.paths().work, &base_);
+      if (!kept) return kept.error();
       base_.index_state = "copied";
       return sandbox_.Save();
     }
@@ -537,17 +584,25 @@ class BaseRecorder {
 };
 
 // Where the daemon records that its copy of the base's index is done.
-std::function<Status(const Status&)> IndexInstalled(const MountTarget& t,
-                                                    const Sandbox& sandbox) {
+std::function<Status(const Status&, Quota*)> IndexInstalled(
+    const MountTarget& t, const Sandbox& sandbox) {
   const std::string meta_path = sandbox.paths().meta;
   const std::string lower = t.lower;
   const std::string upper = sandbox.paths().upper;
   const std::string work = sandbox.paths().work;
-  return [meta_path, lower, upper, work](const Status& copied) -> Status {
+  const std::vector<std::string> frozen = sandbox.paths().frozen;
+  return [meta_path, lower, upper, work, frozen](const Status& copied,
+                                                 Quota* quota) -> Status {
     auto meta = ReadMeta(meta_path);
     if (!meta) return meta.error();
     Status outcome = copied;
     if (copied) {
+      // Before "copied" is written: a daemon killed in between leaves
+      // "pending", and the next mount keeps them (ResumeIndex).
+      auto kept = KeepBaseIndexObjects(meta->xattr_namespace, lower, upper,
+                                       frozen, work, &meta->base);
+      if (!kept) return kept.error();
+      if (quota) quota->Force(*kept);
       meta->base.index_state = "copied";
     } else if (copied.err() != EEXIST) {
       // The sandbox must not run without an index: one is made from the

@@ -386,6 +386,16 @@ int RunFork(const ForkArgs& a) {
                                              child.meta().base.head);
           !k)
         return fail(kExitFailed, k.error());
+    // And every other object its copy of .git names by a ref (tags, the
+    // stash...), as its layers show them now.
+    if (child.meta().base.own_git) {
+      auto layers = child.OpenLayers();
+      if (!layers) return fail(kExitFailed, layers.error());
+      auto tips = gitbridge::ReadBaseTips(*layers, child.meta().base);
+      if (!tips) return fail(kExitFailed, tips.error());
+      auto kept = gitbridge::KeepTips(child.meta().lower, a.new_name, *tips);
+      if (!kept) return fail(kExitFailed, kept.error());
+    }
   }
   lock->reset();
   std::printf("acqfs: fork %s: %s starts at checkpoint %u\n", s->name().c_str(),

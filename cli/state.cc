@@ -89,6 +89,9 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
           b.value("branches", std::map<std::string, std::string>{});
       m.base.own_git = b.value("own_git", false);
       m.base.index_state = b.value("index", "");
+      m.base.index_objects = b.value("index_objects", uint64_t{0});
+      m.base.index_objects_not_kept =
+          b.value("index_objects_not_kept", std::vector<std::string>{});
       if (b.contains("index_id")) {
         const auto& i = b["index_id"];
         m.base.index.dev = i.value("dev", uint64_t{0});
@@ -115,7 +118,10 @@ nlohmann::json BaseJson(const gitbridge::GitBase& b) {
       {"branch", b.branch},
       {"branches", b.branches},
       {"own_git", b.own_git},
-      {"index", b.index_state}};
+      {"index", b.index_state},
+      {"index_objects", b.index_objects}};
+  if (!b.index_objects_not_kept.empty())
+    j["index_objects_not_kept"] = b.index_objects_not_kept;
   if (b.index.ino != 0)
     j["index_id"] = {{"dev", b.index.dev},
                      {"ino", b.index.ino},

@@ -41,6 +41,7 @@ using GitReferenceIterator =
     GitPtr<git_reference_iterator, git_reference_iterator_free>;
 using GitConfigIterator = GitPtr<git_config_iterator, git_config_iterator_free>;
 using GitTransaction = GitPtr<git_transaction, git_transaction_free>;
+using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
 
 // An Error for a failed libgit2 call: `op` and `path` as for Error, the
 // library's own message appended to op, errno EIO (ENOENT for GIT_ENOTFOUND).

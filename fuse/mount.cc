@@ -534,7 +534,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (install) {
     installer = std::thread([&config, ov = overlay->get()] {
       Status s = ov->InstallUpperFile(config.install_rel, config.install_fd);
-      if (config.installed) s = config.installed(s);
+      if (config.installed) s = config.installed(s, ov->quota());
       if (s)
         spdlog::info("installed {} in the upper layer", config.install_rel);
       else

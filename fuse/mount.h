@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "fs/policy.h"
+#include "fs/quota.h"
 
 namespace acqfs {
 
@@ -67,8 +68,10 @@ struct MountConfig {
   int install_fd = -1;
   std::string install_rel;
   // Called on that thread with the copy's outcome before the gate opens;
-  // may mend a failure, and returns what the log says of it.
-  std::function<Status(const Status&)> installed;
+  // may mend a failure, or add to the upper below the gate (the base's
+  // staged objects), charging what it adds to `quota` (null: none), and
+  // returns what the log says of it.
+  std::function<Status(const Status&, Quota* quota)> installed;
 };
 
 // Refuses (EINVAL, naming the option) a combination of options that would

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <set>
 #include <vector>
 
 #include "common/git_ptr.h"
+#include "common/handle.h"
 #include "common/sys.h"
 #include "fs/copy_up.h"
 #include "gitbridge/host_repo.h"
@@ -36,6 +38,114 @@ bool LeftOut(const std::string& name, int depth) {
   return EndsWith(name, ".lock");
 }
 
+// The refs of acqfs's own in the host's repository, which a sandbox's copy
+// of .git leaves out: the keep refs of every sandbox (refs/acqfs-base,
+// refs/acqfs-keep, refs/acqfs-tips), and what the host fetched from the
+// sandboxes' bridges (refs/sandboxes, and refs/remotes/<r> of each remote
+// acqfs registered: one whose fetch refspec fills refs/sandboxes/). A
+// clone made at the mount has none of them; copied, they showed one
+// sandbox the others' work, each first mount kept every other sandbox's
+// keep refs again (writing refs/acqfs-tips for each: a cost that grew with
+// every sandbox), and once another sandbox was removed and the host's gc
+// ran, they named objects gone, which the sandbox's `git fsck` reported.
+class AcqfsRefs {
+ public:
+  // Reads the remotes from the host's .git/config (none when unreadable).
+  static AcqfsRefs Of(const Layers& layers) {
+    AcqfsRefs r;
+    GitLibrary lib;
+    const std::string path = layers.lower.Shown(".git/config");
+    git_config* raw = nullptr;
+    if (git_config_open_ondisk(&raw, path.c_str()) != 0) return r;
+    GitConfig cfg(raw);
+    git_config_iterator* iraw = nullptr;
+    if (git_config_iterator_glob_new(&iraw, cfg.get(),
+                                     "^remote\\..*\\.fetch$") != 0)
+      return r;
+    GitConfigIterator it(iraw);
+    git_config_entry* e = nullptr;
+    while (git_config_next(&e, it.get()) == 0) {
+      const std::string name = e->name, value = e->value ? e->value : "";
+      if (value.find(":refs/sandboxes/") == std::string::npos) continue;
+      // "remote.<name>.fetch", <name> as written (it may hold dots).
+      r.remotes_.insert(name.substr(7, name.size() - 7 - 6));
+    }
+    return r;
+  }
+
+  // Is `ref` ("refs/...", or a directory of refs such as "refs/acqfs-base")
+  // one of them?
+  bool Covers(const std::string& ref) const {
+    const std::string r = ref + "/";
+    for (const char* ns : {"refs/acqfs-base/", "refs/acqfs-keep/",
+                           "refs/acqfs-tips/", "refs/sandboxes/"})
+      if (r.rfind(ns, 0) == 0) return true;
+    if (r.rfind("refs/remotes/", 0) != 0) return false;
+    const size_t end = r.find('/', 13);
+    return remotes_.count(r.substr(13, end - 13)) > 0;
+  }
+
+  // The same for a path in .git ("refs/...", or its reflog "logs/refs/...").
+  bool CoversPath(const std::string& in_git) const {
+    if (in_git.rfind("logs/refs/", 0) == 0) return Covers(in_git.substr(5));
+    return in_git.rfind("refs/", 0) == 0 && Covers(in_git);
+  }
+
+  // packed-refs without their lines (and the peeled "^" lines that follow
+  // them); nullopt when it has none.
+  std::optional<std::string> Filter(const std::string& packed) const {
+    std::string out;
+    bool changed = false, dropping = false;
+    size_t pos = 0;
+    while (pos < packed.size()) {
+      size_t eol = packed.find('\n', pos);
+      const size_t next = eol == std::string::npos ? packed.size() : eol + 1;
+      const std::string_view line(packed.data() + pos, next - pos);
+      pos = next;
+      if (!line.empty() && line[0] == '^') {
+        if (!dropping) out.append(line);
+        continue;
+      }
+      dropping = false;
+      const size_t sp = line.find(' ');
+      if (line[0] != '#' && sp != std::string_view::npos) {
+        std::string name(line.substr(sp + 1));
+        while (!name.empty() && (name.back() == '\n' || name.back() == '\r'))
+          name.pop_back();
+        if (Covers(name)) {
+          dropping = changed = true;
+          continue;
+        }
+      }
+      out.append(line);
+    }
+    if (!changed) return std::nullopt;
+    return out;
+  }
+
+ private:
+  std::set<std::string> remotes_;
+};
+
+// The copy of packed-refs at `dirfd`/`name` without acqfs's refs, its
+// times kept.
+Status FilterPackedRefs(const AcqfsRefs& own, int dirfd,
+                        const std::string& name, const std::string& shown) {
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return Error::Errno("open", shown);
+  auto st = sys::Fstat(fd.get(), shown);
+  if (!st) return st.error();
+  auto text = sys::ReadAll(fd.get(), size_t{1} << 30, shown);
+  if (!text) return text.error();
+  auto kept = own.Filter(*text);
+  if (!kept) return Ok();
+  if (::ftruncate(fd.get(), 0) != 0) return Error::Errno("truncate", shown);
+  ACQFS_TRY(sys::PwriteAll(fd.get(), kept->data(), kept->size(), 0, shown));
+  struct timespec ts[2] = {st->st_atim, st->st_mtim};
+  if (::futimens(fd.get(), ts) != 0) return Error::Errno("utimensat", shown);
+  return Ok();
+}
+
 // Gives the copy `dst_dirfd`/`name` of the lower directory `rel` the
 // lower's times again, which filling it changed (as a copy-up leaves them).
 Status KeepTimes(const Layers& layers, const std::string& rel, int dst_dirfd,
@@ -51,7 +161,8 @@ Status KeepTimes(const Layers& layers, const std::string& rel, int dst_dirfd,
 // Copies the lower directory `rel` (already copied as `dst_dirfd`/`name`,
 // without its children) below its copy; regular files copied are added to
 // `files` for the fsync that follows.
-Status CopyChildren(const Layers& layers, const std::string& rel, int dst_dirfd,
+Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
+                    const std::string& rel, int dst_dirfd,
                     const std::string& name, int depth,
                     std::vector<UniqueFd>* dirs) {
   if (depth > kMaxGitDirDepth)
@@ -67,6 +178,7 @@ Status CopyChildren(const Layers& layers, const std::string& rel, int dst_dirfd,
   for (const sys::DirEntry& e : *entries) {
     if (LeftOut(e.name, depth)) continue;
     const std::string child = sys::Join(rel, e.name);
+    if (own.CoversPath(child.substr(5))) continue;  // past ".git/"
     Status s = CopyLowerTo(layers, child, dst->get(), e.name);
     if (!s) {
       // The host removed it meanwhile (a ref deleted, a lock let go).
@@ -78,8 +190,11 @@ Status CopyChildren(const Layers& layers, const std::string& rel, int dst_dirfd,
     ACQFS_TRY(sys::StatAtIfExists(dst->get(), e.name, &st, &found,
                                   layers.lower.Shown(child)));
     if (found && S_ISDIR(st.st_mode))
+      ACQFS_TRY(CopyChildren(layers, own, child, dst->get(), e.name, depth + 1,
+                             dirs));
+    if (found && depth == 0 && e.name == "packed-refs" && S_ISREG(st.st_mode))
       ACQFS_TRY(
-          CopyChildren(layers, child, dst->get(), e.name, depth + 1, dirs));
+          FilterPackedRefs(own, dst->get(), e.name, layers.upper.Shown(child)));
   }
   dirs->push_back(std::move(*dst));
   return KeepTimes(layers, rel, dst_dirfd, name);
@@ -150,7 +265,8 @@ Status FreezeGitDir(const Layers& layers, const std::string& work) {
                      layers.lower.Shown(".git"));
   ACQFS_TRY(CopyLowerTo(layers, ".git", workfd->get(), kStaging));
   std::vector<UniqueFd> dirs;  // deepest first
-  Status s = CopyChildren(layers, ".git", workfd->get(), kStaging, 0, &dirs);
+  Status s = CopyChildren(layers, AcqfsRefs::Of(layers), ".git", workfd->get(),
+                          kStaging, 0, &dirs);
   // Durable before it is published: one pass of fsyncs once everything is
   // written (the journal commits the lot at the first), not one a file.
   for (size_t i = 0; s && i < dirs.size(); ++i)
@@ -214,6 +330,35 @@ Status ReadBaseRefs(const Layers& layers, GitBase* base) {
   base->branches.clear();
   for (const auto& [name, id] : *branches) base->branches[name] = Hex(id);
   return Ok();
+}
+
+Result<std::vector<std::string>> ReadBaseTips(const Layers& layers,
+                                              const GitBase& base) {
+  auto repo = SandboxRepo::OpenRefsOnly(layers);
+  if (!repo) return repo.error();
+  auto refs = repo->AllRefs();
+  if (!refs) return refs.error();
+  auto stash = repo->ReflogIds("refs/stash");
+  if (!stash) return stash.error();
+  std::set<std::string> kept;  // by KeepBase and KeepBranches
+  if (!base.head.empty()) kept.insert(base.head);
+  for (const auto& [name, hex] : base.branches) kept.insert(hex);
+  std::set<std::string> tips;
+  auto add = [&](const git_oid& id) {
+    std::string hex = Hex(id);
+    if (!kept.count(hex)) tips.insert(std::move(hex));
+  };
+  for (const auto& [name, id] : *refs) {
+    // acqfs's own (a copy made before they were left out of it): each is
+    // kept by the sandbox it belongs to.
+    if (name.rfind("refs/acqfs-", 0) == 0 ||
+        name.rfind("refs/sandboxes/", 0) == 0 ||
+        name.rfind("refs/remotes/sandbox-", 0) == 0)
+      continue;
+    add(id);
+  }
+  for (const git_oid& id : *stash) add(id);
+  return std::vector<std::string>(tips.begin(), tips.end());
 }
 
 Status ReadHostRefs(const std::string& lower, GitBase* base) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/handle.h"
@@ -59,6 +60,12 @@ struct GitBase {
   // HEAD's tree, so staged changes of the base are gone).
   FileIdentity index;
   std::string index_state;
+  // What the copy of the index names beyond HEAD's tree (staged blobs, a
+  // conflict's stages), copied into the upper's .git/objects once the copy
+  // is in place (gitbridge/index_objects.h): how many, and which could not
+  // be ("<hex> (why)").
+  uint64_t index_objects = 0;
+  std::vector<std::string> index_objects_not_kept;
   bool recorded() const { return state == State::kRecorded; }
 };
 
@@ -85,6 +92,13 @@ Result<std::optional<UniqueFd>> OpenHostIndex(const std::string& lower,
 // Fills base->head, branch and branches from the sandbox's own .git as
 // `layers` (whose policy has the own-git rule) show it.
 Status ReadBaseRefs(const Layers& layers, GitBase* base);
+// The objects the sandbox's own .git names by a ref (every ref below
+// refs/: tags, remote-tracking refs, notes, the stash) or by an entry of
+// the stash's reflog, other than base->head and base->branches' tips
+// (which KeepBase and KeepBranches keep), as distinct hex ids: what
+// KeepTips (gitbridge/remote.h) keeps on the host.
+Result<std::vector<std::string>> ReadBaseTips(const Layers& layers,
+                                              const GitBase& base);
 // The same from the host's .git as it is now (a sandbox whose git is not
 // its own).
 Status ReadHostRefs(const std::string& lower, GitBase* base);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -140,50 +141,73 @@ Result<GitRepository> OpenHost(const std::string& workdir) {
   return GitRepository(raw);
 }
 
-// Root changing the remotes of a checkout another user owns (one git trusts:
-// root through sudo from that user, or a safe.directory entry): libgit2
-// writes the new config by renaming a lock file over it, so the file would
-// become root's and its owner could no longer change their own config.
-// Record() notes the owner and mode of <commondir>/config; Restore() gives
-// them back after the edit. The file is opened beneath the common directory
-// without following a symlink, and only a regular file of one link changes.
+// Root changing the remotes or refs of a checkout another user owns (one
+// git trusts: root through sudo from that user, or a safe.directory
+// entry): libgit2 writes the new config, and the new packed-refs when it
+// deletes a packed ref, by renaming a lock file over it, so the file would
+// become root's, and its owner could no longer change their own config.
+// Record() notes the owner and mode of <commondir>/config and packed-refs;
+// Restore() gives them back after the edit (a packed-refs made by the edit
+// gets the config's owner). Each file is opened beneath the common
+// directory without following a symlink, and only a regular file of one
+// link changes.
 class ConfigOwner {
  public:
   void Record(const std::string& commondir) {
     if (::geteuid() != 0) return;
-    auto dir = sys::OpenDirPath(commondir, O_PATH);
-    if (!dir) return;
-    auto fd = sys::OpenBeneath(dir->get(), "config", O_RDONLY | O_NONBLOCK, 0,
-                               commondir + "config");
-    if (!fd) return;
-    auto st = sys::Fstat(fd->get(), commondir + "config");
-    if (!st || !S_ISREG(st->st_mode) || st->st_uid == 0) return;
-    before_ = *st;
     commondir_ = commondir;
+    config_ = StatOf("config");
+    if (!config_ || config_->st_uid == 0) {
+      config_.reset();
+      return;
+    }
+    packed_ = StatOf("packed-refs");
+    if (!packed_) {
+      packed_ = config_;
+      packed_->st_mode = 0644;
+    }
   }
   Status Restore() const {
-    if (!before_) return Ok();
-    const std::string shown = commondir_ + "config";
-    auto dir = sys::OpenDirPath(commondir_, O_PATH);
-    if (!dir) return dir.error();
-    auto fd =
-        sys::OpenBeneath(dir->get(), "config", O_RDONLY | O_NONBLOCK, 0, shown);
-    if (!fd) return fd.error();
-    auto st = sys::Fstat(fd->get(), shown);
-    if (!st) return st.error();
-    if (!S_ISREG(st->st_mode) || st->st_nlink != 1) return Ok();
-    if ((st->st_uid != before_->st_uid || st->st_gid != before_->st_gid) &&
-        ::fchown(fd->get(), before_->st_uid, before_->st_gid) != 0)
-      return Error::Errno("give the host's git config back to its owner",
-                          shown);
-    if ((st->st_mode & 07777) != (before_->st_mode & 07777) &&
-        ::fchmod(fd->get(), before_->st_mode & 07777) != 0)
-      return Error::Errno("restore the mode of the host's git config", shown);
-    return Ok();
+    if (!config_) return Ok();
+    ACQFS_TRY(Give("config", *config_));
+    return Give("packed-refs", *packed_);
   }
 
  private:
-  std::optional<struct stat> before_;
+  std::optional<struct stat> StatOf(const char* name) const {
+    auto dir = sys::OpenDirPath(commondir_, O_PATH);
+    if (!dir) return std::nullopt;
+    auto fd = sys::OpenBeneath(dir->get(), name, O_RDONLY | O_NONBLOCK, 0,
+                               commondir_ + name);
+    if (!fd) return std::nullopt;
+    auto st = sys::Fstat(fd->get(), commondir_ + name);
+    if (!st || !S_ISREG(st->st_mode)) return std::nullopt;
+    return *st;
+  }
+
+  Status Give(const char* name, const struct stat& before) const {
+    const std::string shown = commondir_ + name;
+    auto dir = sys::OpenDirPath(commondir_, O_PATH);
+    if (!dir) return dir.error();
+    auto fd =
+        sys::OpenBeneath(dir->get(), name, O_RDONLY | O_NONBLOCK, 0, shown);
+    if (!fd) {
+      if (fd.err() == ENOENT) return Ok();
+      return fd.error();
+    }
+    auto st = sys::Fstat(fd->get(), shown);
+    if (!st) return st.error();
+    if (!S_ISREG(st->st_mode) || st->st_nlink != 1) return Ok();
+    if ((st->st_uid != before.st_uid || st->st_gid != before.st_gid) &&
+        ::fchown(fd->get(), before.st_uid, before.st_gid) != 0)
+      return Error::Errno("give the host's git file back to its owner", shown);
+    if ((st->st_mode & 07777) != (before.st_mode & 07777) &&
+        ::fchmod(fd->get(), before.st_mode & 07777) != 0)
+      return Error::Errno("restore the mode of the host's git file", shown);
+    return Ok();
+  }
+
+  std::optional<struct stat> config_, packed_;
   std::string commondir_;
 };
 
@@ -559,6 +583,140 @@ int CreateRef(git_repository* repo, const std::string& ref, const git_oid& id,
 
 }  // namespace
 
+namespace {
+
+// The repository's refs/ directory (of the common directory `common`,
+// with its trailing '/'), opened without following a symlink, and its
+// owner.
+Result<std::pair<UniqueFd, struct stat>> OpenRefs(const std::string& common) {
+  auto root = sys::OpenDirPath(common, O_PATH);
+  if (!root) return root.error();
+  auto refs = sys::OpenBeneath(root->get(), "refs", O_RDONLY | O_DIRECTORY, 0,
+                               common + "refs");
+  if (!refs) return refs.error();
+  auto st = sys::Fstat(refs->get(), common + "refs");
+  if (!st) return st.error();
+  return std::make_pair(std::move(*refs), *st);
+}
+
+// The directory of loose refs `prefix` (e.g. "refs/acqfs-tips/<name>/")
+// in the host's repository `common`, made as git would (owned, when root
+// writes into another user's repository, by the owner of its refs/), for
+// WriteRef.
+class RefDirs {
+ public:
+  static Result<RefDirs> Make(const std::string& common,
+                              const std::string& prefix) {
+    RefDirs d;
+    d.shown_ = common + prefix;
+    auto refs = OpenRefs(common);
+    if (!refs) return refs.error();
+    d.owner_ = refs->second;
+    UniqueFd at = std::move(refs->first);
+    std::string rel = "refs";
+    size_t pos = 5;  // past "refs/"
+    while (pos < prefix.size()) {
+      size_t slash = prefix.find('/', pos);
+      if (slash == std::string::npos) slash = prefix.size();
+      const std::string part = prefix.substr(pos, slash - pos);
+      pos = slash + 1;
+      rel += "/" + part;
+      if (::mkdirat(at.get(), part.c_str(), 0777) == 0) {  // less the umask
+        if (::geteuid() == 0 && d.owner_.st_uid != 0 &&
+            ::fchownat(at.get(), part.c_str(), d.owner_.st_uid, d.owner_.st_gid,
+                       AT_SYMLINK_NOFOLLOW) != 0)
+          return Error::Errno("chown", common + rel);
+      } else if (errno != EEXIST) {
+        return Error::Errno("mkdir", common + rel);
+      }
+      auto next = sys::OpenBeneath(at.get(), part, O_RDONLY | O_DIRECTORY, 0,
+                                   common + rel);
+      if (!next) return next.error();
+      at = std::move(*next);
+    }
+    d.dir_ = std::move(at);
+    return d;
+  }
+
+  // `name` in the directory names `id`: "<hex>\n" in `name`.lock, renamed
+  // over `name`.
+  Status WriteRef(const std::string& name, const git_oid& id) {
+    const std::string lock = name + ".lock";
+    const std::string shown = shown_ + name;
+    UniqueFd fd(::openat(dir_.get(), lock.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                         0666));
+    if (!fd) return Error::Errno("create the lock file", shown + ".lock");
+    const std::string text = OidHex(id) + "\n";
+    Status s = sys::PwriteAll(fd.get(), text.data(), text.size(), 0, shown);
+    if (s && ::geteuid() == 0 && owner_.st_uid != 0 &&
+        ::fchown(fd.get(), owner_.st_uid, owner_.st_gid) != 0)
+      s = Error::Errno("chown", shown);
+    fd.reset();
+    if (s) s = sys::Renameat2(dir_.get(), lock, dir_.get(), name, 0, shown);
+    if (!s) (void)::unlinkat(dir_.get(), lock.c_str(), 0);
+    return s;
+  }
+
+ private:
+  UniqueFd dir_;
+  struct stat owner_ {};
+  std::string shown_;
+};
+
+// libgit2 writes refs with the caller's owner. When root writes the keep
+// refs into another user's repository, the directories it made
+// (refs/acqfs-base/, refs/acqfs-keep/<name>/...) were root's, and the
+// user's `git gc` (pack-refs) and `git update-ref -d` failed on them
+// ("cannot lock ref ... Permission denied"). Gives them, and the refs in
+// them, to the owner of the repository's refs/, as git run by that user
+// would have made them. Never follows a symlink.
+Status GiveKeepRefsToOwner(git_repository* repo, const std::string& sandbox) {
+  if (::geteuid() != 0) return Ok();
+  const std::string common = git_repository_commondir(repo);
+  auto opened = OpenRefs(common);
+  if (!opened) return opened.error();
+  const UniqueFd& refs = opened->first;
+  const struct stat* owner = &opened->second;
+  if (owner->st_uid == 0) return Ok();
+  // Chowns `name` in `dirfd` and, for a directory, everything below it.
+  std::function<Status(int, const std::string&, const std::string&, int)> give =
+      [&](int dirfd, const std::string& name, const std::string& shown,
+          int depth) -> Status {
+    struct stat st;
+    bool found = false;
+    ACQFS_TRY(sys::StatAtIfExists(dirfd, name, &st, &found, shown));
+    if (!found) return Ok();
+    if ((st.st_uid != owner->st_uid || st.st_gid != owner->st_gid) &&
+        ::fchownat(dirfd, name.c_str(), owner->st_uid, owner->st_gid,
+                   AT_SYMLINK_NOFOLLOW) != 0)
+      return Error::Errno("give to the repository's owner", shown);
+    if (!S_ISDIR(st.st_mode) || depth > 64) return Ok();
+    auto dir = sys::OpenBeneath(dirfd, name, O_RDONLY | O_DIRECTORY, 0, shown);
+    if (!dir) return dir.error();
+    auto entries = sys::ReadDir(dir->get(), shown);
+    if (!entries) return entries.error();
+    for (const sys::DirEntry& e : *entries)
+      ACQFS_TRY(give(dir->get(), e.name, shown + "/" + e.name, depth + 1));
+    return Ok();
+  };
+  for (const char* top : {"acqfs-base", "acqfs-keep", "acqfs-tips"}) {
+    const std::string shown = common + "refs/" + top;
+    struct stat st;
+    bool found = false;
+    ACQFS_TRY(sys::StatAtIfExists(refs.get(), top, &st, &found, shown));
+    if (!found || !S_ISDIR(st.st_mode)) continue;
+    ACQFS_TRY(give(refs.get(), top, shown, 65));  // the directory alone
+    auto dir =
+        sys::OpenBeneath(refs.get(), top, O_RDONLY | O_DIRECTORY, 0, shown);
+    if (!dir) return dir.error();
+    ACQFS_TRY(give(dir->get(), sandbox, shown + "/" + sandbox, 0));
+  }
+  return Ok();
+}
+
+}  // namespace
+
 std::string BaseRefName(const std::string& sandbox) {
   return "refs/acqfs-base/" + sandbox;
 }
@@ -573,7 +731,7 @@ Status KeepBase(const std::string& host_workdir, const std::string& sandbox,
   return WithHostLocked(host_workdir, [&](git_repository* repo) -> Status {
     int rc = CreateRef(repo, ref, id, "acqfs: the base of a sandbox");
     if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
-    return Ok();
+    return GiveKeepRefsToOwner(repo, sandbox);
   });
 }
 
@@ -590,6 +748,7 @@ Result<std::string> KeepHostHead(const std::string& host_workdir,
         if (rc < 0) return GitError(rc, "resolve HEAD", host_workdir);
         rc = CreateRef(repo, ref, id, "acqfs: the base of a sandbox");
         if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
+        ACQFS_TRY(GiveKeepRefsToOwner(repo, sandbox));
         return OidHex(id);
       });
 }
@@ -622,8 +781,50 @@ Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
       if (rc == GIT_ENOTFOUND || rc == GIT_EINVALID) continue;
       if (rc < 0) return GitFailure(rc, "set " + ref, host_workdir);
     }
-    return Ok();
+    return GiveKeepRefsToOwner(repo, sandbox);
   });
+}
+
+std::string TipsRefPrefix(const std::string& sandbox) {
+  return "refs/acqfs-tips/" + sandbox + "/";
+}
+
+Result<size_t> KeepTips(const std::string& host_workdir,
+                        const std::string& sandbox,
+                        const std::vector<std::string>& tips) {
+  std::vector<git_oid> ids;
+  for (const std::string& hex : tips) {
+    git_oid id;
+    if (hex.size() != GIT_OID_HEXSZ || git_oid_fromstr(&id, hex.c_str()))
+      return Error::Of(EINVAL, "bad object id '" + hex + "'", host_workdir);
+    ids.push_back(id);
+  }
+  if (ids.empty()) return size_t{0};
+  GitLibrary lib;
+  return WithHostLocked(
+      host_workdir, [&](git_repository* repo) -> Result<size_t> {
+        git_odb* raw = nullptr;
+        int rc = git_repository_odb(&raw, repo);
+        GitOdb odb(raw);
+        if (rc < 0) return GitError(rc, "open the object store", host_workdir);
+        // Written as git writes a loose ref (its lock file renamed over
+        // it), not through libgit2, which takes 150 us a ref: a thousand
+        // tags would have cost the first mount 150 ms. The names are
+        // acqfs's alone (the sandbox's, which its lock serialises); a
+        // `git pack-refs` of the host's packs them like any other.
+        const std::string common = git_repository_commondir(repo);
+        auto dirs = RefDirs::Make(common, TipsRefPrefix(sandbox));
+        if (!dirs) return dirs.error();
+        size_t written = 0;
+        for (const git_oid& id : ids) {
+          // Gone from the host already, or never the host's (the
+          // sandbox's own): nothing to keep.
+          if (!git_odb_exists(odb.get(), &id)) continue;
+          ACQFS_TRY(dirs->WriteRef(OidHex(id), id));
+          ++written;
+        }
+        return written;
+      });
 }
 
 namespace {
@@ -669,11 +870,13 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
               DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
         ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), host_workdir));
         ACQFS_TRY(DeleteRefs(repo, KeepRefPrefix(sandbox) + "*", host_workdir));
+        ACQFS_TRY(DeleteRefs(repo, TipsRefPrefix(sandbox) + "*", host_workdir));
         // As git leaves no empty directory of refs behind (the last base
         // gone, refs/acqfs-base goes; another sandbox's keeps it).
         const std::string common = git_repository_commondir(repo);
         ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-base"));
         ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep"));
+        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-tips"));
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();

@@ -74,12 +74,26 @@ Status KeepBranches(const std::string& host_workdir, const std::string& sandbox,
                     const std::map<std::string, std::string>& branches,
                     const std::string& head);
 
+// The refs that keep every other object a ref of the sandbox's copy of
+// .git names (tags, remote-tracking refs, notes, each entry of the stash),
+// one a distinct object: refs/acqfs-tips/<name>/<hex>. Without them a tag
+// the host deletes, a remote branch its `git fetch --prune` drops, or a
+// stash entry it pops is pruned by its gc, and the sandbox's `git log
+// v1.0`, `git checkout origin/x` or `git stash pop` fail where a clone's
+// work. Written under the same locks as KeepBase; an object the host no
+// longer has is skipped. Returns how many were written.
+std::string TipsRefPrefix(const std::string& sandbox);
+Result<size_t> KeepTips(const std::string& host_workdir,
+                        const std::string& sandbox,
+                        const std::vector<std::string>& tips);
+
 // Removes the remote's configuration (its whole section, and the upstream
 // settings of branches that track it), its refs/remotes/sandbox-<name>/
-// refs and the base's ref (BaseRefName); refs/sandboxes/<name>/ stays. Only the
-// remote that points at `bridge_path` is removed: a remote of that name
-// pointing elsewhere is someone else's and is left alone; its URL is returned.
-// Returns "" when the remote was removed or did not exist.
+// refs and the base's ref (BaseRefName), the keep refs (KeepRefPrefix,
+// TipsRefPrefix); refs/sandboxes/<name>/ stays. Only the remote that points at
+// `bridge_path` is removed: a remote of that name pointing elsewhere is someone
+// else's and is left alone; its URL is returned. Returns "" when the remote was
+// removed or did not exist.
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path);

@@ -18,6 +18,7 @@ constexpr int kMaxSymrefDepth = 5;    // as git's SYMREF_MAXDEPTH
 constexpr int kMaxRefDirDepth = 64;   // nesting below refs/heads
 constexpr size_t kMaxRefFile = 4096;  // HEAD and loose refs
 constexpr size_t kMaxPackedRefs = size_t{1} << 30;
+constexpr size_t kMaxReflog = size_t{1} << 30;
 // Backend priorities: every lower backend (git's own priorities are 1 and 2)
 // is asked before the upper ones, so an upper whiteout of a lower loose
 // object (left by a `git gc` in the sandbox) is never read as an object.
@@ -206,6 +207,43 @@ Result<std::map<std::string, git_oid>> SandboxRepo::Branches() const {
   std::map<std::string, git_oid> out;
   for (const auto& [name, id] : refs) out[name.substr(11)] = id;
   return out;
+}
+
+Result<std::map<std::string, git_oid>> SandboxRepo::AllRefs() const {
+  auto refs = ReadPackedRefs(*layers_, gitdir_);
+  if (!refs) return refs.error();
+  std::string rel = gitdir_ + "/refs";
+  auto node = MergedTree(*layers_).Resolve(rel);
+  if (!node) return node.error();
+  if (node->exists && S_ISDIR(node->st.st_mode))
+    ACQFS_TRY(CollectLooseRefs(*layers_, node->dir, "refs/", 0, &*refs));
+  return refs;
+}
+
+Result<std::vector<git_oid>> SandboxRepo::ReflogIds(
+    const std::string& ref) const {
+  if (!ValidRefName(ref))
+    return Error::Of(EINVAL, "invalid ref name '" + ref + "'",
+                     layers_->upper.Shown(gitdir_));
+  std::vector<git_oid> ids;
+  auto text = ReadMergedFile(*layers_, gitdir_ + "/logs/" + ref, kMaxReflog);
+  if (!text) return text.error();
+  if (!*text) return ids;
+  // "<old> <new> <name> <email> <time> <tz>\t<message>" a line.
+  const std::string& t = **text;
+  size_t pos = 0;
+  while (pos < t.size()) {
+    size_t eol = t.find('\n', pos);
+    if (eol == std::string::npos) eol = t.size();
+    git_oid id;
+    if (eol - pos > 2 * GIT_OID_HEXSZ + 1 && t[pos + GIT_OID_HEXSZ] == ' ' &&
+        git_oid_fromstrn(&id, t.data() + pos + GIT_OID_HEXSZ + 1,
+                         GIT_OID_HEXSZ) == 0 &&
+        !git_oid_is_zero(&id))
+      ids.push_back(id);
+    pos = eol + 1;
+  }
+  return ids;
 }
 
 Result<std::optional<git_oid>> SandboxRepo::ResolveRef(const std::string& name,

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/git_ptr.h"
@@ -36,6 +37,12 @@ class SandboxRepo {
   // refs/heads/* (names without "refs/heads/") -> commit ids. A loose ref
   // wins over packed-refs; symbolic or unreadable refs are skipped.
   Result<std::map<std::string, git_oid>> Branches() const;
+  // Every ref below refs/ (full names) -> the object it names, as Branches.
+  Result<std::map<std::string, git_oid>> AllRefs() const;
+  // The objects the reflog of `ref` (e.g. "refs/stash") records, newest
+  // last: each line's new value, the null id left out. Empty when there is
+  // no reflog.
+  Result<std::vector<git_oid>> ReflogIds(const std::string& ref) const;
   // The commit HEAD names (symbolic or detached); nullopt when unborn.
   Result<std::optional<git_oid>> Head() const;
   // The branch HEAD names ("" when detached or unborn).

@@ -24,7 +24,6 @@
 namespace acqfs::gitbridge {
 namespace {
 
-using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
 using GitOdbStream = GitPtr<git_odb_stream, git_odb_stream_free>;
 
 // What the base tree holds at a changed path.

@@ -28,7 +28,6 @@ using ::acqfs::test::DeepContent;
 using ::acqfs::test::MakeFile;
 using ::acqfs::test::TempDir;
 
-using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
 
 struct Entry {
   git_filemode_t mode;

@@ -25,7 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::acqfs::test::MakeFile;
 using ::acqfs::test::TempDir;
-using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
 
 class WorktreeStackTest : public ::testing::Test {
  protected:

@@ -561,5 +561,136 @@ TEST_F(Base, TheBasesOtherBranchesOutliveTheHostsDeletionAndGc) {
   EXPECT_FALSE(Exists(host_ + "/.git/refs/acqfs-base"));
 }
 
+// What the host had staged at the mount (a change, a new file) is in the
+// sandbox's index; the host unstages it and prunes: the sandbox's `git
+// diff --cached`, `git fsck` and `git commit` still work, as a clone's
+// would with the same files staged, because the base's copy of the index
+// had its objects copied into the upper (gitbridge/index_objects.h).
+TEST_F(Base, WhatTheHostStagedOutlivesItsUnstagingAndGc) {
+  Host(
+      "sed -i s/^a3$/a3-staged/ a.txt && echo new > s.txt && "
+      "git add a.txt s.txt && sed -i s/^a5$/a5-unstaged/ a.txt");
+  const std::string staged = Host("git rev-parse :s.txt");
+  auto sb = Mount();
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(), "git status --porcelain", home_, &out));
+  EXPECT_EQ(out, "MM a.txt\nA  s.txt\n");
+  EXPECT_EQ(Meta()["base"]["index_objects"], 2);
+  Host(
+      "git reset -q --hard && git reflog expire --expire=now --all && "
+      "git gc -q --prune=now");
+  EXPECT_NE(Host("git cat-file -e " + staged + " 2>&1 || echo gone"), "")
+      << "the host still has the staged blob: the test proves nothing";
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git diff --cached --stat | tail -1 && "
+                    "git fsck --no-progress && "
+                    "git commit -qm agent && git show HEAD:s.txt && "
+                    "git show HEAD:a.txt | grep -c staged",
+                    home_, &out));
+  EXPECT_EQ(out, " 2 files changed, 2 insertions(+), 1 deletion(-)\nnew\n1\n");
+  ASSERT_TRUE(sb->Unmount());
+}
+
+// A daemon killed after its copy of the index and before it had copied
+// what the index names beyond HEAD leaves "index": "pending" with the copy
+// in place: the next mount copies the objects.
+TEST_F(Base, KeepingCutShortIsDoneAtTheNextMount) {
+  Host("echo new > s.txt && git add s.txt");
+  const std::string id = Host("git rev-parse :s.txt");
+  {
+    auto sb = Mount();
+    ASSERT_TRUE(sb->Unmount());
+  }
+  const std::string loose = SandboxUpper(state_, "x") + "/.git/objects/" +
+                            id.substr(0, 2) + "/" + id.substr(2);
+  ASSERT_TRUE(Exists(loose));
+  ASSERT_SYS_OK(::unlink(loose.c_str()));
+  nlohmann::json meta = Meta();
+  meta["base"]["index"] = "pending";
+  WriteMeta(meta);
+  auto sb = Mount();
+  EXPECT_EQ(Meta()["base"]["index"], "copied");
+  EXPECT_TRUE(Exists(loose));
+  ASSERT_TRUE(sb->Unmount());
+}
+
+// The other objects the sandbox's copy of .git names: an annotated tag on
+// a branch the host then deletes, a lightweight tag, a remote-tracking
+// branch `git fetch --prune` would drop, and two stash entries. The host
+// deletes them all and prunes; the sandbox's git (and its fork's) still
+// reads them, and `acqfs rm` takes the keep refs away.
+TEST_F(Base, TagsRemoteBranchesAndTheStashOutliveTheHostsDeletionAndGc) {
+  Host(
+      "git checkout -qb rel && sed -i s/^b4$/b4-rel/ b.txt && "
+      "git commit -qam rel && git tag -a v1 -m release && "
+      "git checkout -qb wip && sed -i s/^b6$/b6-wip/ b.txt && "
+      "git commit -qam wip && git tag light && "
+      "git update-ref refs/remotes/origin/gone HEAD && "
+      "git checkout -q main && git branch -q -D rel wip && "
+      "sed -i s/^c1$/c1-s1/ c.txt && git stash -q && "
+      "sed -i s/^c2$/c2-s2/ c.txt && git stash -q");
+  auto sb = Mount();
+  CommandResult fork = Acqfs({"fork", "x", "y"});
+  ASSERT_EQ(fork.exit_code, 0) << fork.Describe();
+  EXPECT_EQ(Host("git for-each-ref refs/acqfs-tips/x | wc -l"), "4");
+  EXPECT_EQ(Host("git for-each-ref refs/acqfs-tips/y | wc -l"), "4");
+  Host(
+      "git tag -d v1 light >/dev/null && git update-ref -d "
+      "refs/remotes/origin/gone && git stash clear && "
+      "git reflog expire --expire=now --all && git gc -q --prune=now");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git cat-file -t v1 && git log --format=%s -1 v1 && "
+                    "git log --format=%s -1 light && "
+                    "git log --format=%s -1 origin/gone && "
+                    "git stash list | wc -l && "
+                    "git stash show -p stash@{1} | grep '^+c' && "
+                    "git fsck --no-progress && git stash pop -q && "
+                    "grep -c c2-s2 c.txt",
+                    home_, &out));
+  EXPECT_EQ(out, "tag\nrel\nwip\nwip\n2\n+c1-s1\n1\n");
+  ASSERT_TRUE(sb->Unmount());
+  for (const char* name : {"y", "x"}) {
+    CommandResult rm = Acqfs({"rm", name, "--force"});
+    EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+  }
+  EXPECT_EQ(Host("git for-each-ref refs/acqfs-tips"), "");
+  EXPECT_FALSE(Exists(host_ + "/.git/refs/acqfs-tips"));
+}
+
+// A second sandbox's copy of .git holds none of acqfs's own refs: not the
+// first sandbox's keep refs, nor what the host fetched from its bridge
+// (loose or packed). A remote of the user's that is merely named
+// sandbox-... stays. So no sandbox sees another's work, nor keeps it.
+TEST_F(Base, ASandboxsCopyOfGitHoldsNoneOfAcqfsOwnRefs) {
+  Host(
+      "git tag -a v1 -m v1 && "
+      "git config remote.sandbox-prod.url /nowhere && "
+      "git config remote.sandbox-prod.fetch "
+      "'+refs/heads/*:refs/remotes/sandbox-prod/*' && "
+      "git update-ref refs/remotes/sandbox-prod/main HEAD");
+  {
+    auto a = Mount("a");
+    ASSERT_TRUE(RunIn(a->mountpoint(), "echo work > w.txt", home_));
+    ASSERT_TRUE(a->Unmount());  // exports
+  }
+  Host(
+      "git fetch -q sandbox-a && git pack-refs --all && git fetch -q "
+      "sandbox-a");
+  ASSERT_NE(Host("git for-each-ref refs/sandboxes refs/remotes/sandbox-a"), "");
+  auto b = Mount("b");
+  std::string out;
+  ASSERT_TRUE(RunIn(b->mountpoint(),
+                    "git for-each-ref --format='%(refname)' && "
+                    "git fsck --no-progress --no-dangling",
+                    home_, &out));
+  EXPECT_EQ(out,
+            "refs/heads/main\nrefs/remotes/sandbox-prod/main\n"
+            "refs/tags/v1\n");
+  // Only its own tips: the tag (main is kept as the base).
+  EXPECT_EQ(Host("git for-each-ref refs/acqfs-tips/b | wc -l"), "1");
+  ASSERT_TRUE(b->Unmount());
+}
+
 }  // namespace
 }  // namespace acqfs::test

@@ -1111,6 +1111,67 @@ TEST(GitBridgeOwner, AnotherUsersCheckoutIsRefusedNotTakenForAPlainDirectory) {
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// Root through sudo mounting, exporting and removing a sandbox of another
+// user's checkout writes keep refs (refs/acqfs-base, refs/acqfs-keep,
+// refs/acqfs-tips) and, removing them, packed-refs. Everything it leaves in
+// the user's .git is the user's: the directories libgit2 made were root's,
+// and the user's `git gc` failed to pack them ("cannot lock ref ...
+// Permission denied"), as did `git update-ref -d` of them.
+TEST(GitBridgeOwner, RootLeavesNothingOfItsOwnInAnotherUsersRepository) {
+  ASSERT_EQ(::geteuid(), 0u) << "needs root (as CI has)";
+  TempDir t;
+  ASSERT_EQ(::chmod(t.path().c_str(), 0755), 0);
+  const std::string lower = t.Sub("theirs");
+  ASSERT_TRUE(MakeLowerRepo(lower));
+  const std::string home = t.MakeDir("home");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"tag", "-a", "v1", "-m", "v1"},
+        {"branch", "topic/side"}})
+    ASSERT_TRUE(RunGit(lower, args, home).ok());
+  ASSERT_TRUE(ChownTree(lower, 1000, 1000));
+  const std::string state = t.MakeDir("state");
+  const std::string mnt = t.MakeDir("mnt");
+  auto acqfs = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), AcqfsBinary());
+    args.insert(args.end(), {"--state-dir", state});
+    return RunCommand(args, 60, "", {{"HOME", home}, {"SUDO_UID", "1000"}});
+  };
+  auto roots = [&] {
+    return Sh("find " + ShellQuote(lower + "/.git") + " -user root");
+  };
+  auto as_owner = [&](const std::string& git_args) {
+    return RunCommand(
+        {"setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups",
+         "sh", "-c", "git -c safe.directory='*' " + git_args + " 2>&1"},
+        60, lower, {{"HOME", home}});
+  };
+  CommandResult m = acqfs({"mount", lower, mnt, "--name", "theirs"});
+  ASSERT_TRUE(m.ok()) << m.Describe();
+  ASSERT_TRUE(WriteFile(mnt + "/w.txt", "work\n"));
+  CommandResult u = acqfs({"umount", "theirs"});
+  ASSERT_TRUE(u.ok()) << u.Describe();
+  ASSERT_NE(Sh("git -C " + ShellQuote(lower) +
+               " -c safe.directory='*' for-each-ref refs/acqfs-tips"),
+            "");
+  EXPECT_EQ(roots(), "");
+  CommandResult gc = as_owner("gc -q");
+  EXPECT_TRUE(gc.ok() && gc.out.empty()) << gc.Describe();
+  CommandResult fork = acqfs({"fork", "theirs", "mine"});
+  ASSERT_TRUE(fork.ok()) << fork.Describe();
+  EXPECT_EQ(roots(), "");
+  CommandResult del = as_owner("update-ref -d refs/acqfs-keep/mine/topic/side");
+  EXPECT_TRUE(del.ok() && del.out.empty()) << del.Describe();
+  for (const char* name : {"mine", "theirs"}) {
+    CommandResult rm = acqfs({"rm", name, "--force"});
+    EXPECT_TRUE(rm.ok()) << rm.Describe();
+  }
+  EXPECT_EQ(roots(), "");
+  EXPECT_EQ(Sh("git -C " + ShellQuote(lower) +
+               " -c safe.directory='*' for-each-ref refs/acqfs-base "
+               "refs/acqfs-keep refs/acqfs-tips"),
+            "");
+}
+
 // Export of a mounted sandbox at work: a path changed between the scan and
 // its read makes export take the working-tree snapshot again, so that it is
 // one whole reading of the upper layer; only a sandbox that keeps changing
