@@ -68,6 +68,7 @@ class IndexFile {
   // Reads the entry at `*pos` (advancing it) into `e`, its path into
   // `path` (which, for version 4, holds the previous entry's path).
   Status ReadEntry(size_t* pos, std::string* path, IndexEntry* e) const;
+  Status SkipEntry(size_t* pos) const;
   Status ReadExtensions(size_t pos);
   Status ReadCacheTree(std::string_view ext);
   Status ReadResolveUndo(std::string_view ext);

@@ -43,7 +43,10 @@ class Mapping {
   }
   Status Map(int fd, size_t size, const std::string& shown) {
     if (size == 0) return Ok();
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Populated at once: the index was just copied, so its pages are in
+    // the page cache, and one call maps them all (not a fault a page).
+    void* p =
+        ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) return Error::Errno("mmap", shown);
     data_ = p;
     size_ = size;
