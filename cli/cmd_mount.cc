@@ -323,9 +323,12 @@ int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
                   "was created with the policy \"" + meta->policy.Summary() +
                       "\"; a remount cannot change it (remount without "
                       "policy options, or `acqfs rm` it and mount anew)");
-    const bool own_git = meta->policy.own_git;  // the mount's, not a flag's
+    // The mount's, not a flag's.
+    const bool own_git = meta->policy.own_git;
+    std::vector<std::string> modules = meta->policy.own_git_modules;
     meta->policy = *rec;
     meta->policy.own_git = own_git;
+    meta->policy.own_git_modules = std::move(modules);
   }
   auto policy = meta->policy.Build();
   if (!policy)
@@ -450,6 +453,27 @@ class BaseRecorder {
     if (!tips) return tips.error();
     auto written = gitbridge::KeepTips(t_.lower, t_.name, *tips);
     if (!written) return written.error();
+    // The submodules' repositories, copied with .git: their own from now
+    // on too, kept on the host likewise, and what their indexes name
+    // beyond their HEADs copied (their indexes are in the copy already).
+    auto modules = gitbridge::ListOwnModules(*layers);
+    if (!modules) return modules.error();
+    if (!modules->empty()) {
+      layers = Open(true, *modules);
+      if (!layers) return layers.error();
+    }
+    for (const std::string& m : *modules) {
+      ACQFS_TRY(gitbridge::KeepModuleBase(*layers, t_.lower, m, t_.name));
+      gitbridge::GitBase mb;
+      ACQFS_TRY(gitbridge::ReadBaseRefs(*layers, &mb, m));
+      auto kept = gitbridge::KeepIndexObjects(*layers, t_.lower, mb.head,
+                                              sandbox_.paths().work, m);
+      if (!kept) return kept.error();
+      base_.index_objects += kept->copied;
+      for (const std::string& n : kept->not_kept)
+        base_.index_objects_not_kept.push_back(m + ": " + n);
+    }
+    sandbox_.meta().policy.own_git_modules = *modules;
     base_.own_git = true;
     base_.state = State::kRecorded;
     sandbox_.meta().policy.own_git = true;
@@ -561,7 +585,8 @@ class BaseRecorder {
     return false;
   }
 
-  Result<Layers> Open(bool own_git) {
+  Result<Layers> Open(bool own_git,
+                      const std::vector<std::string>& modules = {}) {
     const SandboxMeta& m = sandbox_.meta();
     auto layers = Layers::OpenForReading(t_.lower, sandbox_.paths().upper,
                                          m.xattr_namespace == "trusted"
@@ -571,6 +596,7 @@ class BaseRecorder {
     if (!layers) return layers.error();
     PolicyRecord rec = m.policy;
     rec.own_git = own_git;
+    rec.own_git_modules = modules;
     auto policy = rec.Build();
     if (!policy) return policy.error();
     layers->policy = *policy;
@@ -646,8 +672,11 @@ int RunMount(const MountArgs& a) {
   const bool git = gitbridge::IsGitCheckout(t.lower);
   bool meta_written = false;
   auto fail = [&](int rc) {
-    if (created && git)
+    if (created && git) {
+      for (const std::string& m : meta.policy.own_git_modules)
+        (void)gitbridge::DropKeepRefs(sys::Join(t.lower, m), t.name);
       (void)gitbridge::UnregisterRemote(t.lower, t.name, paths.bridge);
+    }
     if (created) (void)sys::RemoveTree(AT_FDCWD, paths.dir, paths.dir);
     if (!created && facts.existed && meta_written)
       (void)WriteMeta(paths.meta, facts.original);

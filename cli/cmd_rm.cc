@@ -114,6 +114,13 @@ int RunRm(const RmArgs& a) {
                    a.name.c_str());
       PrintPending(*pending, "dropped");
     }
+    // The keep refs in the submodules' repositories first: a failure
+    // leaves the remote, so a second rm finds the sandbox whole.
+    for (const std::string& m : meta.policy.own_git_modules)
+      if (Status d = gitbridge::DropKeepRefs(sys::Join(meta.lower, m), a.name);
+          !d && d.err() != ENOENT)
+        return Fail(kExitFailed, "rm: remove the keep refs of a submodule",
+                    d.error());
     auto foreign =
         gitbridge::UnregisterRemote(meta.lower, a.name, paths.bridge);
     if (!foreign)

@@ -395,6 +395,11 @@ int RunFork(const ForkArgs& a) {
       if (!tips) return fail(kExitFailed, tips.error());
       auto kept = gitbridge::KeepTips(child.meta().lower, a.new_name, *tips);
       if (!kept) return fail(kExitFailed, kept.error());
+      for (const std::string& m : child.meta().policy.own_git_modules)
+        if (Status k = gitbridge::KeepModuleBase(*layers, child.meta().lower, m,
+                                                 a.new_name);
+            !k)
+          return fail(kExitFailed, k.error());
     }
   }
   lock->reset();

@@ -68,6 +68,8 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
       m.policy.quota_bytes = p.value("quota_bytes", uint64_t{0});
       m.policy.hide_secrets = p.value("hide_secrets", false);
       m.policy.own_git = p.value("own_git", false);
+      m.policy.own_git_modules =
+          p.value("own_git_modules", std::vector<std::string>{});
     } catch (const nlohmann::json::exception&) {
       return Error::Of(EINVAL, "parse sandbox metadata (policy)", path);
     }
@@ -133,7 +135,7 @@ nlohmann::json BaseJson(const gitbridge::GitBase& b) {
 
 Result<std::shared_ptr<const Policy>> PolicyRecord::Build() const {
   if (empty()) return std::shared_ptr<const Policy>();
-  auto p = Policy::Make(hide, read_only, quota_bytes, own_git);
+  auto p = Policy::Make(hide, read_only, quota_bytes, own_git, own_git_modules);
   if (!p) return p.error();
   return std::shared_ptr<const Policy>(std::make_shared<Policy>(std::move(*p)));
 }
@@ -193,6 +195,8 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
                    {"quota_bytes", meta.policy.quota_bytes},
                    {"hide_secrets", meta.policy.hide_secrets},
                    {"own_git", meta.policy.own_git}};
+  if (!meta.policy.own_git_modules.empty())
+    j["policy"]["own_git_modules"] = meta.policy.own_git_modules;
   if (meta.base.state != gitbridge::GitBase::State::kNone)
     j["base"] = BaseJson(meta.base);
   return WriteFileAtomically(path, j.dump(2) + "\n", 0600);

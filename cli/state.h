@@ -59,6 +59,9 @@ struct PolicyRecord {
   // its mutable files are hidden (Policy::OwnGitHides). Set by the first
   // mount, never by a flag, so a remount's comparison leaves it out.
   bool own_git = false;
+  // The submodules' repositories copied with it (Policy::OwnModuleHides):
+  // ".git/modules/<name>" paths, nested ones included.
+  std::vector<std::string> own_git_modules;
   bool empty() const { return !restricts() && !own_git; }
   // A boundary of the user's: something hidden, read-only or a quota.
   bool restricts() const {

@@ -32,6 +32,16 @@ Result<std::unique_ptr<Overlay>> Overlay::Create(Layers layers) {
   auto ust = sys::Fstat(l.upper.root(), l.upper.root_path());
   if (!ust) return ust.error();
   ov->layers_.store_on_host_dev = lst->st_dev == ust->st_dev;
+  if (l.policy && l.policy->own_git()) {
+    for (const std::string& m : l.policy->own_modules())
+      for (const char* sub : {"/objects", "/objects/pack", "/objects/info",
+                              "/objects/info/commit-graphs"})
+        ov->module_store_paths_.push_back(m + sub);
+    ov->module_stores_ =
+        std::make_unique<std::atomic<Node*>[]>(ov->module_store_paths_.size());
+    for (size_t i = 0; i < ov->module_store_paths_.size(); ++i)
+      ov->module_stores_[i].store(nullptr);
+  }
   // A daemon that is not root does what the kernel let the caller do on
   // the sandbox's files whose mode denies it (common/owner_access.h); only
   // with the layers claimed (a work area to journal in).

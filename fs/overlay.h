@@ -294,10 +294,12 @@ class Overlay {
 
   // Is `node` one of the directories of the checkout's git object store
   // that the host's git rewrites under the sandbox (.git/objects, its
-  // pack/ and info/: a `git gc`, even an automatic one, packs loose
-  // objects and deletes them)? The adapter lets the kernel cache their
-  // attributes (and so their listings) for no time: the sandbox's git,
-  // rescanning pack/ for an object gone loose, sees the new pack at once.
+  // pack/ and info/, its loose objects' fan-out directories: a `git gc`,
+  // even an automatic one, packs loose objects and deletes them), or of a
+  // submodule's store the sandbox has its own repository of? The adapter
+  // lets the kernel cache their attributes (and so their listings) for no
+  // time: the sandbox's git, rescanning pack/ for an object gone loose,
+  // sees the new pack at once. Takes tree_mu_ shared (not held on entry).
   bool SharedObjectStoreDir(Node* node) const;
 
  private:
@@ -308,6 +310,10 @@ class Overlay {
   // object store's directories, NoteObjectStore).
   void NoteGatedDir(Node* parent, const std::string& name, Node* node);
   void NoteObjectStore(Node* parent, const std::string& name, Node* node);
+  void NoteModuleStore(Node* parent, Node* node);
+  // Is `node` one of the submodules' store directories, of slot
+  // `first_slot` (0: objects) or after?
+  bool ModuleStore(const Node* node, size_t first_slot) const;
   // What `node` is to the host's object store: not its file; a loose
   // object (in a fan-out directory); or a file git maps for as long as it
   // runs (a pack, its index, reverse index, the multi-pack index, a commit
@@ -496,6 +502,15 @@ class Overlay {
   // only shortens a cache time).
   std::atomic<Node*> git_dir_{nullptr}, objects_dir_{nullptr},
       pack_dir_{nullptr}, info_dir_{nullptr}, graphs_dir_{nullptr};
+  // The same for the submodules' repositories the sandbox has its own copy
+  // of (Policy::own_modules(), docs/git-bridge.md): .git/modules, and for
+  // submodule i, kModuleSlots nodes from module_stores_[i * kModuleSlots]:
+  // its objects, pack, info and commit-graphs directories. Sized at
+  // Create, never resized.
+  static constexpr size_t kModuleSlots = 4;
+  std::atomic<Node*> modules_dir_{nullptr};
+  std::vector<std::string> module_store_paths_;  // i * kModuleSlots + slot
+  std::unique_ptr<std::atomic<Node*>[]> module_stores_;
   std::atomic<uint64_t> tree_gen_{1};
   uint64_t Gen() const { return tree_gen_.load(std::memory_order_relaxed); }
 

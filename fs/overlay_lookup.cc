@@ -162,7 +162,11 @@ void Overlay::NoteObjectStore(Node* parent, const std::string& name,
     if (name == ".git") git_dir_.store(node, std::memory_order_release);
   } else if (parent == git_dir_.load(std::memory_order_acquire)) {
     if (name == "objects") objects_dir_.store(node, std::memory_order_release);
-  } else if (parent == objects_dir_.load(std::memory_order_acquire)) {
+    if (name == "modules") modules_dir_.store(node, std::memory_order_release);
+  } else if (!module_store_paths_.empty()) {
+    NoteModuleStore(parent, node);
+  }
+  if (parent == objects_dir_.load(std::memory_order_acquire)) {
     if (name == "pack") pack_dir_.store(node, std::memory_order_release);
     if (name == "info") info_dir_.store(node, std::memory_order_release);
   } else if (parent == info_dir_.load(std::memory_order_acquire)) {
@@ -171,11 +175,48 @@ void Overlay::NoteObjectStore(Node* parent, const std::string& name,
   }
 }
 
+void Overlay::NoteModuleStore(Node* parent, Node* node) {
+  // Only below .git/modules (a walk up the parents, under tree_mu_), and
+  // then by path: a submodule's name may hold slashes.
+  const Node* modules = modules_dir_.load(std::memory_order_acquire);
+  if (!modules) return;
+  const Node* p = parent;
+  while (p && p != modules) p = p->parent;
+  if (!p) return;
+  const std::string path = PathLocked(node);
+  for (size_t i = 0; i < module_store_paths_.size(); ++i)
+    if (module_store_paths_[i] == path)
+      module_stores_[i].store(node, std::memory_order_release);
+}
+
+bool Overlay::ModuleStore(const Node* node, size_t first_slot) const {
+  for (size_t i = 0; i < module_store_paths_.size(); ++i)
+    if (i % kModuleSlots >= first_slot &&
+        module_stores_[i].load(std::memory_order_acquire) == node)
+      return true;
+  return false;
+}
+
 bool Overlay::SharedObjectStoreDir(Node* node) const {
+  if (!node->is_dir()) return false;
+  // A loose object's fan-out directory too: the host's gc empties it, and
+  // a listing the kernel kept named objects gone (`git fsck`: "unable to
+  // mmap ...: No such file or directory"). Its parent is read under the
+  // tree lock (a rename moves it), once a store is known.
+  if (objects_dir_.load(std::memory_order_acquire) ||
+      !module_store_paths_.empty()) {
+    SharedLock l(tree_mu_);
+    const Node* parent = node->parent;
+    if (parent && (parent == objects_dir_.load(std::memory_order_acquire) ||
+                   (!module_store_paths_.empty() && ModuleStore(parent, 0) &&
+                    !ModuleStore(parent, 1))))
+      return true;
+  }
   return node == objects_dir_.load(std::memory_order_acquire) ||
          node == pack_dir_.load(std::memory_order_acquire) ||
          node == info_dir_.load(std::memory_order_acquire) ||
-         node == graphs_dir_.load(std::memory_order_acquire);
+         node == graphs_dir_.load(std::memory_order_acquire) ||
+         (!module_store_paths_.empty() && ModuleStore(node, 0));
 }
 
 Overlay::StoreFile Overlay::ObjectStoreFileLocked(const Node* node) const {
@@ -188,7 +229,12 @@ Overlay::StoreFile Overlay::ObjectStoreFileLocked(const Node* node) const {
       dir == graphs_dir_.load(std::memory_order_acquire))
     return StoreFile::kMapped;
   const Node* objects = objects_dir_.load(std::memory_order_acquire);
-  return objects != nullptr && dir->parent == objects  // a fan-out directory
+  if (objects != nullptr && dir->parent == objects)  // a fan-out directory
+    return StoreFile::kLoose;
+  if (module_store_paths_.empty()) return StoreFile::kNone;
+  if (ModuleStore(dir, 1)) return StoreFile::kMapped;
+  return dir->parent && ModuleStore(dir->parent, 0) &&
+                 !ModuleStore(dir->parent, 1)
              ? StoreFile::kLoose
              : StoreFile::kNone;
 }

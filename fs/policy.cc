@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -137,9 +138,17 @@ bool PathGlob::MatchesComponents(const std::vector<std::string>& comps,
 
 Result<Policy> Policy::Make(const std::vector<std::string>& hide,
                             const std::vector<std::string>& read_only,
-                            uint64_t quota_bytes, bool own_git) {
+                            uint64_t quota_bytes, bool own_git,
+                            const std::vector<std::string>& own_modules) {
   Policy p;
   p.own_git_ = own_git;
+  for (const std::string& m : own_modules) {
+    if (m.rfind(".git/modules/", 0) != 0 || m.back() == '/' ||
+        m.find("//") != std::string::npos)
+      return Error::Of(EINVAL, "not a submodule's git directory", m);
+    if (own_git) p.own_modules_.push_back(m);
+  }
+  std::sort(p.own_modules_.begin(), p.own_modules_.end());
   for (const auto& h : hide) {
     auto g = PathGlob::Parse(h);
     if (!g) return g.error();
@@ -195,8 +204,20 @@ bool Policy::OwnGitHides(std::string_view rel) {
   return name != "objects" && name != "lfs" && name != "modules";
 }
 
+bool Policy::OwnModuleHides(std::string_view rel) const {
+  if (own_modules_.empty()) return false;
+  const size_t slash = rel.rfind('/');
+  if (slash == std::string_view::npos) return false;
+  const std::string_view parent = rel.substr(0, slash);
+  const std::string_view name = rel.substr(slash + 1);
+  if (!std::binary_search(own_modules_.begin(), own_modules_.end(), parent))
+    return false;
+  return !name.empty() && name != "objects" && name != "lfs" &&
+         name != "modules";
+}
+
 bool Policy::HidesLower(std::string_view rel, bool is_dir) const {
-  if (own_git_ && OwnGitHides(rel)) return true;
+  if (own_git_ && (OwnGitHides(rel) || OwnModuleHides(rel))) return true;
   return AnyMatches(hide_, rel, is_dir);
 }
 

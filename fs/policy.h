@@ -57,7 +57,8 @@ class Policy {
   // Builds a policy; EINVAL naming the first pattern that does not parse.
   static Result<Policy> Make(const std::vector<std::string>& hide,
                              const std::vector<std::string>& read_only,
-                             uint64_t quota_bytes, bool own_git = false);
+                             uint64_t quota_bytes, bool own_git = false,
+                             const std::vector<std::string>& own_modules = {});
 
   // The patterns `--hide-secrets` adds (docs/sandboxes.md lists them).
   static const std::vector<std::string>& SecretPatterns();
@@ -74,7 +75,12 @@ class Policy {
   // HEAD, index, refs, reflogs, config, MERGE_HEAD and lock files. Only
   // the host's layer is affected, and HiddenPath does not report them.
   static bool OwnGitHides(std::string_view rel);
+  // The same rule for the submodules' repositories the first mount copied
+  // too (`own_modules`, paths such as ".git/modules/lib/x"): every entry of
+  // each but its object stores (`objects`, `lfs`, its own `modules`).
+  bool OwnModuleHides(std::string_view rel) const;
   bool own_git() const { return own_git_; }
+  const std::vector<std::string>& own_modules() const { return own_modules_; }
   // Is `rel` hidden, itself or through a hidden ancestor directory?
   bool HiddenPath(std::string_view rel, bool is_dir) const;
   // Is `rel`, or a directory above it, read-only?
@@ -103,6 +109,7 @@ class Policy {
   std::vector<PathGlob> hide_, read_only_;
   uint64_t quota_bytes_ = 0;
   bool own_git_ = false;
+  std::vector<std::string> own_modules_;  // sorted
 };
 
 // Parses a size such as "500M", "2G", "1.5GiB", "4096" (bytes; K/M/G/T

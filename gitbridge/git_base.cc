@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <set>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/sys.h"
 #include "fs/copy_up.h"
 #include "gitbridge/host_repo.h"
+#include "gitbridge/remote.h"
 #include "gitbridge/sandbox_repo.h"
 
 namespace acqfs::gitbridge {
@@ -28,14 +30,14 @@ bool EndsWith(const std::string& s, const std::string& tail) {
          s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Entries of the host's .git the sandbox does not get a copy of: the
-// shared stores at the top, and everything that belongs to a git command of
-// the host's that is running right now.
-bool LeftOut(const std::string& name, int depth) {
-  if (depth == 0 && (name == "objects" || name == "lfs" || name == "modules" ||
-                     name == "index" || name == "gc.pid"))
-    return true;
-  return EndsWith(name, ".lock");
+// Entries of a git directory of the host's (.git, or a submodule's) the
+// sandbox does not get a copy of: the shared object stores, and what
+// belongs to a git command of the host's that is running right now
+// (gc.pid; lock files are left out everywhere). The index of .git itself
+// is the daemon's to copy (`top`); a submodule's is copied with the rest.
+bool LeftOut(const std::string& name, bool top) {
+  return name == "objects" || name == "lfs" || name == "gc.pid" ||
+         (top && name == "index");
 }
 
 // The refs of acqfs's own in the host's repository, which a sandbox's copy
@@ -158,11 +160,27 @@ Status KeepTimes(const Layers& layers, const std::string& rel, int dst_dirfd,
   return Ok();
 }
 
+// What a directory of the host's .git is, for its copy: a git directory
+// (.git itself, or a submodule's repository below .git/modules), the
+// modules area between them (.git/modules and the directories a submodule's
+// name with slashes makes), or anything inside a git directory.
+enum class Area { kGitDir, kModules, kInside };
+
+// Is the lower directory `rel` a submodule's git directory (it has a HEAD)?
+bool IsModuleGitDir(const Layers& layers, const std::string& rel) {
+  auto st = layers.lower.Stat(rel + "/HEAD");
+  return st && S_ISREG(st->st_mode);
+}
+
 // Copies the lower directory `rel` (already copied as `dst_dirfd`/`name`,
-// without its children) below its copy; regular files copied are added to
-// `files` for the fsync that follows.
+// without its children) below its copy, leaving out what a git directory's
+// copy leaves out (LeftOut: its object stores, locks, and for .git itself
+// the index, which the daemon copies) and acqfs's own refs. `gitdir` is
+// the git directory `rel` is in (or is). Directories are added to `dirs`,
+// deepest first, for the fsync that follows.
 Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
-                    const std::string& rel, int dst_dirfd,
+                    const std::string& rel, Area area,
+                    const std::string& gitdir, int dst_dirfd,
                     const std::string& name, int depth,
                     std::vector<UniqueFd>* dirs) {
   if (depth > kMaxGitDirDepth)
@@ -176,9 +194,12 @@ Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
                               layers.lower.Shown(rel));
   if (!dst) return dst.error();
   for (const sys::DirEntry& e : *entries) {
-    if (LeftOut(e.name, depth)) continue;
+    if (EndsWith(e.name, ".lock")) continue;
+    if (area == Area::kGitDir && LeftOut(e.name, gitdir == ".git")) continue;
     const std::string child = sys::Join(rel, e.name);
-    if (own.CoversPath(child.substr(5))) continue;  // past ".git/"
+    if (area != Area::kModules &&
+        own.CoversPath(child.substr(gitdir.size() + 1)))
+      continue;
     Status s = CopyLowerTo(layers, child, dst->get(), e.name);
     if (!s) {
       // The host removed it meanwhile (a ref deleted, a lock let go).
@@ -189,10 +210,20 @@ Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
     bool found = false;
     ACQFS_TRY(sys::StatAtIfExists(dst->get(), e.name, &st, &found,
                                   layers.lower.Shown(child)));
-    if (found && S_ISDIR(st.st_mode))
-      ACQFS_TRY(CopyChildren(layers, own, child, dst->get(), e.name, depth + 1,
-                             dirs));
-    if (found && depth == 0 && e.name == "packed-refs" && S_ISREG(st.st_mode))
+    if (found && S_ISDIR(st.st_mode)) {
+      Area next = Area::kInside;
+      std::string next_gitdir = gitdir;
+      if (area == Area::kGitDir && e.name == "modules") {
+        next = Area::kModules;
+      } else if (area == Area::kModules) {
+        next = IsModuleGitDir(layers, child) ? Area::kGitDir : Area::kModules;
+        if (next == Area::kGitDir) next_gitdir = child;
+      }
+      ACQFS_TRY(CopyChildren(layers, own, child, next, next_gitdir, dst->get(),
+                             e.name, depth + 1, dirs));
+    }
+    if (found && area == Area::kGitDir && e.name == "packed-refs" &&
+        S_ISREG(st.st_mode))
       ACQFS_TRY(
           FilterPackedRefs(own, dst->get(), e.name, layers.upper.Shown(child)));
   }
@@ -265,8 +296,8 @@ Status FreezeGitDir(const Layers& layers, const std::string& work) {
                      layers.lower.Shown(".git"));
   ACQFS_TRY(CopyLowerTo(layers, ".git", workfd->get(), kStaging));
   std::vector<UniqueFd> dirs;  // deepest first
-  Status s = CopyChildren(layers, AcqfsRefs::Of(layers), ".git", workfd->get(),
-                          kStaging, 0, &dirs);
+  Status s = CopyChildren(layers, AcqfsRefs::Of(layers), ".git", Area::kGitDir,
+                          ".git", workfd->get(), kStaging, 0, &dirs);
   // Durable before it is published: one pass of fsyncs once everything is
   // written (the journal commits the lot at the first), not one a file.
   for (size_t i = 0; s && i < dirs.size(); ++i)
@@ -316,8 +347,9 @@ Result<std::optional<UniqueFd>> OpenHostIndex(const std::string& lower,
   return std::optional<UniqueFd>(std::move(*fd));
 }
 
-Status ReadBaseRefs(const Layers& layers, GitBase* base) {
-  auto repo = SandboxRepo::OpenRefsOnly(layers);
+Status ReadBaseRefs(const Layers& layers, GitBase* base,
+                    const std::string& gitdir) {
+  auto repo = SandboxRepo::OpenRefsOnly(layers, gitdir);
   if (!repo) return repo.error();
   auto head = repo->Head();
   if (!head) return head.error();
@@ -333,8 +365,9 @@ Status ReadBaseRefs(const Layers& layers, GitBase* base) {
 }
 
 Result<std::vector<std::string>> ReadBaseTips(const Layers& layers,
-                                              const GitBase& base) {
-  auto repo = SandboxRepo::OpenRefsOnly(layers);
+                                              const GitBase& base,
+                                              const std::string& gitdir) {
+  auto repo = SandboxRepo::OpenRefsOnly(layers, gitdir);
   if (!repo) return repo.error();
   auto refs = repo->AllRefs();
   if (!refs) return refs.error();
@@ -359,6 +392,65 @@ Result<std::vector<std::string>> ReadBaseTips(const Layers& layers,
   }
   for (const git_oid& id : *stash) add(id);
   return std::vector<std::string>(tips.begin(), tips.end());
+}
+
+namespace {
+
+// Adds the submodule git directories at or below the upper's directory
+// `rel` (of the modules area) to `out`.
+Status FindModules(const Layers& layers, const std::string& rel, int depth,
+                   std::vector<std::string>* out) {
+  if (depth > kMaxGitDirDepth)
+    return Error::Of(ELOOP, "submodules nested too deeply",
+                     layers.upper.Shown(rel));
+  auto dir = sys::OpenBeneath(layers.upper.root(), rel, O_RDONLY | O_DIRECTORY,
+                              0, layers.upper.Shown(rel));
+  if (!dir) {
+    if (dir.err() == ENOENT || dir.err() == ENOTDIR) return Ok();
+    return dir.error();
+  }
+  auto entries = sys::ReadDir(dir->get(), layers.upper.Shown(rel));
+  if (!entries) return entries.error();
+  for (const sys::DirEntry& e : *entries) {
+    if (e.type != DT_DIR) continue;
+    const std::string child = sys::Join(rel, e.name);
+    struct stat st;
+    bool found = false;
+    ACQFS_TRY(sys::StatAtIfExists(dir->get(), e.name + "/HEAD", &st, &found,
+                                  layers.upper.Shown(child + "/HEAD")));
+    if (found && S_ISREG(st.st_mode)) {
+      out->push_back(child);
+      ACQFS_TRY(FindModules(layers, child + "/modules", depth + 1, out));
+    } else {
+      ACQFS_TRY(FindModules(layers, child, depth + 1, out));
+    }
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ListOwnModules(const Layers& layers) {
+  std::vector<std::string> out;
+  ACQFS_TRY(FindModules(layers, ".git/modules", 0, &out));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status KeepModuleBase(const Layers& layers, const std::string& lower,
+                      const std::string& gitdir, const std::string& sandbox) {
+  const std::string host = sys::Join(lower, gitdir);
+  auto st = layers.lower.Stat(gitdir + "/HEAD");
+  if (!st) return Ok();  // the host removed the submodule's repository
+  GitBase base;
+  ACQFS_TRY(ReadBaseRefs(layers, &base, gitdir));
+  if (!base.head.empty()) ACQFS_TRY(KeepBase(host, sandbox, base.head));
+  ACQFS_TRY(KeepBranches(host, sandbox, base.branches, base.head));
+  auto tips = ReadBaseTips(layers, base, gitdir);
+  if (!tips) return tips.error();
+  auto written = KeepTips(host, sandbox, *tips);
+  if (!written) return written.error();
+  return Ok();
 }
 
 Status ReadHostRefs(const std::string& lower, GitBase* base) {

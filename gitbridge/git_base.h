@@ -89,16 +89,32 @@ Status FreezeGitDir(const Layers& layers, const std::string& work);
 Result<std::optional<UniqueFd>> OpenHostIndex(const std::string& lower,
                                               FileIdentity* id);
 
-// Fills base->head, branch and branches from the sandbox's own .git as
-// `layers` (whose policy has the own-git rule) show it.
-Status ReadBaseRefs(const Layers& layers, GitBase* base);
+// Fills base->head, branch and branches from the sandbox's own .git (or
+// the submodule repository `gitdir` in it) as `layers` (whose policy has
+// the own-git rule) show it.
+Status ReadBaseRefs(const Layers& layers, GitBase* base,
+                    const std::string& gitdir = ".git");
 // The objects the sandbox's own .git names by a ref (every ref below
 // refs/: tags, remote-tracking refs, notes, the stash) or by an entry of
 // the stash's reflog, other than base->head and base->branches' tips
 // (which KeepBase and KeepBranches keep), as distinct hex ids: what
 // KeepTips (gitbridge/remote.h) keeps on the host.
-Result<std::vector<std::string>> ReadBaseTips(const Layers& layers,
-                                              const GitBase& base);
+Result<std::vector<std::string>> ReadBaseTips(
+    const Layers& layers, const GitBase& base,
+    const std::string& gitdir = ".git");
+
+// The submodules' repositories the sandbox's copy of .git holds (FreezeGitDir
+// copies them as it copies .git: all but their object stores), as paths
+// from the layer root (".git/modules/lib/x", nested ones included), sorted.
+Result<std::vector<std::string>> ListOwnModules(const Layers& layers);
+
+// Keeps a submodule's base on the host as the base of .git is kept: its
+// HEAD, branches and every other object its refs and stash name, by refs
+// of the sandbox's in the submodule's repository on the host (KeepBase,
+// KeepBranches, KeepTips of gitbridge/remote.h), read from its copy at
+// `gitdir` in `layers`. A submodule the host no longer has is skipped.
+Status KeepModuleBase(const Layers& layers, const std::string& lower,
+                      const std::string& gitdir, const std::string& sandbox);
 // The same from the host's .git as it is now (a sandbox whose git is not
 // its own).
 Status ReadHostRefs(const std::string& lower, GitBase* base);

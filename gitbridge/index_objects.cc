@@ -15,13 +15,11 @@
 #include "common/sys.h"
 #include "fs/copy_up.h"
 #include "fs/quota.h"
-#include "gitbridge/host_repo.h"
 #include "gitbridge/index_file.h"
 
 namespace acqfs::gitbridge {
 namespace {
 
-constexpr char kObjects[] = ".git/objects";
 constexpr char kTemp[] = "acqfs-object";     // in the work directory
 constexpr char kTempDir[] = "acqfs-objdir";  // likewise
 constexpr mode_t kObjectMode = 0444;         // as git leaves a loose object
@@ -108,8 +106,13 @@ Result<std::vector<std::string>> DirectoriesAsHead(const IndexFile& index,
 // the host's, when it has one) as needed.
 class UpperObjectWriter {
  public:
-  UpperObjectWriter(const Layers& layers, int workfd, std::string work)
-      : layers_(layers), workfd_(workfd), work_(std::move(work)) {}
+  UpperObjectWriter(const Layers& layers, int workfd, std::string work,
+                    const std::string& gitdir)
+      : layers_(layers),
+        workfd_(workfd),
+        work_(std::move(work)),
+        gitdir_(gitdir),
+        objects_rel_(gitdir + "/objects") {}
 
   // True when the upper already holds the object.
   Result<bool> Has(const git_oid& id) {
@@ -117,7 +120,7 @@ class UpperObjectWriter {
     struct stat st;
     bool found = false;
     const std::string rel =
-        std::string(kObjects) + "/" + hex.substr(0, 2) + "/" + hex.substr(2);
+        objects_rel_ + "/" + hex.substr(0, 2) + "/" + hex.substr(2);
     auto dir = FanOut(hex.substr(0, 2), /*make=*/false);
     if (!dir) return dir.error();
     if (!*dir) return false;
@@ -131,7 +134,7 @@ class UpperObjectWriter {
                          std::string_view data) {
     const std::string hex = OidHex(id);
     const std::string rel =
-        std::string(kObjects) + "/" + hex.substr(0, 2) + "/" + hex.substr(2);
+        objects_rel_ + "/" + hex.substr(0, 2) + "/" + hex.substr(2);
     const std::string shown = layers_.upper.Shown(rel);
     auto dir = FanOut(hex.substr(0, 2), /*make=*/true);
     if (!dir) return dir.error();
@@ -170,17 +173,17 @@ class UpperObjectWriter {
         return Error::Errno("fsync", layers_.upper.Shown(Rel(fan)));
     }
     if (objects_ && ::fsync(objects_.get()) != 0)
-      return Error::Errno("fsync", layers_.upper.Shown(kObjects));
+      return Error::Errno("fsync", layers_.upper.Shown(objects_rel_));
     if (git_ && ::fsync(git_.get()) != 0)
-      return Error::Errno("fsync", layers_.upper.Shown(".git"));
+      return Error::Errno("fsync", layers_.upper.Shown(gitdir_));
     return Ok();
   }
 
   uint64_t dir_bytes() const { return dir_bytes_; }
 
  private:
-  static std::string Rel(const std::string& fan) {
-    return std::string(kObjects) + "/" + fan;
+  std::string Rel(const std::string& fan) const {
+    return objects_rel_ + "/" + fan;
   }
 
   // The copy-up of the host's directory `rel` (without its children) to
@@ -201,10 +204,10 @@ class UpperObjectWriter {
   // missing and `make`; nullopt when missing and not `make`.
   Result<bool> Objects(bool make) {
     if (objects_) return true;
-    const std::string shown = layers_.upper.Shown(kObjects);
+    const std::string shown = layers_.upper.Shown(objects_rel_);
     auto git =
-        sys::OpenBeneath(layers_.upper.root(), ".git", O_RDONLY | O_DIRECTORY,
-                         0, layers_.upper.Shown(".git"));
+        sys::OpenBeneath(layers_.upper.root(), gitdir_, O_RDONLY | O_DIRECTORY,
+                         0, layers_.upper.Shown(gitdir_));
     if (!git) return git.error();
     struct stat st;
     bool found = false;
@@ -212,18 +215,18 @@ class UpperObjectWriter {
     if (!found) {
       if (!make) return false;
       // The copy-up of a directory leaves its parent's times.
-      auto git_st = sys::Fstat(git->get(), layers_.upper.Shown(".git"));
+      auto git_st = sys::Fstat(git->get(), layers_.upper.Shown(gitdir_));
       if (!git_st) return git_st.error();
-      ACQFS_TRY(CopyUpDir(kObjects, git->get(), "objects"));
+      ACQFS_TRY(CopyUpDir(objects_rel_, git->get(), "objects"));
       struct timespec ts[2] = {git_st->st_atim, git_st->st_mtim};
       if (::futimens(git->get(), ts) != 0)
-        return Error::Errno("utimensat", layers_.upper.Shown(".git"));
+        return Error::Errno("utimensat", layers_.upper.Shown(gitdir_));
       auto made = sys::StatAt(git->get(), "objects", shown);
       if (!made) return made.error();
       dir_bytes_ += Quota::Bytes(*made);
       git_ = std::move(*git);
     }
-    auto fd = sys::OpenBeneath(layers_.upper.root(), kObjects,
+    auto fd = sys::OpenBeneath(layers_.upper.root(), objects_rel_,
                                O_RDONLY | O_DIRECTORY, 0, shown);
     if (!fd) return fd.error();
     auto st2 = sys::Fstat(fd->get(), shown);
@@ -314,6 +317,7 @@ class UpperObjectWriter {
   const Layers& layers_;
   int workfd_;
   std::string work_;
+  std::string gitdir_, objects_rel_;
   UniqueFd git_;      // the upper's .git, when its times were kept
   UniqueFd objects_;  // the upper's .git/objects, once known to exist
   struct stat objects_st_ {};
@@ -326,10 +330,12 @@ class UpperObjectWriter {
 Result<IndexObjectsKept> KeepIndexObjects(const Layers& layers,
                                           const std::string& lower,
                                           const std::string& head,
-                                          const std::string& work) {
+                                          const std::string& work,
+                                          const std::string& gitdir) {
   IndexObjectsKept kept;
-  const std::string shown = layers.upper.Shown(".git/index");
-  auto fd = sys::OpenBeneath(layers.upper.root(), ".git/index",
+  const std::string index_rel = gitdir + "/index";
+  const std::string shown = layers.upper.Shown(index_rel);
+  auto fd = sys::OpenBeneath(layers.upper.root(), index_rel,
                              O_RDONLY | O_NOFOLLOW, 0, shown);
   if (!fd) {
     if (fd.err() == ENOENT) return kept;
@@ -349,15 +355,21 @@ Result<IndexObjectsKept> KeepIndexObjects(const Layers& layers,
   kept.split_index = index->split();
 
   GitLibrary lib;
-  auto host = HostRepo::Open(lower);
-  if (!host) return host.error();
+  const std::string host_path =
+      gitdir == ".git" ? lower : sys::Join(lower, gitdir);
+  git_repository* repo_raw = nullptr;
+  const int open_rc =
+      GitOpenRepository(&repo_raw, host_path, GIT_REPOSITORY_OPEN_NO_SEARCH);
+  GitRepository host(repo_raw);
+  if (open_rc < 0)
+    return GitOpenError(open_rc, "open git repository", host_path);
   GitTree head_tree;
   if (!head.empty()) {
     git_oid id;
     if (git_oid_fromstr(&id, head.c_str()) != 0)
       return Error::Of(EINVAL, "bad commit id '" + head + "'", lower);
     git_commit* craw = nullptr;
-    int rc = git_commit_lookup(&craw, host->repo(), &id);
+    int rc = git_commit_lookup(&craw, host.get(), &id);
     GitCommit commit(craw);
     if (rc < 0) return GitError(rc, "read the base commit " + head, lower);
     git_tree* traw = nullptr;
@@ -400,10 +412,10 @@ Result<IndexObjectsKept> KeepIndexObjects(const Layers& layers,
   auto workfd = sys::OpenDirPath(work, O_RDONLY);
   if (!workfd) return workfd.error();
   git_odb* odb_raw = nullptr;
-  int rc = git_repository_odb(&odb_raw, host->repo());
+  int rc = git_repository_odb(&odb_raw, host.get());
   GitOdb odb(odb_raw);
   if (rc < 0) return GitError(rc, "open the object store", lower);
-  UpperObjectWriter writer(layers, workfd->get(), work);
+  UpperObjectWriter writer(layers, workfd->get(), work, gitdir);
   for (const git_oid& id : named) {
     auto has = writer.Has(id);
     if (!has) return has.error();

@@ -47,15 +47,18 @@ struct IndexObjectsKept {
 // memory); they are listed in `not_kept`.
 inline constexpr uint64_t kMaxKeptObject = uint64_t{256} << 20;
 
-// Scans the upper's `.git/index` (nothing to do when the upper has none)
-// against `head` (hex; "" when the base's HEAD was unborn: every object is
-// named), and copies what the host's object store holds of what it names
-// into the upper's `.git/objects`, made durable. `lower` is the host
-// checkout; `work` the sandbox's work directory, for the temporary file.
+// Scans the upper's `<gitdir>/index` (nothing to do when the upper has
+// none) against `head` (hex; "" when the base's HEAD was unborn: every
+// object is named), and copies what the host's object store holds of what
+// it names into the upper's `<gitdir>/objects`, made durable. `lower` is
+// the host checkout; `gitdir` ".git", or a submodule's repository in it
+// (".git/modules/x"); `work` the sandbox's work directory, for temporary
+// files.
 Result<IndexObjectsKept> KeepIndexObjects(const Layers& layers,
                                           const std::string& lower,
                                           const std::string& head,
-                                          const std::string& work);
+                                          const std::string& work,
+                                          const std::string& gitdir = ".git");
 
 }  // namespace acqfs::gitbridge
 

@@ -854,6 +854,32 @@ Status RemoveEmptyDirs(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// Deletes the sandbox's keep refs (BaseRefName, KeepRefPrefix,
+// TipsRefPrefix) and, as git leaves no empty directory of refs behind,
+// the directories they leave empty (the last base gone, refs/acqfs-base
+// goes; another sandbox's keeps it).
+Status DeleteKeepRefs(git_repository* repo, const std::string& sandbox,
+                      const std::string& shown) {
+  ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), shown));
+  ACQFS_TRY(DeleteRefs(repo, KeepRefPrefix(sandbox) + "*", shown));
+  ACQFS_TRY(DeleteRefs(repo, TipsRefPrefix(sandbox) + "*", shown));
+  const std::string common = git_repository_commondir(repo);
+  ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-base"));
+  ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep"));
+  return RemoveEmptyDirs(common + "refs/acqfs-tips");
+}
+
+}  // namespace
+
+Status DropKeepRefs(const std::string& repo_path, const std::string& sandbox) {
+  GitLibrary lib;
+  return WithHostLocked(repo_path, [&](git_repository* repo) -> Status {
+    return DeleteKeepRefs(repo, sandbox, repo_path);
+  });
+}
+
 Result<std::string> UnregisterRemote(const std::string& host_workdir,
                                      const std::string& sandbox,
                                      const std::string& bridge_path) {
@@ -868,15 +894,7 @@ Result<std::string> UnregisterRemote(const std::string& host_workdir,
         if (!url->empty())
           ACQFS_TRY(
               DeleteRefs(repo, "refs/remotes/" + name + "/*", host_workdir));
-        ACQFS_TRY(DeleteRefs(repo, BaseRefName(sandbox), host_workdir));
-        ACQFS_TRY(DeleteRefs(repo, KeepRefPrefix(sandbox) + "*", host_workdir));
-        ACQFS_TRY(DeleteRefs(repo, TipsRefPrefix(sandbox) + "*", host_workdir));
-        // As git leaves no empty directory of refs behind (the last base
-        // gone, refs/acqfs-base goes; another sandbox's keeps it).
-        const std::string common = git_repository_commondir(repo);
-        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-base"));
-        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-keep"));
-        ACQFS_TRY(RemoveEmptyDirs(common + "refs/acqfs-tips"));
+        ACQFS_TRY(DeleteKeepRefs(repo, sandbox, host_workdir));
         ACQFS_TRY(DeleteRemoteConfig(repo, name, host_workdir));
         ACQFS_TRY(DropEmptySection(repo, name));
         return std::string();

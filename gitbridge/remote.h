@@ -87,6 +87,11 @@ Result<size_t> KeepTips(const std::string& host_workdir,
                         const std::string& sandbox,
                         const std::vector<std::string>& tips);
 
+// Deletes the sandbox's keep refs (BaseRefName, KeepRefPrefix,
+// TipsRefPrefix) in the repository at `repo_path`: what UnregisterRemote
+// does for the checkout's, for a submodule's repository.
+Status DropKeepRefs(const std::string& repo_path, const std::string& sandbox);
+
 // Removes the remote's configuration (its whole section, and the upstream
 // settings of branches that track it), its refs/remotes/sandbox-<name>/
 // refs and the base's ref (BaseRefName), the keep refs (KeepRefPrefix,

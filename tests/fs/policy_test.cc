@@ -197,6 +197,37 @@ TEST(OwnGit, HidesTheHostsMutableGitFilesOnly) {
     EXPECT_FALSE(Policy::OwnGitHides(shown)) << shown;
 }
 
+// The submodules' repositories the first mount copied are the sandbox's
+// own likewise: every entry of each but its object stores; the directories
+// between them (a submodule name with slashes) and anything else stay.
+TEST(OwnGit, HidesTheSubmodulesMutableGitFilesOnly) {
+  auto own = Policy::Make({}, {}, 0, /*own_git=*/true,
+                          {".git/modules/sub/lib", ".git/modules/x"});
+  ASSERT_TRUE(own.ok()) << own.error().Message();
+  for (const char* hidden :
+       {".git/modules/sub/lib/HEAD", ".git/modules/sub/lib/index",
+        ".git/modules/sub/lib/refs", ".git/modules/sub/lib/packed-refs",
+        ".git/modules/sub/lib/MERGE_HEAD", ".git/modules/x/config",
+        ".git/modules/x/ORIG_HEAD"})
+    EXPECT_TRUE(own->HidesLower(hidden, false)) << hidden;
+  for (const char* shown :
+       {".git/modules", ".git/modules/sub", ".git/modules/sub/lib",
+        ".git/modules/sub/lib/objects", ".git/modules/sub/lib/lfs",
+        ".git/modules/sub/lib/modules", ".git/modules/sub/lib/objects/pack",
+        ".git/modules/sub/lib/refs/heads", ".git/modules/sub/HEAD",
+        ".git/modules/y/HEAD", "sub/lib/HEAD"})
+    EXPECT_FALSE(own->HidesLower(shown, false)) << shown;
+  // Not without the own-git rule; a path that is no submodule's is refused.
+  auto plain = Policy::Make({}, {}, 0, false, {".git/modules/x"});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->HidesLower(".git/modules/x/HEAD", false));
+  for (const char* bad : {"sub/lib", ".git/modules/x/", ".git//modules/x"}) {
+    auto r = Policy::Make({}, {}, 0, true, {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.err(), EINVAL);
+  }
+}
+
 TEST(OwnGit, OnlyAPolicyThatAsksForItHidesThem) {
   auto plain = Policy::Make({}, {}, 0);
   ASSERT_TRUE(plain.ok());

@@ -658,6 +658,86 @@ TEST_F(Base, TagsRemoteBranchesAndTheStashOutliveTheHostsDeletionAndGc) {
   EXPECT_FALSE(Exists(host_ + "/.git/refs/acqfs-tips"));
 }
 
+// The sandbox's git lists the loose objects' fan-out directories (`git
+// fsck`, `git count-objects`, `git prune`); the host's gc then packs the
+// loose objects and deletes them. The listing the kernel had cached named
+// the deleted files for the attribute timeout: the next `git fsck` failed
+// ("unable to mmap ...: No such file or directory"). Fan-out directories
+// are store directories now (Overlay::SharedObjectStoreDir).
+TEST_F(Base, AHostGcBetweenTwoFscksLeavesNoLooseObjectBehind) {
+  Host("for i in 1 2 3 4 5 6; do echo $i >> a.txt; git commit -qam c$i; done");
+  ASSERT_NE(
+      Host("find .git/objects -type f -path '*/[0-9a-f][0-9a-f]/*' | wc -l"),
+      "0");
+  auto sb = Mount();
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git fsck --no-progress --no-dangling && "
+                    "git count-objects -v >/dev/null",
+                    home_));
+  Host("git gc -q --prune=now");
+  ASSERT_EQ(
+      Host("find .git/objects -type f -path '*/[0-9a-f][0-9a-f]/*' | wc -l"),
+      "0");
+  std::string out;
+  EXPECT_TRUE(RunIn(sb->mountpoint(),
+                    "git fsck --no-progress --no-dangling 2>&1 && "
+                    "git count-objects | cut -d' ' -f1",
+                    home_, &out))
+      << out;
+  EXPECT_EQ(out, "0\n");
+  ASSERT_TRUE(sb->Unmount());
+}
+
+// A submodule's repository (.git/modules/<name>) is the sandbox's own from
+// the mount too, as .git is: the host checking another commit out in the
+// submodule, unstaging there, deleting its tag and pruning leaves the
+// sandbox's submodule at its HEAD, with its staged file, tag and a working
+// `git commit` and `git fsck`; the keep refs in the submodule's repository
+// go with `acqfs rm`. It used to be shared: the submodule's HEAD, index
+// and refs followed the host's.
+TEST_F(Base, ASubmodulesGitIsItsOwnToo) {
+  ASSERT_TRUE(RunIn(tmp_.path(),
+                    "git init -q -b main lib && cd lib && echo l1 > l.txt && "
+                    "git add -A && git commit -qm l1 && echo l2 > l.txt && "
+                    "git commit -qam l2 && git tag -a lt -m lt",
+                    home_));
+  Host(
+      "git -c protocol.file.allow=always submodule -q add ../lib sub/lib && "
+      "git commit -qm sub && cd sub/lib && git checkout -q HEAD~1 && "
+      "echo staged > s.txt && git add s.txt");
+  const std::string l1 = Host("git -C sub/lib rev-parse HEAD");
+  auto sb = Mount();
+  EXPECT_EQ(Meta()["policy"]["own_git_modules"],
+            nlohmann::json::array({".git/modules/sub/lib"}));
+  CommandResult fork = Acqfs({"fork", "x", "y"});
+  ASSERT_EQ(fork.exit_code, 0) << fork.Describe();
+  const std::string sub_git = host_ + "/.git/modules/sub/lib";
+  EXPECT_EQ(Host("git --git-dir=" + sub_git +
+                 " for-each-ref --format='%(refname)' refs/acqfs-base"),
+            "refs/acqfs-base/x\nrefs/acqfs-base/y");
+  Host(
+      "cd sub/lib && git reset -q && rm s.txt && git checkout -q main && "
+      "git tag -d lt >/dev/null && git reflog expire --expire=now --all && "
+      "git gc -q --prune=now");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint() + "/sub/lib",
+                    "git rev-parse HEAD && git status --porcelain | grep s.txt "
+                    "&& git log --format=%s -1 lt && "
+                    "git fsck --no-progress --no-dangling && "
+                    "git commit -qm agent && git log --format=%s -2",
+                    home_, &out));
+  EXPECT_EQ(out, l1 + "\nAD s.txt\nl2\nagent\nl1\n");
+  ASSERT_TRUE(sb->Unmount());
+  for (const char* name : {"y", "x"}) {
+    CommandResult rm = Acqfs({"rm", name, "--force"});
+    EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+  }
+  EXPECT_EQ(Host("git --git-dir=" + sub_git +
+                 " for-each-ref refs/acqfs-base refs/acqfs-keep "
+                 "refs/acqfs-tips"),
+            "");
+}
+
 // A second sandbox's copy of .git holds none of acqfs's own refs: not the
 // first sandbox's keep refs, nor what the host fetched from its bridge
 // (loose or packed). A remote of the user's that is merely named
