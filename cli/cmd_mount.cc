@@ -523,7 +523,7 @@ class BaseRecorder {
     auto layers = Open(false);
     if (!layers) return layers.error();
     layers->sync_copy_up = false;  // FreezeGitDir syncs in one pass
-    return gitbridge::FreezeGitDir(*layers, sandbox_.paths().work);
+    return gitbridge::FreezeGitDir(*layers, sandbox_.paths().work, t_.name);
   }
 
   // The daemon's copy of the index did not finish: copied now if the

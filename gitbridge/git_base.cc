@@ -53,8 +53,9 @@ bool LeftOut(const std::string& name, bool top) {
 class AcqfsRefs {
  public:
   // Reads the remotes from the host's .git/config (none when unreadable).
-  static AcqfsRefs Of(const Layers& layers) {
+  static AcqfsRefs Of(const Layers& layers, const std::string& sandbox) {
     AcqfsRefs r;
+    r.own_base_ = "refs/acqfs-base/" + sandbox;
     GitLibrary lib;
     const std::string path = layers.lower.Shown(".git/config");
     git_config* raw = nullptr;
@@ -78,6 +79,8 @@ class AcqfsRefs {
   // Is `ref` ("refs/...", or a directory of refs such as "refs/acqfs-base")
   // one of them?
   bool Covers(const std::string& ref) const {
+    // The ref itself, and the directory that holds it.
+    if (ref == own_base_ || own_base_.rfind(ref + "/", 0) == 0) return false;
     const std::string r = ref + "/";
     for (const char* ns : {"refs/acqfs-base/", "refs/acqfs-keep/",
                            "refs/acqfs-tips/", "refs/sandboxes/"})
@@ -127,6 +130,9 @@ class AcqfsRefs {
 
  private:
   std::set<std::string> remotes_;
+  // The sandbox's own base ref, written before the copy so that the copy
+  // is the host's .git as it was once the mount began: it stays.
+  std::string own_base_;
 };
 
 // The copy of packed-refs at `dirfd`/`name` without acqfs's refs, its
@@ -283,7 +289,8 @@ Result<bool> OwnLayersHaveGit(const Layers& layers) {
   return false;
 }
 
-Status FreezeGitDir(const Layers& layers, const std::string& work) {
+Status FreezeGitDir(const Layers& layers, const std::string& work,
+                    const std::string& sandbox) {
   auto workfd = sys::OpenDirPath(work, O_RDONLY);
   if (!workfd) return workfd.error();
   const std::string shown = sys::Join(work, kStaging);
@@ -296,8 +303,9 @@ Status FreezeGitDir(const Layers& layers, const std::string& work) {
                      layers.lower.Shown(".git"));
   ACQFS_TRY(CopyLowerTo(layers, ".git", workfd->get(), kStaging));
   std::vector<UniqueFd> dirs;  // deepest first
-  Status s = CopyChildren(layers, AcqfsRefs::Of(layers), ".git", Area::kGitDir,
-                          ".git", workfd->get(), kStaging, 0, &dirs);
+  Status s =
+      CopyChildren(layers, AcqfsRefs::Of(layers, sandbox), ".git",
+                   Area::kGitDir, ".git", workfd->get(), kStaging, 0, &dirs);
   // Durable before it is published: one pass of fsyncs once everything is
   // written (the journal commits the lot at the first), not one a file.
   for (size_t i = 0; s && i < dirs.size(); ++i)

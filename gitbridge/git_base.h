@@ -82,7 +82,8 @@ Result<bool> OwnLayersHaveGit(const Layers& layers);
 // whole copy (and junk in `work`, which the next call removes). EEXIST when
 // the upper already has a .git. `layers.sync_copy_up` should be false: the
 // copy is made durable in one pass of fsyncs before it is published.
-Status FreezeGitDir(const Layers& layers, const std::string& work);
+Status FreezeGitDir(const Layers& layers, const std::string& work,
+                    const std::string& sandbox);
 
 // The host's index, opened for the copy (nullopt when the host has none;
 // never a symlink), with its identity.

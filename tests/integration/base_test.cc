@@ -738,9 +738,9 @@ TEST_F(Base, ASubmodulesGitIsItsOwnToo) {
             "");
 }
 
-// A second sandbox's copy of .git holds none of acqfs's own refs: not the
-// first sandbox's keep refs, nor what the host fetched from its bridge
-// (loose or packed). A remote of the user's that is merely named
+// A second sandbox's copy of .git holds none of acqfs's own refs but its
+// own base's: not the first sandbox's keep refs, nor what the host fetched
+// from its bridge (loose or packed). A remote of the user's that is merely named
 // sandbox-... stays. So no sandbox sees another's work, nor keeps it.
 TEST_F(Base, ASandboxsCopyOfGitHoldsNoneOfAcqfsOwnRefs) {
   Host(
@@ -765,8 +765,8 @@ TEST_F(Base, ASandboxsCopyOfGitHoldsNoneOfAcqfsOwnRefs) {
                     "git fsck --no-progress --no-dangling",
                     home_, &out));
   EXPECT_EQ(out,
-            "refs/heads/main\nrefs/remotes/sandbox-prod/main\n"
-            "refs/tags/v1\n");
+            "refs/acqfs-base/b\nrefs/heads/main\n"
+            "refs/remotes/sandbox-prod/main\nrefs/tags/v1\n");
   // Only its own tips: the tag (main is kept as the base).
   EXPECT_EQ(Host("git for-each-ref refs/acqfs-tips/b | wc -l"), "1");
   ASSERT_TRUE(b->Unmount());
