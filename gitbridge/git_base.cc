@@ -170,7 +170,18 @@ Status KeepTimes(const Layers& layers, const std::string& rel, int dst_dirfd,
 // (.git itself, or a submodule's repository below .git/modules), the
 // modules area between them (.git/modules and the directories a submodule's
 // name with slashes makes), or anything inside a git directory.
-enum class Area { kGitDir, kModules, kInside };
+enum class Area { kGitDir, kModules, kInside, kLogs, kLogsRefs };
+
+// Of a git directory's reflogs (logs/), the copy keeps the stash's alone
+// (logs/refs/stash: `stash@{1}` and older are named only there, and
+// KeepTips keeps them). The others name commits that only they reach,
+// which nothing keeps from the host's gc: once the host expires its
+// reflogs and prunes, the sandbox's `git fsck` failed ("invalid reflog
+// entry") where a clone's, whose reflogs begin at the clone, passes.
+bool ReflogLeftOut(Area area, const std::string& name) {
+  return (area == Area::kLogs && name != "refs") ||
+         (area == Area::kLogsRefs && name != "stash");
+}
 
 // Is the lower directory `rel` a submodule's git directory (it has a HEAD)?
 bool IsModuleGitDir(const Layers& layers, const std::string& rel) {
@@ -202,6 +213,7 @@ Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
   for (const sys::DirEntry& e : *entries) {
     if (EndsWith(e.name, ".lock")) continue;
     if (area == Area::kGitDir && LeftOut(e.name, gitdir == ".git")) continue;
+    if (ReflogLeftOut(area, e.name)) continue;
     const std::string child = sys::Join(rel, e.name);
     if (area != Area::kModules &&
         own.CoversPath(child.substr(gitdir.size() + 1)))
@@ -221,6 +233,14 @@ Status CopyChildren(const Layers& layers, const AcqfsRefs& own,
       std::string next_gitdir = gitdir;
       if (area == Area::kGitDir && e.name == "modules") {
         next = Area::kModules;
+      } else if (area == Area::kGitDir && e.name == "logs") {
+        next = Area::kLogs;
+        // Opaque, so that the kernel overlayfs over the same layers hides
+        // the host's reflogs too, as acqfs's own-git rule does.
+        ACQFS_TRY(layers.format.SetOpaque(dst->get(), e.name,
+                                          layers.upper.Shown(child)));
+      } else if (area == Area::kLogs) {
+        next = Area::kLogsRefs;
       } else if (area == Area::kModules) {
         next = IsModuleGitDir(layers, child) ? Area::kGitDir : Area::kModules;
         if (next == Area::kGitDir) next_gitdir = child;

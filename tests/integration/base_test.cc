@@ -688,6 +688,28 @@ TEST_F(Base, AHostGcBetweenTwoFscksLeavesNoLooseObjectBehind) {
   ASSERT_TRUE(sb->Unmount());
 }
 
+// The host's reflogs name commits only they reach (an amended commit, a
+// reset): the copy leaves them out, so that the host expiring its reflogs
+// and pruning leaves the sandbox's `git fsck` passing, as a clone's, whose
+// reflogs begin at the clone. The sandbox's begin at the mount; the
+// kernel overlayfs over the same layers hides the host's too (opaque).
+TEST_F(Base, ReflogsBeginAtTheMountSoTheHostsPruneBreaksNoFsck) {
+  Host(
+      "sed -i s/^a1$/a1-x/ a.txt && git commit -qam x && "
+      "git commit -q --amend -m y && git reset -q --hard HEAD~1 && "
+      "git reset -q --hard 'HEAD@{1}'");
+  auto sb = Mount();
+  Host("git reflog expire --expire=now --all && git gc -q --prune=now");
+  std::string out;
+  ASSERT_TRUE(RunIn(sb->mountpoint(),
+                    "git fsck --no-progress --no-dangling 2>&1 && "
+                    "git reflog | wc -l && git commit -q --allow-empty -m z "
+                    "&& git reflog | wc -l",
+                    home_, &out));
+  EXPECT_EQ(out, "0\n1\n");
+  ASSERT_TRUE(sb->Unmount());
+}
+
 // A submodule's repository (.git/modules/<name>) is the sandbox's own from
 // the mount too, as .git is: the host checking another commit out in the
 // submodule, unstaging there, deleting its tag and pruning leaves the
@@ -740,8 +762,8 @@ TEST_F(Base, ASubmodulesGitIsItsOwnToo) {
 
 // A second sandbox's copy of .git holds none of acqfs's own refs but its
 // own base's: not the first sandbox's keep refs, nor what the host fetched
-// from its bridge (loose or packed). A remote of the user's that is merely named
-// sandbox-... stays. So no sandbox sees another's work, nor keeps it.
+// from its bridge (loose or packed). A remote of the user's that is merely
+// named sandbox-... stays. So no sandbox sees another's work, nor keeps it.
 TEST_F(Base, ASandboxsCopyOfGitHoldsNoneOfAcqfsOwnRefs) {
   Host(
       "git tag -a v1 -m v1 && "
