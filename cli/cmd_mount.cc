@@ -373,12 +373,13 @@ Result<uint64_t> KeepBaseIndexObjects(const std::string& xattr_namespace,
                                       const std::string& upper,
                                       const std::vector<std::string>& frozen,
                                       const std::string& work,
+                                      const std::string& anchor,
                                       gitbridge::GitBase* base) {
   auto layers = Layers::OpenForReading(lower, upper,
                                        xattr_namespace == "trusted"
                                            ? XattrNamespace::kTrusted
                                            : XattrNamespace::kUser,
-                                       frozen);
+                                       frozen, anchor);
   if (!layers) return layers.error();
   auto kept = gitbridge::KeepIndexObjects(*layers, lower, base->head, work);
   if (!kept) return kept.error();
@@ -538,7 +539,8 @@ class BaseRecorder {
       const SandboxMeta& m = sandbox_.meta();
       auto kept = KeepBaseIndexObjects(
           m.xattr_namespace, t_.lower, sandbox_.paths().upper,
-          sandbox_.paths().frozen, sandbox_.paths().work, &base_);
+          sandbox_.paths().frozen, sandbox_.paths().work, sandbox_.state_dir(),
+          &base_);
       if (!kept) return kept.error();
       base_.index_state = "copied";
       return sandbox_.Save();
@@ -588,11 +590,11 @@ class BaseRecorder {
   Result<Layers> Open(bool own_git,
                       const std::vector<std::string>& modules = {}) {
     const SandboxMeta& m = sandbox_.meta();
-    auto layers = Layers::OpenForReading(t_.lower, sandbox_.paths().upper,
-                                         m.xattr_namespace == "trusted"
-                                             ? XattrNamespace::kTrusted
-                                             : XattrNamespace::kUser,
-                                         sandbox_.paths().frozen);
+    auto layers = Layers::OpenForReading(
+        t_.lower, sandbox_.paths().upper,
+        m.xattr_namespace == "trusted" ? XattrNamespace::kTrusted
+                                       : XattrNamespace::kUser,
+        sandbox_.paths().frozen, sandbox_.state_dir());
     if (!layers) return layers.error();
     PolicyRecord rec = m.policy;
     rec.own_git = own_git;
@@ -617,8 +619,9 @@ std::function<Status(const Status&, Quota*)> IndexInstalled(
   const std::string upper = sandbox.paths().upper;
   const std::string work = sandbox.paths().work;
   const std::vector<std::string> frozen = sandbox.paths().frozen;
-  return [meta_path, lower, upper, work, frozen](const Status& copied,
-                                                 Quota* quota) -> Status {
+  const std::string anchor = sandbox.state_dir();
+  return [meta_path, lower, upper, work, frozen, anchor](
+             const Status& copied, Quota* quota) -> Status {
     auto meta = ReadMeta(meta_path);
     if (!meta) return meta.error();
     Status outcome = copied;
@@ -626,7 +629,7 @@ std::function<Status(const Status&, Quota*)> IndexInstalled(
       // Before "copied" is written: a daemon killed in between leaves
       // "pending", and the next mount keeps them (ResumeIndex).
       auto kept = KeepBaseIndexObjects(meta->xattr_namespace, lower, upper,
-                                       frozen, work, &meta->base);
+                                       frozen, work, anchor, &meta->base);
       if (!kept) return kept.error();
       if (quota) quota->Force(*kept);
       meta->base.index_state = "copied";
@@ -636,7 +639,8 @@ std::function<Status(const Status&, Quota*)> IndexInstalled(
       auto layers = Layers::OpenForReading(lower, upper,
                                            meta->xattr_namespace == "trusted"
                                                ? XattrNamespace::kTrusted
-                                               : XattrNamespace::kUser);
+                                               : XattrNamespace::kUser,
+                                           frozen, anchor);
       if (!layers) return layers.error();
       Status r = gitbridge::RebuildIndex(*layers, lower, meta->base.head, work);
       if (!r) return r;
@@ -719,6 +723,7 @@ int RunMount(const MountArgs& a) {
   }
   config.lower = t.lower;
   config.upper = paths.upper;
+  config.anchor = sandbox.state_dir();
   config.frozen = paths.frozen;
   config.work = paths.work;
   config.mountpoint = t.mountpoint;

@@ -204,8 +204,8 @@ Result<Layers> Sandbox::OpenLayers() const {
   XattrNamespace ns = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
-  auto layers =
-      Layers::OpenForReading(meta_.lower, paths_.upper, ns, paths_.frozen);
+  auto layers = Layers::OpenForReading(meta_.lower, paths_.upper, ns,
+                                       paths_.frozen, state_);
   if (!layers) return layers.error();
   auto policy = meta_.policy.Build();
   if (!policy) return policy.error();
@@ -218,6 +218,7 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   c.sandbox = paths_.name;
   c.lower = meta_.lower;
   c.upper = paths_.upper;
+  c.anchor = state_;
   c.frozen = paths_.frozen;
   // The checkpoints of the current stack: those whose layers its frozen
   // layers begin with, oldest first.

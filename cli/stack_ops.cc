@@ -8,6 +8,8 @@
 #include <chrono>
 
 #include "cli/control.h"
+#include "common/sys.h"
+#include "fs/layer.h"
 
 namespace acqfs::cli {
 
@@ -22,11 +24,15 @@ Result<CheckpointPlan> PlanCheckpoint(const std::string& state,
                                       const std::string& upper_root,
                                       const std::string& message,
                                       CheckpointKind kind) {
-  struct stat like;
-  if (::stat(upper_root.c_str(), &like) != 0)
-    return Error::Errno("stat (the upper layer)", upper_root);
+  // Opened beneath the state directory (no symlink followed): the new
+  // upper takes this one's mode, owner and times, never those of a
+  // directory a symlink put in its place.
+  auto upper = Layer::OpenUnder(state, upper_root);
+  if (!upper) return upper.error();
+  auto like = sys::Fstat(upper->root(), upper_root);
+  if (!like) return like.error();
   LayerStore store(state);
-  auto ref = store.Create(&like);
+  auto ref = store.Create(&*like);
   if (!ref) return ref.error();
   CheckpointPlan p;
   p.time_ns = NowNs();

@@ -28,6 +28,31 @@ Result<Layer> Layer::Open(const std::string& path) {
   return Layer(std::move(*fd), path);
 }
 
+Result<Layer> Layer::OpenUnder(const std::string& anchor,
+                               const std::string& path) {
+  if (anchor.empty()) return Open(path);
+  std::string base = anchor;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  if (path.size() <= base.size() + 1 ||
+      path.compare(0, base.size(), base) != 0 || path[base.size()] != '/')
+    return Error::Of(
+        EINVAL, "open a layer (not below the state directory " + base + ")",
+        path);
+  const std::string rel = path.substr(base.size() + 1);
+  auto root = sys::OpenDirPath(base, O_PATH);
+  if (!root) return root.error();
+  auto fd = sys::OpenBeneath(root->get(), rel, O_PATH | O_DIRECTORY, 0, path);
+  if (!fd) {
+    Error e = fd.error();
+    if (e.err == ELOOP || e.err == EXDEV)
+      e.op +=
+          " (a symlink on the way below the state directory: a "
+          "sandbox's layers are never reached through one)";
+    return e;
+  }
+  return Layer(std::move(*fd), path);
+}
+
 namespace {
 std::atomic<uint64_t> next_layer_id{1};
 
@@ -253,7 +278,7 @@ Status Layers::OpenFrozen(const std::vector<std::string>& paths) {
                      paths.back());
   frozen.clear();
   for (const auto& p : paths) {
-    auto f = Layer::Open(p);
+    auto f = Layer::OpenUnder(anchor, p);
     if (!f) return f.error();
     frozen.push_back(std::move(*f));
   }
@@ -267,8 +292,10 @@ Status Layers::OpenFrozen(const std::vector<std::string>& paths) {
 
 Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
                             const std::string& work, XattrNamespace ns,
-                            const std::vector<std::string>& frozen) {
+                            const std::vector<std::string>& frozen,
+                            const std::string& anchor) {
   Layers l;
+  l.anchor = anchor;
   // Before anything in the work directory is touched: a daemon that serves
   // these layers keeps its kept data in acqfs-tmp/.
   auto claim = LayersClaim::Take(upper, work, kClaimWaitMs);
@@ -276,9 +303,9 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
   l.claim = std::move(*claim);
   auto lo = Layer::Open(lower);
   if (!lo) return lo.error();
-  auto up = Layer::Open(upper);
+  auto up = Layer::OpenUnder(anchor, upper);
   if (!up) return up.error();
-  auto wk = Layer::Open(work);
+  auto wk = Layer::OpenUnder(anchor, work);
   if (!wk) return wk.error();
   l.lower = std::move(*lo);
   l.upper = std::move(*up);
@@ -325,11 +352,13 @@ Result<Layers> Layers::Open(const std::string& lower, const std::string& upper,
 Result<Layers> Layers::OpenForReading(const std::string& lower,
                                       const std::string& upper,
                                       XattrNamespace ns,
-                                      const std::vector<std::string>& frozen) {
+                                      const std::vector<std::string>& frozen,
+                                      const std::string& anchor) {
   Layers l;
+  l.anchor = anchor;
   auto lo = Layer::Open(lower);
   if (!lo) return lo.error();
-  auto up = Layer::Open(upper);
+  auto up = Layer::OpenUnder(anchor, upper);
   if (!up) return up.error();
   l.lower = std::move(*lo);
   l.upper = std::move(*up);

@@ -45,6 +45,16 @@ class Layer {
   Layer& operator=(const Layer&) = delete;
 
   static Result<Layer> Open(const std::string& path);
+  // A sandbox's own layer (an upper, a frozen layer, a work directory) at
+  // `path`, which lies below `anchor` (the state directory): `anchor` is
+  // opened as given, and everything below it with no symlink followed at
+  // any component (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS). The state
+  // directory is its owner's to change: a root command there must never
+  // follow a name the owner replaced by a symlink (to /etc, to the host
+  // checkout). ELOOP naming the path for a symlink on the way; EINVAL when
+  // `path` is not below `anchor`. An empty `anchor` is Open(path).
+  static Result<Layer> OpenUnder(const std::string& anchor,
+                                 const std::string& path);
 
   int root() const { return root_.get(); }
   const std::string& root_path() const { return root_path_; }
@@ -184,6 +194,11 @@ struct Layers {
   // st_ino, with the top bit set when those layers are on another device
   // than the host (so that it cannot collide with a host number).
   bool store_on_host_dev = false;  // set by Open and OpenForReading
+  // The state directory the sandbox's own layers lie below (Layer::
+  // OpenUnder), "" for layers given by the mount helper's options. Every
+  // layer the stack later opens (a checkpoint's new upper, a rewind's, a
+  // squash's) is opened under it too.
+  std::string anchor;
   uint64_t TagStore(uint64_t ino) const {
     return store_on_host_dev ? ino : (ino | (uint64_t{1} << 63));
   }
@@ -201,13 +216,15 @@ struct Layers {
   // kMaxLowerLayers - 1).
   static Result<Layers> Open(const std::string& lower, const std::string& upper,
                              const std::string& work, XattrNamespace ns,
-                             const std::vector<std::string>& frozen = {});
+                             const std::vector<std::string>& frozen = {},
+                             const std::string& anchor = "");
   // Opens lower and upper only, for readers (the git bridge, status) that
   // may run while a daemon serves the same layers: the work area is not
   // touched, and `tmp` stays invalid.
   static Result<Layers> OpenForReading(
       const std::string& lower, const std::string& upper, XattrNamespace ns,
-      const std::vector<std::string>& frozen = {});
+      const std::vector<std::string>& frozen = {},
+      const std::string& anchor = "");
   // Opens the frozen layers (and checks the host's device against the
   // upper's for TagStore); used by both.
   Status OpenFrozen(const std::vector<std::string>& paths);

@@ -42,7 +42,7 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
                          std::to_string(kMaxLowerLayers - 1) +
                          " frozen layers: squash it first)",
                      layers_.upper.root_path());
-  auto next = Layer::Open(new_upper);
+  auto next = Layer::OpenUnder(layers_.anchor, new_upper);
   if (!next) return next.error();
   // The quiescent point: the writes in flight end (each holds
   // HoldOffFreeze from its descriptor's lease to its last byte), new ones
@@ -100,11 +100,11 @@ Result<Overlay::Restacked> Overlay::Restack(
     return Error::Of(EMLINK, "rewind (too many frozen layers)", new_upper);
   std::vector<Layer> layers;
   for (const auto& f : frozen) {
-    auto l = Layer::Open(f);
+    auto l = Layer::OpenUnder(layers_.anchor, f);
     if (!l) return l.error();
     layers.push_back(std::move(*l));
   }
-  auto next = Layer::Open(new_upper);
+  auto next = Layer::OpenUnder(layers_.anchor, new_upper);
   if (!next) return next.error();
   QuiescentPoint quiet(this);
   ACQFS_TRY(commit());
@@ -160,7 +160,7 @@ Status Overlay::ReplaceFrozen(unsigned count, const std::string& merged,
                               const std::function<Status()>& commit) {
   if (count < 1 || count > layers_.frozen.size())
     return Error::Of(EINVAL, "squash (no such frozen layers)", merged);
-  auto next = Layer::Open(merged);
+  auto next = Layer::OpenUnder(layers_.anchor, merged);
   if (!next) return next.error();
   QuiescentPoint quiet(this);
   ACQFS_TRY(commit());

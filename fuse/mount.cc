@@ -376,8 +376,8 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     return e;
   };
   XattrNamespace ns = LayerFormat::DefaultNamespace(config.force_userxattr);
-  auto layers =
-      Layers::Open(config.lower, config.upper, config.work, ns, config.frozen);
+  auto layers = Layers::Open(config.lower, config.upper, config.work, ns,
+                             config.frozen, config.anchor);
   if (!layers) return fail(layers.error());
   if (Status s = ProbeFormat(*layers); !s) return fail(s.error());
   layers->sync_copy_up = config.sync_copy_up;

@@ -22,6 +22,10 @@ struct MountConfig {
   // The frozen layers between the lower and the upper, bottom first
   // (docs/stack.md).
   std::vector<std::string> frozen;
+  // The state directory the sandbox's own layers (upper, work, frozen) lie
+  // below, opened under it with no symlink followed (Layer::OpenUnder); ""
+  // for the mount helper's layers, given by path.
+  std::string anchor;
   bool allow_other = false;
   bool force_userxattr = false;  // use user.overlay.* even when privileged
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds

@@ -58,8 +58,8 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
     return host.error();
   }
   s->host.emplace(std::move(*host));
-  auto layers =
-      Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace, c.frozen);
+  auto layers = Layers::OpenForReading(c.lower, c.upper, c.xattr_namespace,
+                                       c.frozen, c.anchor);
   if (!layers) return layers.error();
   layers->policy = c.policy;
   ACQFS_TRY(OpenSources(c, &*layers));
@@ -382,7 +382,7 @@ Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
            "building the tree of checkpoint " + std::to_string(cp.number));
     std::vector<std::string> below(cp.layers.begin(), cp.layers.end() - 1);
     auto layers = Layers::OpenForReading(c.lower, cp.layers.back(),
-                                         c.xattr_namespace, below);
+                                         c.xattr_namespace, below, c.anchor);
     if (!layers) return layers.error();
     layers->policy = c.policy;
     ACQFS_TRY(OpenSources(c, &*layers));

@@ -33,6 +33,9 @@ struct ExportConfig {
   std::string lower;                // the host checkout (absolute)
   std::string upper;                // the sandbox's upper layer
   std::vector<std::string> frozen;  // its frozen layers, bottom first
+  // The state directory its layers lie below (Layer::OpenUnder: no symlink
+  // followed beneath it); "" to open them by path.
+  std::string anchor;
   // The checkpoints of its current stack, oldest first (docs/stack.md):
   // each is exported as a commit of the tree at that point, on the one
   // before, under the working tree's commit.

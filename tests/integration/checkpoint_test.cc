@@ -485,5 +485,73 @@ TEST_P(Stack, KillNineDuringCheckpointsLeavesAStackTheKernelAgreesWith) {
   ExpectKernelAgrees(sandbox(), tmp(), fuse_view, View());
 }
 
+// The state folder is its owner's to change, and root runs acqfs on it
+// (issue 32): a layer directory of the store replaced by a symlink is never
+// followed. A frozen layer pointing at a directory of root's secrets is
+// refused by export (it used to put them into checkpoint commits the owner
+// can fetch); an upper pointing at another directory is refused by mount
+// and checkpoint; a frozen layer pointing at the host checkout is refused
+// by squash --keep 0 (it used to hard-link the host's files). Each refusal
+// names the layer, and nothing outside the store is read or changed.
+class StackStore : public MountTest {};
+
+TEST_F(StackStore, ASymlinkedLayerIsNeverFollowed) {
+  Sandbox& s = sandbox();
+  ASSERT_TRUE(WriteFile(s.mountpoint() + "/work.txt", "agent's\n"));
+  CommandResult c = Acqfs(s, {"checkpoint", s.name(), "-m", "one"});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  ASSERT_TRUE(WriteFile(s.mountpoint() + "/more.txt", "more\n"));
+  c = Acqfs(s, {"checkpoint", s.name(), "-m", "two"});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  ASSERT_TRUE(s.Unmount());
+  const std::vector<std::string> frozen = s.frozen();
+  ASSERT_EQ(frozen.size(), 2u);
+  // Root's secret, in a directory only root reads.
+  const std::string secrets = tmp().MakeDir("secrets", 0700);
+  ASSERT_TRUE(WriteFile(secrets + "/shadow", "root:secret\n"));
+  ASSERT_EQ(::chmod((secrets + "/shadow").c_str(), 0600), 0);
+  const std::string moved = frozen[0] + ".real";
+  ASSERT_EQ(::rename(frozen[0].c_str(), moved.c_str()), 0);
+  ASSERT_EQ(::symlink(secrets.c_str(), frozen[0].c_str()), 0);
+  auto refused = [&](const CommandResult& r, const std::string& layer) {
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find(layer), std::string::npos) << r.Describe();
+    EXPECT_NE(r.err.find("symlink"), std::string::npos) << r.Describe();
+  };
+  refused(Acqfs(s, {"export", s.name()}), frozen[0]);
+  const std::string bridge = s.state_dir() + "/" + s.name() + "/bridge.git";
+  EXPECT_EQ(Sh("git --git-dir=" + ShellQuote(bridge) +
+               " log --all --format= --name-only 2>/dev/null | "
+               "grep -c shadow || true"),
+            "0\n");
+  // Squash with --keep 0 over a frozen layer pointing at the host checkout:
+  // refused, the host's files keep their links and ctimes.
+  ASSERT_EQ(::unlink(frozen[0].c_str()), 0);
+  ASSERT_EQ(::symlink(lower().c_str(), frozen[0].c_str()), 0);
+  const TreeSnapshot host0 = Snapshot(lower(), SnapshotOptions::Everything());
+  refused(Acqfs(s, {"squash", s.name(), "--keep", "0"}), frozen[0]);
+  EXPECT_TRUE(
+      SnapshotsEqual(host0, Snapshot(lower(), SnapshotOptions::Everything())));
+  ASSERT_EQ(::unlink(frozen[0].c_str()), 0);
+  ASSERT_EQ(::rename(moved.c_str(), frozen[0].c_str()), 0);
+  // An upper replaced by a symlink to another directory: mount and
+  // checkpoint refuse, and the directory is not written.
+  const std::string upper = s.upper();
+  const std::string elsewhere = tmp().MakeDir("elsewhere");
+  const std::string upper_moved = upper + ".real";
+  ASSERT_EQ(::rename(upper.c_str(), upper_moved.c_str()), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), upper.c_str()), 0);
+  refused(Acqfs(s, {"checkpoint", s.name()}), upper);
+  CommandResult m =
+      Acqfs(s, {"mount", lower(), s.mountpoint(), "--name", s.name()});
+  refused(m, upper);
+  EXPECT_FALSE(FindMount(s.mountpoint()).has_value());
+  EXPECT_EQ(Sh("ls -A " + ShellQuote(elsewhere) + " | wc -l"), "0\n");
+  ASSERT_EQ(::unlink(upper.c_str()), 0);
+  ASSERT_EQ(::rename(upper_moved.c_str(), upper.c_str()), 0);
+  CommandResult e = Acqfs(s, {"export", s.name()});
+  EXPECT_TRUE(e.ok()) << e.Describe();
+}
+
 }  // namespace
 }  // namespace acqfs::test
