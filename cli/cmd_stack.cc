@@ -48,7 +48,7 @@ std::string Iso(int64_t ns) {
 std::optional<Sandbox> FindSandbox(const std::string& what,
                                    const std::string& state_dir,
                                    const std::string& arg, int* rc) {
-  auto s = Sandbox::Find(ResolveStateDir(state_dir), arg);
+  auto s = Sandbox::Find(Absolute(ResolveStateDir(state_dir)), arg);
   if (!s) {
     *rc = FailFind(what, arg, s.error());
     return std::nullopt;
@@ -527,7 +527,7 @@ int RunSquash(const SquashArgs& a) {
 }
 
 int RunGc(const GcArgs& a) {
-  const std::string state = ResolveStateDir(a.state_dir);
+  const std::string state = Absolute(ResolveStateDir(a.state_dir));
   auto r = CollectGarbage(state);
   if (!r) return Fail(kExitFailed, "gc", r.error());
   std::printf("acqfs: gc: removed %zu layers (%s), kept %zu\n",

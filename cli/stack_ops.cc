@@ -53,12 +53,17 @@ Result<nlohmann::json> ServeCheckpoint(const std::string& state,
                                        const std::string& name,
                                        MountControl* mc,
                                        const nlohmann::json& req) {
+  // Every field is checked for its type: `"kind": 7` was taken for a plain
+  // checkpoint.
+  if (req.contains("message") && !req["message"].is_string())
+    return Error::Of(EINVAL, "checkpoint (the message is not a string)",
+                     "message");
+  if (req.contains("kind") && !req["kind"].is_string())
+    return Error::Of(EINVAL, "checkpoint (the kind is not a string)", "kind");
   const std::string message =
-      req.contains("message") && req["message"].is_string()
-          ? req["message"].get<std::string>()
-          : "";
+      req.contains("message") ? req["message"].get<std::string>() : "";
   CheckpointKind kind = CheckpointKind::kCheckpoint;
-  if (req.contains("kind") && req["kind"].is_string()) {
+  if (req.contains("kind")) {
     auto k = KindFromName(req["kind"].get<std::string>());
     if (!k) return Error::Of(EINVAL, "checkpoint (unknown kind)", "kind");
     kind = *k;
@@ -90,9 +95,13 @@ Result<nlohmann::json> ServeCheckpoint(const std::string& state,
 Result<nlohmann::json> ServeRewind(const std::string& state,
                                    const std::string& name, MountControl* mc,
                                    const nlohmann::json& req) {
-  if (!req.contains("number") || !req["number"].is_number_unsigned())
-    return Error::Of(EINVAL, "rewind (no checkpoint number)", "number");
-  const uint32_t number = req["number"].get<uint32_t>();
+  // In range before it is narrowed: 4294967297 was checkpoint 1.
+  if (!req.contains("number") || !req["number"].is_number_unsigned() ||
+      req["number"].get<uint64_t>() == 0 ||
+      req["number"].get<uint64_t>() > UINT32_MAX)
+    return Error::Of(
+        EINVAL, "rewind (no checkpoint number from 1 to 4294967295)", "number");
+  const uint32_t number = static_cast<uint32_t>(req["number"].get<uint64_t>());
   auto lock = StoreLock::Take(state);
   if (!lock) return lock.error();
   const std::string path = StackPath(state, name);
@@ -142,11 +151,18 @@ Result<nlohmann::json> ServeSquash(const std::string& state,
     merge.push_back(r.get<std::string>());
   }
   const std::string id = req["id"].get<std::string>();
-  const std::string building = req["building"].get<std::string>();
-  const std::string folder = state + "/" + name + "/squash.";
-  if (!ValidLayerId(id) || building != folder + id)
-    return Error::Of(EINVAL, "squash (not this sandbox's merged layer)",
-                     building);
+  const std::string asked = req["building"].get<std::string>();
+  // The client's path for the merged layer may be spelled otherwise than
+  // the daemon's (a relative state directory, one reached through a
+  // symlink): it must name this sandbox's folder by identity, and the
+  // daemon's own path is used from here on.
+  const std::string building = state + "/" + name + "/squash." + id;
+  struct stat mine, theirs;
+  if (!ValidLayerId(id) || sys::Basename(asked) != "squash." + id ||
+      ::stat((state + "/" + name).c_str(), &mine) != 0 ||
+      ::stat(sys::Dirname(asked).c_str(), &theirs) != 0 ||
+      mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino)
+    return Error::Of(EINVAL, "squash (not this sandbox's merged layer)", asked);
   auto lock = StoreLock::Take(state);
   if (!lock) return lock.error();
   const std::string path = StackPath(state, name);

@@ -553,5 +553,28 @@ TEST_F(StackStore, ASymlinkedLayerIsNeverFollowed) {
   EXPECT_TRUE(e.ok()) << e.Describe();
 }
 
+// A mounted squash with a relative state directory (issue 32): the daemon
+// refused the merged layer the client named by a relative path ("st/box/
+// squash.<id>: Invalid argument"); now the stack commands take the state
+// directory absolute, and the daemon knows the layer by its folder.
+TEST_F(StackStore, AMountedSquashWorksWithARelativeStateDir) {
+  Sandbox& s = sandbox();
+  for (const char* f : {"/a.txt", "/b.txt"}) {
+    ASSERT_TRUE(WriteFile(s.mountpoint() + f, "x\n"));
+    CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+    ASSERT_TRUE(c.ok()) << c.Describe();
+  }
+  const std::string state = s.state_dir();
+  const size_t slash = state.rfind('/');
+  CommandResult q = RunCommand({AcqfsBinary(), "squash", s.name(), "--keep",
+                                "0", "--state-dir", state.substr(slash + 1)},
+                               120, state.substr(0, slash));
+  EXPECT_TRUE(q.ok()) << q.Describe();
+  EXPECT_EQ(s.frozen().size(), 1u);
+  std::string a;
+  EXPECT_TRUE(ReadFile(s.mountpoint() + "/a.txt", &a));
+  EXPECT_EQ(a, "x\n");
+}
+
 }  // namespace
 }  // namespace acqfs::test
