@@ -72,7 +72,10 @@ Result<nlohmann::json> AskDaemon(const Sandbox& s,
                                  const nlohmann::json& request) {
   auto r = CallControl(s.paths().dir, SandboxPaths::kControlSocket, request,
                        kControlTimeoutMs);
-  if (!r && (r.err() == ENOENT || r.err() == ECONNREFUSED))
+  // Only when no daemon listens (CallControl's "connect"): an ENOENT the
+  // daemon answered ("no such checkpoint") is said as it is.
+  if (!r && (r.err() == ENOENT || r.err() == ECONNREFUSED) &&
+      r.error().op.rfind("connect", 0) == 0)
     return Error::Of(r.err(),
                      "its daemon does not serve a control socket (mounted "
                      "by an older acqfs? unmount and mount it again)",

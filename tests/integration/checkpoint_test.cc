@@ -576,5 +576,25 @@ TEST_F(StackStore, AMountedSquashWorksWithARelativeStateDir) {
   EXPECT_EQ(a, "x\n");
 }
 
+// Mounted, `acqfs rewind box 99` said "its daemon does not serve a control
+// socket": the CLI took every ENOENT for a missing socket, the daemon's
+// own answer too (issue 32). It says what unmounted says.
+TEST_F(StackStore, ANoSuchCheckpointIsSaidMountedAsUnmounted) {
+  Sandbox& s = sandbox();
+  CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  CommandResult mounted = Acqfs(s, {"rewind", s.name(), "99"});
+  EXPECT_NE(mounted.exit_code, 0);
+  EXPECT_NE(mounted.err.find("no such checkpoint"), std::string::npos)
+      << mounted.Describe();
+  EXPECT_EQ(mounted.err.find("control socket"), std::string::npos)
+      << mounted.Describe();
+  ASSERT_TRUE(s.Unmount());
+  CommandResult unmounted = Acqfs(s, {"rewind", s.name(), "99"});
+  EXPECT_EQ(unmounted.exit_code, mounted.exit_code) << unmounted.Describe();
+  EXPECT_NE(unmounted.err.find("no such checkpoint"), std::string::npos)
+      << unmounted.Describe();
+}
+
 }  // namespace
 }  // namespace acqfs::test
