@@ -116,18 +116,9 @@ Status IndexFile::ReadEntry(size_t* pos, std::string* path,
     path->append(bytes_.data() + at, len);
     *pos = at + len + 1;
   } else {
-    size_t len = flags & kFlagNameMask;
-    if (len == kFlagNameMask) {
-      const void* nul = std::memchr(bytes_.data() + at, '\0', end - at);
-      if (!nul) return Damaged("an unterminated path");
-      len = static_cast<const char*>(nul) - (bytes_.data() + at);
-    }
-    // Padded with 1 to 8 NULs to a multiple of 8 bytes.
-    const size_t size = (fixed + len + 8) & ~size_t{7};
-    if (end - start < size || bytes_[at + len] != '\0')
-      return Damaged("an entry is cut");
+    size_t len = 0;
+    ACQFS_TRY(PaddedName(start, fixed, flags, &len, pos));
     path->assign(bytes_.data() + at, len);
-    *pos = start + size;
   }
   // An empty path is a split index's replacement of a shared entry.
   e->path = *path;
@@ -159,16 +150,25 @@ Status IndexFile::SkipEntry(size_t* pos) const {
     *pos = static_cast<const char*>(nul) - bytes_.data() + 1;
     return Ok();
   }
-  size_t len = flags & kFlagNameMask;
-  if (len == kFlagNameMask) {
+  size_t len = 0;
+  return PaddedName(start, fixed, flags, &len, pos);
+}
+
+Status IndexFile::PaddedName(size_t start, size_t fixed, uint16_t flags,
+                             size_t* len, size_t* next) const {
+  const size_t end = bytes_.size() - kHashSize;
+  const size_t at = start + fixed;
+  *len = flags & kFlagNameMask;
+  if (*len == kFlagNameMask) {
     const void* nul = std::memchr(bytes_.data() + at, '\0', end - at);
     if (!nul) return Damaged("an unterminated path");
-    len = static_cast<const char*>(nul) - (bytes_.data() + at);
+    *len = static_cast<const char*>(nul) - (bytes_.data() + at);
   }
-  const size_t size = (fixed + len + 8) & ~size_t{7};
-  if (end - start < size || bytes_[at + len] != '\0')
+  // Padded with 1 to 8 NULs to a multiple of 8 bytes.
+  const size_t size = (fixed + *len + 8) & ~size_t{7};
+  if (end - start < size || bytes_[at + *len] != '\0')
     return Damaged("an entry is cut");
-  *pos = start + size;
+  *next = start + size;
   return Ok();
 }
 

@@ -69,6 +69,11 @@ class IndexFile {
   // `path` (which, for version 4, holds the previous entry's path).
   Status ReadEntry(size_t* pos, std::string* path, IndexEntry* e) const;
   Status SkipEntry(size_t* pos) const;
+  // A version 2 or 3 entry's path at `start` + `fixed`: its length (from
+  // `flags`, or up to its NUL when that is 0xfff) and where the entry,
+  // padded to 8 bytes, ends.
+  Status PaddedName(size_t start, size_t fixed, uint16_t flags, size_t* len,
+                    size_t* next) const;
   Status ReadExtensions(size_t pos);
   Status ReadCacheTree(std::string_view ext);
   Status ReadResolveUndo(std::string_view ext);

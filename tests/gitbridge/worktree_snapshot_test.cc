@@ -28,7 +28,6 @@ using ::acqfs::test::DeepContent;
 using ::acqfs::test::MakeFile;
 using ::acqfs::test::TempDir;
 
-
 struct Entry {
   git_filemode_t mode;
   git_oid id;
