@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -197,6 +198,14 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   if (::fchmodat(d, name.c_str(), 0600, 0) != 0) {
     return Error::Errno("fchmodat", shown);
   }
+  // A root daemon in another user's folder: the socket is the folder
+  // owner's, so that the owner's commands (and root's, which act as the
+  // owner there: cli/as_owner.h) reach it.
+  struct stat ds;
+  if (::geteuid() == 0 && ::fstat(d, &ds) == 0 && ds.st_uid != 0 &&
+      ::fchownat(d, name.c_str(), ds.st_uid, ds.st_gid, AT_SYMLINK_NOFOLLOW) !=
+          0)
+    return Error::Errno("fchownat", shown);
   if (::listen(s->listen_.get(), 64) != 0) return Error::Errno("listen", shown);
   int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (efd < 0) return Error::Errno("eventfd", shown);
@@ -252,18 +261,43 @@ Status ControlServer::Stop() {
 }
 
 void ControlServer::Run() {
+  // Accepted connections whose request has not arrived, oldest first.
+  struct Waiting {
+    UniqueFd conn;
+    Clock::time_point deadline;
+  };
+  std::deque<Waiting> waiting;
+  const auto timeout = std::chrono::milliseconds(options_.receive_timeout_ms);
+  std::vector<struct pollfd> fds;
   for (;;) {
-    struct pollfd fds[2] = {{listen_.get(), POLLIN, 0},
-                            {wake_.get(), POLLIN, 0}};
-    int n = ::poll(fds, 2, -1);
+    fds.clear();
+    fds.push_back({wake_.get(), POLLIN, 0});
+    fds.push_back({listen_.get(), POLLIN, 0});
+    for (const Waiting& w : waiting) fds.push_back({w.conn.get(), POLLIN, 0});
+    int wait_ms = -1;
+    if (!waiting.empty()) wait_ms = MsLeft(waiting.front().deadline);
+    int n = ::poll(fds.data(), fds.size(), wait_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       // ENOMEM: try again shortly rather than stop serving.
-      ::poll(&fds[1], 1, 50);
+      ::poll(&fds[0], 1, 50);
       continue;
     }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
+    if (fds[0].revents != 0) return;
+    // Requests that arrived (or connections that closed), then those whose
+    // time is up: each answered and closed.
+    std::deque<Waiting> still;
+    const auto now = Clock::now();
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (fds[2 + i].revents != 0 || waiting[i].deadline <= now)
+        Serve(waiting[i].conn.release(), waiting[i].deadline);
+      else
+        still.push_back(std::move(waiting[i]));
+    }
+    waiting = std::move(still);
+    if (fds[1].revents == 0) continue;
+    // One new connection a round, so each gets a poll before any is made
+    // to give way.
     int conn = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
@@ -276,11 +310,15 @@ void ControlServer::Run() {
       // EAGAIN, EINTR, ECONNABORTED: nothing to accept now.
       continue;
     }
-    Serve(conn);
+    if (waiting.size() >= kMaxPending) {
+      Serve(waiting.front().conn.release(), Clock::now());
+      waiting.pop_front();
+    }
+    waiting.push_back({UniqueFd(conn), Clock::now() + timeout});
   }
 }
 
-void ControlServer::Serve(int fd) {
+void ControlServer::Serve(int fd, Clock::time_point deadline) {
   UniqueFd conn(fd);
   // A refused peer's request is still read (and dropped) before the reply:
   // closing a connection whose request is unread makes the kernel report
@@ -295,8 +333,6 @@ void ControlServer::Serve(int fd) {
     allowed = Error::Of(EACCES, "peer check", shown_);
   }
 
-  auto deadline =
-      Clock::now() + std::chrono::milliseconds(options_.receive_timeout_ms);
   nlohmann::json reply;
   for (;;) {
     struct pollfd fds[2] = {{conn.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};

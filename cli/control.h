@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -66,10 +67,16 @@ class ControlServer {
   // EMSGSIZE). May take long: later clients wait in the listen queue.
   using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
 
+  // Connections accepted whose request has not arrived, at most.
+  static constexpr size_t kMaxPending = 32;
+
   struct Options {
     // How long a connected client may take to send its request; then it
-    // gets an ETIMEDOUT reply and the next client is served. (Replies are
-    // sent without waiting: one message fits in the socket's buffer.)
+    // gets an ETIMEDOUT reply. Clients that have not sent theirs yet wait
+    // side by side (at most kMaxPending; beyond, the one waiting longest is
+    // answered ETIMEDOUT to make room), so a silent one never delays
+    // another's request. (Replies are sent without waiting: one message
+    // fits in the socket's buffer.)
     int receive_timeout_ms = kDefaultControlReceiveTimeoutMs;
   };
 
@@ -109,8 +116,9 @@ class ControlServer {
   ControlServer(std::string shown, std::string name, Handler handler,
                 Options options);
   void Run();
-  // Reads, answers and closes one accepted connection.
-  void Serve(int conn);
+  // Reads, answers and closes one accepted connection, waiting for its
+  // request until `deadline` (then ETIMEDOUT).
+  void Serve(int conn, std::chrono::steady_clock::time_point deadline);
   // The reply to `message` (the request's bytes; `truncated`: it was longer
   // than kMaxControlMessage).
   nlohmann::json Answer(const std::string& message, bool truncated);
