@@ -106,9 +106,48 @@ Result<Overlay::Restacked> Overlay::Restack(
   }
   auto next = Layer::OpenUnder(layers_.anchor, new_upper);
   if (!next) return next.error();
+  // The quota counts the current stack (docs/sandboxes.md, "Quota"), as a
+  // mount measures it: what leaves it (the frozen layers above the
+  // checkpoint, the old upper, kept as an undo point or dropped) is given
+  // back, what joins it is taken. Frozen layers do not change: measured
+  // before the quiescent point; the old upper, at it.
+  int64_t delta = 0;
+  if (quota_) {
+    auto among = [](const std::vector<Layer>& v, const Layer& l) {
+      return std::any_of(v.begin(), v.end(), [&](const Layer& x) {
+        return x.root_path() == l.root_path();
+      });
+    };
+    for (const Layer& f : layers) {
+      if (among(layers_.frozen, f)) continue;
+      auto b = Quota::Measure(f.root(), f.root_path());
+      if (!b) return b.error();
+      delta += static_cast<int64_t>(*b);
+    }
+    for (const Layer& f : layers_.frozen) {
+      if (among(layers, f)) continue;
+      auto b = Quota::Measure(f.root(), f.root_path());
+      if (!b) return b.error();
+      delta -= static_cast<int64_t>(*b);
+    }
+    auto b = Quota::Measure(next->root(), next->root_path());
+    if (!b) return b.error();
+    delta += static_cast<int64_t>(*b);
+  }
   QuiescentPoint quiet(this);
   ACQFS_TRY(commit());
   ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
+  if (quota_) {
+    // The stack is recorded: an old upper that cannot be measured stays
+    // counted (until a remount measures the new stack) rather than fail.
+    if (auto b =
+            Quota::Measure(layers_.upper.root(), layers_.upper.root_path()))
+      delta -= static_cast<int64_t>(*b);
+    if (delta > 0)
+      quota_->Force(static_cast<uint64_t>(delta));
+    else
+      quota_->Release(static_cast<uint64_t>(-delta));
+  }
   Restacked out;
   // Every name the table knows goes (deepest first, so that a parent is
   // still there when its child loses its name); the nodes the kernel holds
@@ -122,6 +161,10 @@ Result<Overlay::Restacked> Overlay::Restack(
   Node* root = table_.root();
   table_.ForEachNodeLocked([&](Node* n) {
     if (n != root && n->nlookup > 0) out.nodes.push_back(n);
+    // Its file left the stack with its layer (given back above): nothing
+    // of it is counted any more, but kept data (quota_owed), which is in
+    // no layer.
+    if (!n->quota_owed) n->charged = Quota::kUnseen;
     auto depth = [](const Node* p) {
       size_t d = 0;
       for (; p; p = p->parent) ++d;

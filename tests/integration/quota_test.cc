@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/binaries.h"
 #include "harness/command.h"
 #include "harness/fs_util.h"
 #include "harness/sandbox.h"
@@ -566,6 +567,30 @@ TEST_P(QuotaRoutes, Symlinks) {
 // Every route at once, from several threads, three times over: the quota
 // holds against all of them together, and emptying the sandbox brings the
 // count back to where it started (it does not drift).
+// A rewind gives back what it took off the stack, as a mount measures the
+// stack: the count kept the rewound-away bytes until a remount (a 10 MiB
+// write, rewound away, left a 16 MiB quota 6 MiB of room), and then the
+// remount counted less than the mount had. Undo points do not count: only
+// the owner can rewind, and the agent's stack stays within the quota.
+TEST_P(QuotaRoutes, ARewindGivesBackWhatItTookOffTheStack) {
+  auto acqfs = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), AcqfsBinary());
+    args.insert(args.end(), {"--state-dir", sb_->state_dir()});
+    CommandResult r = RunCommand(args, 60);
+    EXPECT_TRUE(r.ok()) << r.Describe();
+  };
+  acqfs({"checkpoint", sb_->name(), "-m", "empty"});
+  const uint64_t before = Daemon();
+  ASSERT_EQ(WriteChunks(M("big"), 10 * kMiB), 0);
+  EXPECT_GE(Daemon(), before + 10 * kMiB);
+  acqfs({"rewind", sb_->name(), "1"});
+  EXPECT_LE(Daemon(), before + (64 << 10)) << "the rewound-away 10 MiB";
+  // The room is there, and counted.
+  ASSERT_EQ(WriteChunks(M("again"), 12 * kMiB), 0);
+  EXPECT_GE(Daemon(), before + 12 * kMiB);
+  EXPECT_LE(Daemon(), before + 12 * kMiB + (256 << 10));
+}
+
 TEST_P(QuotaRoutes, AllRoutesAtOnce) {
   for (int round = 0; round < 3; round++) {
     SCOPED_TRACE("round " + std::to_string(round));
