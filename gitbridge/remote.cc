@@ -211,6 +211,52 @@ class ConfigOwner {
   std::string commondir_;
 };
 
+// A ref's lock file acqfs left when it was killed in the middle of writing
+// one of its own refs (refs/acqfs-base, refs/acqfs-keep, refs/acqfs-tips):
+// libgit2 and git refuse to write that ref while it is there, so the
+// sandbox's next mount, or a second `acqfs rm`, failed until a person
+// deleted it. Only acqfs writes those refs, always holding HostLock, which
+// the caller holds: one older than kStaleLockAge is no write in progress
+// (git's own `update-ref` on them, by hand, takes milliseconds) and is
+// removed. git's config.lock and packed-refs.lock are git's own protocol,
+// shared with every git command, and stay (as a killed git leaves them).
+constexpr auto kStaleLockAge = std::chrono::seconds(10);
+
+void RemoveStaleRefLocks(int dirfd, const std::string& shown, int depth) {
+  if (depth > 16) return;
+  auto entries = sys::ReadDir(dirfd, shown);
+  if (!entries) return;
+  const auto now = std::chrono::system_clock::now();
+  for (const auto& e : *entries) {
+    struct stat st;
+    if (::fstatat(dirfd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      continue;
+    if (S_ISDIR(st.st_mode)) {
+      UniqueFd sub(::openat(dirfd, e.name.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub) RemoveStaleRefLocks(sub.get(), shown + "/" + e.name, depth + 1);
+      continue;
+    }
+    const size_t n = e.name.size();
+    if (!S_ISREG(st.st_mode) || n < 6 || e.name.compare(n - 5, 5, ".lock") != 0)
+      continue;
+    const auto mtime = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(sys::MtimeNs(st))));
+    if (now - mtime >= kStaleLockAge) ::unlinkat(dirfd, e.name.c_str(), 0);
+  }
+}
+
+void RemoveStaleAcqfsRefLocks(const std::string& gitdir) {
+  for (const char* ns :
+       {"refs/acqfs-base", "refs/acqfs-keep", "refs/acqfs-tips"}) {
+    const std::string dir = gitdir + "/" + ns;
+    UniqueFd fd(
+        ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd) RemoveStaleRefLocks(fd.get(), dir, 0);
+  }
+}
+
 // Runs `edit` on the host repository with HostLock held and termination
 // signals held back; the repository is opened once the lock is held, so
 // libgit2 reads the configuration every earlier edit left.
@@ -225,6 +271,7 @@ auto WithHostLocked(const std::string& workdir, Edit&& edit)
   }
   HostLock lock;
   ACQFS_TRY(lock.Take(dir));
+  RemoveStaleAcqfsRefLocks(dir);
   HoldTerminationSignals hold;
   ConfigOwner owner;
   owner.Record(dir);

@@ -229,5 +229,38 @@ TEST_F(Remote, AConfigLockThatStaysIsReportedAfterABoundedWait) {
   EXPECT_EQ(ReadFile(config_), original_);
 }
 
+// A keep ref's lock file an acqfs killed mid-write left (issue 32, the
+// kill points of fork and rm): only acqfs writes refs/acqfs-*, always under
+// its host lock, so one older than a write takes is removed by the next
+// acqfs command, whose ref write then works (it failed until a person
+// deleted the file). A fresh one (a write in progress) stays.
+TEST_F(Remote, AStaleLockOfAnAcqfsRefIsRemovedAFreshOneStays) {
+  const std::string head =
+      Sh("git -C " + ShellQuote(host_) + " rev-parse HEAD");
+  const std::string id = head.substr(0, 40);
+  const std::string lock = host_ + "/.git/refs/acqfs-base/k.lock";
+  fs::create_directories(host_ + "/.git/refs/acqfs-base");
+  MakeFile(lock, "");
+  Status fresh = KeepBase(host_, "k", id);
+  EXPECT_FALSE(fresh) << "a write in progress holds the ref";
+  EXPECT_TRUE(fs::exists(lock));
+  // As a kill a minute ago leaves it.
+  ASSERT_EQ(Sh("touch -d '-60 seconds' " + ShellQuote(lock) + " && echo ok"),
+            "ok\n");
+  Status stale = KeepBase(host_, "k", id);
+  ASSERT_TRUE(stale) << stale.error().Message();
+  EXPECT_FALSE(fs::exists(lock));
+  EXPECT_EQ(
+      Sh("git -C " + ShellQuote(host_) + " rev-parse " + BaseRefName("k")),
+      head);
+  // git's own config.lock is never taken for acqfs's.
+  MakeFile(config_ + ".lock", "");
+  ASSERT_EQ(Sh("touch -d '-60 seconds' " + ShellQuote(config_ + ".lock") +
+               " && echo ok"),
+            "ok\n");
+  EXPECT_FALSE(RegisterRemote(host_, "k", Bridge("k")));
+  EXPECT_TRUE(fs::exists(config_ + ".lock"));
+}
+
 }  // namespace
 }  // namespace acqfs::gitbridge
