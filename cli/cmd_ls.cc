@@ -18,9 +18,11 @@
 //    "last_export_utc": "YYYY-MM-DDTHH:MM:SSZ" or null,
 //    "unfetched": true | false | null (not a git checkout)}.
 // A value that cannot be found out shows as "?" (text) or null (JSON); it
-// never stops the listing. A missing or empty state directory lists nothing
-// (text: no output; JSON: []). Exit 0, or 2 when the state directory cannot
-// be read (1 when it is not a directory).
+// never stops the listing. Folders that hold no sandbox (one of a sandbox's
+// name without meta.json whose lock is free; a fork's .fork+NAME or an
+// rm's .trash+ID, docs/stack.md) are named on stderr, not listed. A missing or
+// empty state directory lists nothing (text: no output; JSON: []). Exit 0, or 2
+// when the state directory cannot be read (1 when it is not a directory).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -43,6 +45,7 @@
 #include "cli/commands.h"
 #include "cli/liveness.h"
 #include "cli/sandbox.h"
+#include "cli/stack.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
@@ -155,7 +158,12 @@ Row Describe(const Sandbox& sandbox) {
 }
 
 // The sandboxes in `state`, sorted by name; an error when it cannot be read.
-Result<std::vector<Row>> ListSandboxes(const std::string& state) {
+// Also the folders no sandbox is in: a fork's or an rm's (`debris`), and
+// those of a sandbox's name without meta.json whose lock is free
+// (`unfinished`).
+Result<std::vector<Row>> ListSandboxes(const std::string& state,
+                                       std::vector<std::string>* debris,
+                                       std::vector<std::string>* unfinished) {
   std::vector<Row> rows;
   UniqueDir dir(::opendir(state.c_str()));
   if (!dir) {
@@ -171,13 +179,29 @@ Result<std::vector<Row>> ListSandboxes(const std::string& state) {
     }
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
+    // A fork being built (.fork+NAME) or a sandbox being removed
+    // (.trash+ID): no sandbox (docs/stack.md, "Commit points").
+    if (!ValidSandboxName(name)) {
+      if (IsForkFolderName(name) || IsTrashFolderName(name))
+        debris->push_back(name);
+      continue;
+    }
     Sandbox sandbox(state, name);
     struct stat st;
     if (::lstat(sandbox.paths().dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       continue;
+    if (!sandbox.HasMeta()) {
+      // What an interrupted command left (while one still makes it, its
+      // lock is held).
+      auto held = sandbox.LockHeld();
+      if (held && !*held) unfinished->push_back(name);
+      continue;
+    }
     if (!sandbox.Load()) continue;
     rows.push_back(Describe(sandbox));
   }
+  std::sort(debris->begin(), debris->end());
+  std::sort(unfinished->begin(), unfinished->end());
   std::sort(rows.begin(), rows.end(),
             [](const Row& a, const Row& b) { return a.name < b.name; });
   return rows;
@@ -288,11 +312,25 @@ void PrintText(const std::vector<Row>& rows) {
 
 int RunLs(const LsArgs& a) {
   std::string state = Absolute(ResolveStateDir(a.state_dir));
-  auto rows = ListSandboxes(state);
+  std::vector<std::string> debris, unfinished;
+  auto rows = ListSandboxes(state, &debris, &unfinished);
   if (!rows) {
     int code = rows.err() == ENOTDIR ? kExitBadInput : kExitFailed;
     return Fail(code, "ls", rows.error());
   }
+  // On stderr: the listing (and its JSON) is of sandboxes only.
+  for (const std::string& n : unfinished)
+    std::fprintf(stderr,
+                 "acqfs: ls: %s/%s: no sandbox (no meta.json; an interrupted "
+                 "command left it): `acqfs rm --force %s` removes it\n",
+                 state.c_str(), n.c_str(), n.c_str());
+  if (!debris.empty())
+    std::fprintf(stderr,
+                 "acqfs: ls: %zu folder%s of forks or removals under way or "
+                 "interrupted (%s%s): `acqfs gc` removes those no command is "
+                 "at work on\n",
+                 debris.size(), debris.size() == 1 ? "" : "s",
+                 debris[0].c_str(), debris.size() > 1 ? ", ..." : "");
   if (a.json)
     PrintJson(*rows);
   else

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/allow_other.h"
+#include "cli/as_owner.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
@@ -288,8 +289,9 @@ int PrepareLayers(const MountTarget& t, Sandbox& sandbox) {
   if (::stat(t.lower.c_str(), &like) != 0)
     return Fail(kExitFailed, "mount: lower", Error::Errno("stat", t.lower));
   if (Status s = sandbox.PrepareStack(like); !s)
-    return Fail(s.err() == EINVAL ? kExitBadInput : kExitFailed,
-                "mount: layer stack", s.error());
+    return Fail(
+        s.err() == EINVAL || s.err() == EBUSY ? kExitBadInput : kExitFailed,
+        "mount: layer stack", s.error());
   return 0;
 }
 
@@ -662,6 +664,9 @@ std::function<Status(const Status&, Quota*)> IndexInstalled(
 }  // namespace
 
 int RunMount(const MountArgs& a) {
+  // `acqfs fork --mount` acted as the state folder's owner until here; the
+  // daemon keeps root's ids.
+  AsOwner::DropActive();
   MountTarget t;
   MountConfig config;
   SandboxFacts facts;
@@ -702,8 +707,16 @@ int RunMount(const MountArgs& a) {
   meta_written = true;
   UniqueFd base_index;  // the daemon copies it (MountConfig::install_fd)
   if (git) {
-    if (Status s = gitbridge::PrepareBridge(sandbox.ExportConfig()); !s)
-      return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
+    {
+      // The bridge is in the state folder: root writes it as the folder's
+      // owner (cli/as_owner.h), so a bridge.git the owner pointed at
+      // another repository (a symlink) is not written as root.
+      auto owner = AsOwner::Of(t.state);
+      if (!owner)
+        return fail(Fail(kExitFailed, "mount: git bridge", owner.error()));
+      if (Status s = gitbridge::PrepareBridge(sandbox.ExportConfig()); !s)
+        return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
+    }
     if (Status s = BaseRecorder(t, sandbox).Run(&base_index); !s)
       return fail(Fail(s.err() == EDQUOT ? kExitBadInput : kExitFailed,
                        "mount: the sandbox's base", s.error()));

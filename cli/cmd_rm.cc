@@ -1,7 +1,11 @@
 // acqfs rm: removes a sandbox (its folder and its remote), refusing while it
 // holds work that would be lost: changes never exported, or exported commits
 // the host has not fetched. --force removes anyway, after the same list.
+// Its commit point is the rename of the folder to a trash name
+// (docs/stack.md, "Sandbox folders in the making"); --force also removes a
+// folder of the name that holds no meta.json.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,12 +13,14 @@
 #include <cstring>
 #include <string>
 
+#include "cli/as_owner.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/daemon.h"
 #include "cli/liveness.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
+#include "cli/stack.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
@@ -35,6 +41,64 @@ void PrintPending(const gitbridge::PendingWork& w, const char* verb) {
     std::fprintf(stderr, "  %s (cannot be exported): %s\n", verb, u.c_str());
 }
 
+// The commit point of rm (docs/stack.md, "Commit points"): the folder
+// <state>/<name> becomes <state>/.trash+<id>, a name no sandbox can have;
+// from then on the sandbox does not exist, whatever happens. Then the trash
+// is removed, and the layers no stack names any more with it; what a kill
+// leaves of the trash, the next gc (or rm, or squash) removes.
+int RemoveFolder(const std::string& state, const std::string& name) {
+  auto trash = MoveToTrash(state, name);
+  if (!trash) {
+    if (trash.err() == EBUSY)
+      return Fail(kExitBadInput, "rm", name,
+                  "another acqfs command holds its folder (a fork still "
+                  "finishing it); try again when it is done");
+    return Fail(kExitFailed, "rm", trash.error());
+  }
+  const std::string dir = state + "/" + trash->name;
+  Progress progress("rm " + name);
+  Status removed = sys::RemoveTree(
+      AT_FDCWD, dir, dir,
+      [&](const std::string& phase, uint64_t n) { progress.Update(phase, n); });
+  progress.Finish();
+  if (!removed)
+    return Fail(kExitFailed, "rm (run `acqfs gc` later)", removed.error());
+  // Its layers go with it, but for those another sandbox's stack (a fork)
+  // still uses (docs/stack.md, garbage collection).
+  auto gc = CollectGarbage(state);
+  if (!gc)
+    return Fail(kExitFailed, "rm: remove its layers (run `acqfs gc` later)",
+                gc.error());
+  return 0;
+}
+
+// A folder of a sandbox's name without meta.json: what a command killed
+// while it made a sandbox in place (an older acqfs's fork, a first mount)
+// left. Removed by --force when no command holds its lock.
+int RemoveUnfinished(const std::string& state, const RmArgs& a) {
+  const std::string dir = state + "/" + a.name;
+  if (!a.force)
+    return Fail(kExitBadInput, "rm", a.name,
+                "no such sandbox: the folder " + dir +
+                    " holds no meta.json (an interrupted command left it); "
+                    "`acqfs rm --force " +
+                    a.name + "` removes it");
+  Sandbox sandbox(state, a.name);
+  auto lock = sandbox.Lock(/*create=*/true);
+  if (!lock) {
+    if (lock.err() == EWOULDBLOCK)
+      return Fail(kExitBadInput, "rm", a.name,
+                  "is being made right now (its lock " + sandbox.paths().lock +
+                      " is held)");
+    return Fail(kExitFailed, "rm: lock", lock.error());
+  }
+  std::fprintf(stderr,
+               "acqfs: rm: %s: --force: removing a folder that holds no "
+               "whole sandbox (no meta.json)\n",
+               a.name.c_str());
+  return RemoveFolder(state, a.name);
+}
+
 }  // namespace
 
 int RunRm(const RmArgs& a) {
@@ -42,7 +106,14 @@ int RunRm(const RmArgs& a) {
   // By name only: a mountpoint may name another sandbox than one expects,
   // and rm removes what it finds.
   auto found = Sandbox::FindByName(state, a.name);
-  if (!found) return FailFind("rm", a.name, found.error());
+  if (!found) {
+    struct stat st;
+    if (found.err() == ENOENT && ValidSandboxName(a.name) &&
+        ::lstat((state + "/" + a.name).c_str(), &st) == 0 &&
+        S_ISDIR(st.st_mode))
+      return RemoveUnfinished(state, a);
+    return FailFind("rm", a.name, found.error());
+  }
   const Sandbox& sandbox = *found;
   const SandboxPaths& paths = sandbox.paths();
   const SandboxMeta& meta = sandbox.meta();
@@ -97,7 +168,13 @@ int RunRm(const RmArgs& a) {
                  "(%s): removing it unread\n",
                  a.name.c_str(), st.error().Message().c_str());
   } else if (sandbox.IsGit()) {
-    auto pending = gitbridge::Pending(sandbox.ExportConfig());
+    // Read as the state folder's owner (cli/as_owner.h): its bridge.git is
+    // theirs to point anywhere, and libgit2 would create a repository there.
+    auto pending = [&]() -> Result<gitbridge::PendingWork> {
+      auto owner = AsOwner::Of(state);
+      if (!owner) return owner.error();
+      return gitbridge::Pending(sandbox.ExportConfig());
+    }();
     if (!pending && !a.force)
       return Fail(kExitFailed, "rm: check for unsaved work", pending.error());
     if (pending && !pending->empty()) {
@@ -114,6 +191,11 @@ int RunRm(const RmArgs& a) {
                    a.name.c_str());
       PrintPending(*pending, "dropped");
     }
+    // Until the commit (the rename to trash), the sandbox is whole: its
+    // next mount registers and keeps again what this removes, if rm dies
+    // before (docs/stack.md, "Sandbox folders in the making").
+    if (Status m = sandbox.MarkHostStepsPending(); !m)
+      return Fail(kExitFailed, "rm", m.error());
     // The keep refs in the submodules' repositories first: a failure
     // leaves the remote, so a second rm finds the sandbox whole.
     for (const std::string& m : meta.policy.own_git_modules)
@@ -132,19 +214,7 @@ int RunRm(const RmArgs& a) {
                    a.name.c_str(), gitbridge::RemoteName(a.name).c_str(),
                    foreign->c_str());
   }
-  Progress progress("rm " + a.name);
-  Status removed = sys::RemoveTree(
-      AT_FDCWD, paths.dir, paths.dir,
-      [&](const std::string& phase, uint64_t n) { progress.Update(phase, n); });
-  progress.Finish();
-  if (!removed) return Fail(kExitFailed, "rm", removed.error());
-  // Its layers go with it, but for those another sandbox's stack (a fork)
-  // still uses (docs/stack.md, garbage collection).
-  auto gc = CollectGarbage(sandbox.state_dir());
-  if (!gc)
-    return Fail(kExitFailed, "rm: remove its layers (run `acqfs gc` later)",
-                gc.error());
-  return 0;
+  return RemoveFolder(state, a.name);
 }
 
 }  // namespace acqfs::cli

@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,12 +22,14 @@
 #include "cli/commands.h"
 #include "cli/control.h"
 #include "cli/liveness.h"
+#include "cli/process.h"
 #include "cli/sandbox.h"
 #include "cli/stack.h"
 #include "cli/stack_ops.h"
 #include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
+#include "fs/layer.h"
 #include "fs/layer_squash.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
@@ -67,6 +71,23 @@ Result<bool> DaemonAlive(const Sandbox& s) {
   return live->daemon_alive;
 }
 
+// The sandbox's lock is held by a process that is not its daemon (another
+// command: a squash, a fork, a mount starting): EBUSY naming it.
+Error LockBusy(const Sandbox& s) {
+  std::string who;
+  for (pid_t pid : LockHolders(s.paths().lock)) {
+    who += who.empty() ? "pid " : ", pid ";
+    who += std::to_string(pid);
+    if (auto st = ReadProcStat(pid)) who += " (" + st->comm + ")";
+  }
+  if (who.empty()) who = "another process";
+  return Error::Of(EBUSY,
+                   "is busy: its lock is held by " + who +
+                       " (another acqfs command, or a mount starting); try "
+                       "again when it is done",
+                   s.paths().lock);
+}
+
 // Asks the sandbox's daemon for `request`.
 Result<nlohmann::json> AskDaemon(const Sandbox& s,
                                  const nlohmann::json& request) {
@@ -74,8 +95,19 @@ Result<nlohmann::json> AskDaemon(const Sandbox& s,
                        kControlTimeoutMs);
   // Only when no daemon listens (CallControl's "connect"): an ENOENT the
   // daemon answered ("no such checkpoint") is said as it is.
-  if (!r && (r.err() == ENOENT || r.err() == ECONNREFUSED) &&
-      r.error().op.rfind("connect", 0) == 0)
+  const bool unserved = !r && (r.err() == ENOENT || r.err() == ECONNREFUSED) &&
+                        r.error().op.rfind("connect", 0) == 0;
+  // The lock taken for a daemon: a command holds it, unless the pid that
+  // daemon.pid records is among its holders.
+  if (unserved) {
+    auto record = ReadDaemonRecord(s.paths().pid);
+    const std::vector<pid_t> holders = LockHolders(s.paths().lock);
+    if (!record ||
+        (!holders.empty() && std::find(holders.begin(), holders.end(),
+                                       record->pid) == holders.end()))
+      return LockBusy(s);
+  }
+  if (unserved)
     return Error::Of(r.err(),
                      "its daemon does not serve a control socket (mounted "
                      "by an older acqfs? unmount and mount it again)",
@@ -83,24 +115,53 @@ Result<nlohmann::json> AskDaemon(const Sandbox& s,
   return r;
 }
 
+// What a command that changes the stack of a sandbox no daemon serves
+// holds until it ends: the sandbox's lock, and the claim on its upper and
+// work directories (fs/layer.h), which keeps a daemon acqfs mount did not
+// start (mount.fuse.acqfs) from serving them meanwhile.
+struct Quiet {
+  UniqueFd lock;
+  std::optional<LayersClaim> claim;
+};
+
+// Its layers' claim, or why not: a daemon serves them.
+Status ClaimLayers(const Sandbox& s, Quiet* q) {
+  auto claim = LayersClaim::Take(s.paths().upper, s.paths().work, 0);
+  if (claim) {
+    q->claim = std::move(*claim);
+    return Ok();
+  }
+  if (claim.err() != EBUSY) return claim.error();
+  for (const std::string& dir : {s.paths().upper, s.paths().work}) {
+    auto pid = LayersHolder(dir);
+    if (!pid) continue;
+    return Error::Of(EBUSY,
+                     "is in use by " +
+                         (*pid > 0 ? "acqfs daemon pid " + std::to_string(*pid)
+                                   : std::string("an acqfs daemon")) +
+                         ", which acqfs mount did not start (a mount through "
+                         "mount.fuse.acqfs?); unmount that mount first",
+                     dir);
+  }
+  return claim.error();
+}
+
 // For a command that changes the stack of a sandbox no daemon serves: takes
-// its lock (into *lock, held until the command ends) and makes its stack
-// whole (Sandbox::PrepareStack).
-Status HoldQuiet(Sandbox& s, UniqueFd* lock) {
+// its lock and its layers' claim (into *q, held until the command ends),
+// and makes its stack whole (Sandbox::PrepareStack, which also checks that
+// its layers are its own).
+Status HoldQuiet(Sandbox& s, Quiet* q) {
   auto l = s.Lock(/*create=*/true);
   if (!l) {
-    if (l.err() == EWOULDBLOCK)
-      return Error::Of(EBUSY,
-                       "is busy: its lock is held (being mounted, or another "
-                       "acqfs command)",
-                       s.paths().lock);
+    if (l.err() == EWOULDBLOCK) return LockBusy(s);
     return l.error();
   }
-  *lock = std::move(*l);
+  q->lock = std::move(*l);
   struct stat host;
   if (::stat(s.meta().lower.c_str(), &host) != 0)
     return Error::Errno("stat", s.meta().lower);
-  return s.PrepareStack(host);
+  ACQFS_TRY(s.PrepareStack(host));
+  return ClaimLayers(s, q);
 }
 
 // With the sandbox's lock held and its stack whole (HoldQuiet), no daemon:
@@ -130,8 +191,8 @@ Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
     if (ms && r->contains("ms")) *ms = (*r)["ms"].get<double>();
     return (*r)["number"].get<uint32_t>();
   }
-  UniqueFd lock;
-  ACQFS_TRY(HoldQuiet(s, &lock));
+  Quiet quiet;
+  ACQFS_TRY(HoldQuiet(s, &quiet));
   auto plan = CheckpointQuiet(s, message, kind);
   if (!plan) return plan.error();
   return plan->number;
@@ -170,7 +231,9 @@ int RunCheckpoint(const CheckpointArgs& a) {
   if (!s) return rc;
   double ms = 0;
   auto n = MakeCheckpoint(*s, a.message, CheckpointKind::kCheckpoint, &ms);
-  if (!n) return Fail(kExitFailed, "checkpoint " + s->name(), n.error());
+  if (!n)
+    return Fail(n.err() == EBUSY ? kExitBadInput : kExitFailed,
+                "checkpoint " + s->name(), n.error());
   if (a.json) {
     nlohmann::json j{{"sandbox", s->name()}, {"checkpoint", *n}};
     std::printf("%s\n", j.dump(2).c_str());
@@ -242,9 +305,10 @@ int RunRewind(const RewindArgs& a) {
     PrintRewound(s->name(), a.checkpoint, (*r)["undo"].get<uint32_t>());
     return 0;
   }
-  UniqueFd lock;
-  if (Status q = HoldQuiet(*s, &lock); !q)
-    return Fail(kExitFailed, what, q.error());
+  Quiet quiet;
+  if (Status q = HoldQuiet(*s, &quiet); !q)
+    return Fail(q.err() == EBUSY ? kExitBadInput : kExitFailed, what,
+                q.error());
   const Checkpoint* target = s->stack().Find(a.checkpoint);
   if (!target)
     return Fail(
@@ -312,33 +376,71 @@ int RunFork(const ForkArgs& a) {
     return Fail(kExitBadInput, what, a.new_name,
                 "not a valid sandbox name (letters, digits, '.', '_', '-')");
   Sandbox child(state, a.new_name);
-  if (child.HasFolder())
+  auto exists = [&] {
+    struct stat st;
+    return ::lstat(child.paths().dir.c_str(), &st) == 0 || errno != ENOENT;
+  };
+  auto taken = [&](const std::string& why) {
     return Fail(kExitBadInput, what, a.new_name,
-                "a sandbox of that name exists already");
+                "a sandbox of that name exists already" + why);
+  };
+  if (exists()) return taken("");
+  // The child is built in <state>/.fork+NEW, a name no sandbox can have,
+  // which this command holds (flock) until it ends, and it comes to exist
+  // at one step, the rename of that folder to NEW (docs/stack.md, "Sandbox
+  // folders in the making"). Killed before, it leaves only that folder and
+  // an unnamed layer, which the next gc (or rm, or squash) removes; a fork
+  // to the same name at the same time finds the folder held and stops
+  // here, having touched nothing.
+  auto folder = ReserveForkFolder(state, a.new_name);
+  if (!folder) {
+    if (folder.err() == EBUSY)
+      return taken(" (another acqfs fork is making it)");
+    return Fail(kExitFailed, what, folder.error());
+  }
+  Sandbox building(state, folder->name);
+  LayerStore store(state);
+  std::string new_upper;  // the child's upper, once made
+  // Before the commit: removes what this command made, and only that (its
+  // own folder and layer; never a folder of the new name).
+  auto discard = [&] {
+    (void)RemoveHeldFolder(state, *folder);
+    if (!new_upper.empty())
+      if (auto slock = StoreLock::Take(state)) (void)store.Remove(new_upper);
+  };
+  auto fail = [&](int code, const Error& e) {
+    discard();
+    return Fail(code, what, e);
+  };
+  // Made meanwhile by a fork that committed since the test above.
+  if (exists()) {
+    discard();
+    return taken("");
+  }
   uint32_t at = a.at;
   if (at == 0) {
-    // The live state, upper included: frozen first.
+    // The live state, upper included: frozen first (the parent's own
+    // commit; it stays when the fork goes no further).
     auto n = MakeCheckpoint(*s, "fork " + a.new_name, CheckpointKind::kFork,
                             nullptr);
-    if (!n) return Fail(kExitFailed, what, n.error());
+    if (!n)
+      return fail(n.err() == EBUSY ? kExitBadInput : kExitFailed, n.error());
     at = *n;
-    if (Status l = s->Load(); !l) return Fail(kExitFailed, what, l.error());
+    if (Status l = s->Load(); !l) return fail(kExitFailed, l.error());
   }
-  if (!s->stack().Find(at))
+  if (!s->stack().Find(at)) {
+    discard();
     return Fail(
         kExitBadInput, what, "checkpoint " + std::to_string(at),
         "no such checkpoint (see `acqfs checkpoints " + s->name() + "`)");
-  if (Status d = MakeDirs(child.paths().dir); !d)
-    return Fail(kExitFailed, what, d.error());
-  auto fail = [&](int code, const Error& e) {
-    (void)sys::RemoveTree(AT_FDCWD, child.paths().dir, child.paths().dir);
-    return Fail(code, what, e);
-  };
-  auto lock = child.Lock(/*create=*/true);
+  }
+  // Its own lock: after the commit it keeps a mount of the child out until
+  // the host-side steps are done.
+  auto lock = building.Lock(/*create=*/true);
   if (!lock) return fail(kExitFailed, lock.error());
-  if (Status sec = SecureSandboxDir(child.paths().dir); !sec)
+  if (Status sec = SecureSandboxDir(building.paths().dir); !sec)
     return fail(kExitFailed, sec.error());
-  if (Status w = MakeDirs(child.paths().work); !w)
+  if (Status w = MakeDirs(building.paths().work); !w)
     return fail(kExitFailed, w.error());
   {
     auto slock = StoreLock::Take(state);
@@ -350,62 +452,75 @@ int RunFork(const ForkArgs& a) {
     if (!c)
       return fail(kExitBadInput, Error::Of(ENOENT, "no such checkpoint",
                                            "checkpoint " + std::to_string(at)));
-    LayerStore store(state);
     struct stat like;
     const std::string top = store.Path(c->layers.back());
     if (::stat(top.c_str(), &like) != 0)
       return fail(kExitFailed, Error::Errno("stat", top));
     auto ref = store.Create(&like);
     if (!ref) return fail(kExitFailed, ref.error());
+    new_upper = *ref;
     auto forked = Fork(*m, at, *ref);
-    if (!forked) {
-      (void)store.Remove(*ref);
-      return fail(kExitBadInput, forked.error());
-    }
-    if (Status w = child.SaveStack(*forked); !w) {
-      (void)store.Remove(*ref);
+    if (!forked) return fail(kExitBadInput, forked.error());
+    // Names the new upper (and the shared frozen layers) for every garbage
+    // collection from now on: one reads the stack.json of a fork folder
+    // whose fork is at work.
+    if (Status w = building.SaveStack(*forked); !w)
       return fail(kExitFailed, w.error());
-    }
   }
-  if (Status l = LinkSources(s->paths().sources, child.paths().sources); !l)
+  if (Status l = LinkSources(s->paths().sources, building.paths().sources); !l)
     return fail(kExitFailed, l.error());
-  child.meta() = s->meta();
-  child.meta().name = a.new_name;
-  child.meta().mountpoint = a.mountpoint;
-  child.meta().last_export = 0;
-  if (Status w = child.Save(); !w) return fail(kExitFailed, w.error());
-  if (child.IsGit()) {
-    if (Status b = gitbridge::PrepareBridge(child.ExportConfig()); !b)
+  building.meta() = s->meta();
+  building.meta().name = a.new_name;
+  building.meta().mountpoint = a.mountpoint;
+  building.meta().last_export = 0;
+  if (building.IsGit()) {
+    // The host is written only after the commit; what it would refuse is
+    // found out before.
+    if (Status f = gitbridge::CheckRemoteFree(building.meta().lower, a.new_name,
+                                              child.paths().bridge);
+        !f)
+      return fail(kExitFailed, f.error());
+    if (Status b = building.MakeBridge(); !b)
       return fail(kExitFailed, b.error());
-    // The fork's base is its parent's; it keeps it on the host for itself.
-    if (!child.meta().base.head.empty())
-      if (Status k = gitbridge::KeepBase(child.meta().lower, a.new_name,
-                                         child.meta().base.head);
-          !k)
-        return fail(kExitFailed, k.error());
-    if (child.meta().base.own_git)
-      if (Status k = gitbridge::KeepBranches(child.meta().lower, a.new_name,
-                                             child.meta().base.branches,
-                                             child.meta().base.head);
-          !k)
-        return fail(kExitFailed, k.error());
-    // And every other object its copy of .git names by a ref (tags, the
-    // stash...), as its layers show them now.
-    if (child.meta().base.own_git) {
-      auto layers = child.OpenLayers();
-      if (!layers) return fail(kExitFailed, layers.error());
-      auto tips = gitbridge::ReadBaseTips(*layers, child.meta().base);
-      if (!tips) return fail(kExitFailed, tips.error());
-      auto kept = gitbridge::KeepTips(child.meta().lower, a.new_name, *tips);
-      if (!kept) return fail(kExitFailed, kept.error());
+    if (Status m = building.MarkHostStepsPending(); !m)
+      return fail(kExitFailed, m.error());
+  }
+  if (Status w = building.Save(); !w) return fail(kExitFailed, w.error());
+  // Everything in the folder durable before the rename names it.
+  if (::syncfs(folder->dir.get()) != 0)
+    return fail(kExitFailed, Error::Errno("syncfs", building.paths().dir));
+  // The commit point.
+  if (Status c = CommitForkFolder(state, &*folder, a.new_name); !c) {
+    if (c.err() == EEXIST) {
+      discard();
+      return taken("");
+    }
+    // Renamed, and the state dir's fsync failed: the child exists.
+    if (folder->name == a.new_name) return Fail(kExitFailed, what, c.error());
+    return fail(kExitFailed, c.error());
+  }
+  // The child exists. Its host-side steps: redone by its next mount (or
+  // unmounted checkpoint, rewind or squash) while host.pending says they
+  // are not all done, as when this command is killed now.
+  if (Status l = child.Load(); !l) return Fail(kExitFailed, what, l.error());
+  if (child.HostStepsPending()) {
+    if (Status f = child.FinishHostSteps(); !f) {
+      // Undone as `acqfs rm` would (the remote and keep refs are ours: the
+      // remote was free).
       for (const std::string& m : child.meta().policy.own_git_modules)
-        if (Status k = gitbridge::KeepModuleBase(*layers, child.meta().lower, m,
-                                                 a.new_name);
-            !k)
-          return fail(kExitFailed, k.error());
+        (void)gitbridge::DropKeepRefs(sys::Join(child.meta().lower, m),
+                                      a.new_name);
+      (void)gitbridge::UnregisterRemote(child.meta().lower, a.new_name,
+                                        child.paths().bridge);
+      folder->dir.reset();
+      if (auto trash = MoveToTrash(state, a.new_name))
+        (void)RemoveHeldFolder(state, *trash);
+      (void)CollectGarbage(state);
+      return Fail(kExitFailed, what, f.error());
     }
   }
   lock->reset();
+  folder->dir.reset();
   std::printf("acqfs: fork %s: %s starts at checkpoint %u\n", s->name().c_str(),
               a.new_name.c_str(), at);
   if (!a.mountpoint.empty()) {
@@ -430,10 +545,11 @@ int RunSquash(const SquashArgs& a) {
   // Mounted, the daemon owns the stack: the merged layer is built here all
   // the same (the layers it reads are frozen), and the daemon swaps it in.
   const bool mounted = *alive;
-  UniqueFd held;
+  Quiet held;
   if (!mounted) {
     if (Status q = HoldQuiet(*s, &held); !q)
-      return Fail(kExitFailed, what, q.error());
+      return Fail(q.err() == EBUSY ? kExitBadInput : kExitFailed, what,
+                  q.error());
   }
   SquashPlan plan = PlanSquash(s->stack(), a.keep);
   if (!plan.nothing_to_do.empty()) {
@@ -533,9 +649,12 @@ int RunGc(const GcArgs& a) {
   const std::string state = Absolute(ResolveStateDir(a.state_dir));
   auto r = CollectGarbage(state);
   if (!r) return Fail(kExitFailed, "gc", r.error());
-  std::printf("acqfs: gc: removed %zu layers (%s), kept %zu\n",
-              r->layers_removed, FormatBytes(r->bytes_freed).c_str(),
-              r->layers_kept);
+  std::printf("acqfs: gc: removed %zu layers (%s), kept %zu", r->layers_removed,
+              FormatBytes(r->bytes_freed).c_str(), r->layers_kept);
+  if (r->folders_removed)
+    std::printf("; removed %zu folders a dead fork or rm left",
+                r->folders_removed);
+  std::printf("\n");
   return 0;
 }
 

@@ -3,12 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/sinks/ansicolor_sink.h>
-#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/control.h"
 #include "cli/liveness.h"
+#include "cli/log_sink.h"
 #include "cli/process.h"
 #include "cli/stack_ops.h"
 #include "common/atomic_file.h"
@@ -31,8 +32,12 @@ constexpr size_t kLogBytes = 8 << 20;  // per file; two files kept
 void SetUpLogging(const DaemonOptions& o) {
   std::vector<spdlog::sink_ptr> sinks;
   if (!o.log_path.empty()) {
-    sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
-        o.log_path, kLogBytes, 2));
+    // Beneath the sandbox's folder, no symlink followed (cli/log_sink.h).
+    if (auto sink = DirLogSink::Open(o.log_path, kLogBytes, 2))
+      sinks.push_back(*sink);
+    else
+      std::fprintf(stderr, "acqfs: daemon log: %s\n",
+                   sink.error().Message().c_str());
   }
   if (o.foreground || o.log_path.empty())
     sinks.push_back(

@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -155,6 +156,43 @@ Result<bool> LockHeld(const std::string& path) {
   if (::fcntl(fd.get(), F_OFD_GETLK, &fl) != 0)
     return Error::Errno("test lock", path);
   return fl.l_type != F_UNLCK;
+}
+
+std::vector<pid_t> LockHolders(const std::string& path) {
+  std::vector<pid_t> out;
+  struct stat want;
+  if (::stat(path.c_str(), &want) != 0) return out;
+  auto proc = sys::OpenDirPath("/proc", O_RDONLY);
+  if (!proc) return out;
+  auto pids = sys::ReadDir(proc->get(), "/proc");
+  if (!pids) return out;
+  for (const auto& p : *pids) {
+    char* end = nullptr;
+    const long pid = std::strtol(p.name.c_str(), &end, 10);
+    if (end == p.name.c_str() || *end != '\0' || pid <= 0) continue;
+    const std::string fd_dir = "/proc/" + p.name + "/fd";
+    auto fds = sys::OpenDirPath(fd_dir, O_RDONLY);
+    if (!fds) continue;
+    auto entries = sys::ReadDir(fds->get(), fd_dir);
+    if (!entries) continue;
+    for (const auto& e : *entries) {
+      struct stat st;
+      if (::fstatat(fds->get(), e.name.c_str(), &st, 0) != 0 ||
+          st.st_dev != want.st_dev || st.st_ino != want.st_ino)
+        continue;
+      std::ifstream info("/proc/" + p.name + "/fdinfo/" + e.name);
+      std::string line;
+      bool locked = false;
+      while (!locked && std::getline(info, line))
+        locked = line.rfind("lock:", 0) == 0;
+      if (locked) {
+        out.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string FormatDaemonRecord(const DaemonRecord& record) {

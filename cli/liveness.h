@@ -83,6 +83,12 @@ Status LockSandbox(int fd, const std::string& path);
 // file does not exist.
 Result<bool> LockHeld(const std::string& path);
 
+// The processes that hold the lock on the file at `path` (its open file
+// description locks show no pid in /proc/locks): every process with a
+// descriptor of that file whose /proc/PID/fdinfo lists a lock. Processes
+// this one may not inspect are not seen. Sorted; empty when none is seen.
+std::vector<pid_t> LockHolders(const std::string& path);
+
 // The content of daemon.pid: "<pid>\n", then once mounted
 // "<major>:<minor>\n<mount id>\n".
 struct DaemonRecord {

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/as_owner.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/state.h"
 
 namespace acqfs::cli {
 namespace {
@@ -324,6 +327,28 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& err) {
     return UsageError(app, err);
   }
+  // Root on a state directory another user owns acts there as that user
+  // (cli/as_owner.h): the commands that read and change a sandbox's stack,
+  // layers and bridge. (mount, umount, rm and run keep root's ids: they
+  // mount, unmount and read other processes; each acts as the owner for
+  // its own steps in the folder: the bridge.)
+  auto as_owner = [](const std::string& state_dir) {
+    return AsOwner::Of(Absolute(ResolveStateDir(state_dir)));
+  };
+  std::optional<acqfs::Result<AsOwner>> owner;
+  if (app.got_subcommand("export")) owner = as_owner(e.state_dir);
+  if (app.got_subcommand("status")) owner = as_owner(s.state_dir);
+  if (app.got_subcommand("diff")) owner = as_owner(d.state_dir);
+  if (app.got_subcommand("checkpoint")) owner = as_owner(cp.state_dir);
+  if (app.got_subcommand("checkpoints")) owner = as_owner(cps.state_dir);
+  if (app.got_subcommand("rewind")) owner = as_owner(rw.state_dir);
+  if (app.got_subcommand("fork")) owner = as_owner(fk.state_dir);
+  if (app.got_subcommand("squash")) owner = as_owner(sq.state_dir);
+  if (app.got_subcommand("gc")) owner = as_owner(gc.state_dir);
+  if (app.got_subcommand("ls")) owner = as_owner(l.state_dir);
+  if (owner && !*owner)
+    return Fail(kExitFailed, app.get_subcommands().front()->get_name(),
+                owner->error());
   if (app.got_subcommand("mount")) return RunMount(m);
   if (app.got_subcommand("umount")) return RunUmount(u);
   if (app.got_subcommand("export")) return RunExport(e);

@@ -2,18 +2,25 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/daemon.h"
+#include "common/git_ptr.h"
+#include "gitbridge/bridge_repo.h"
+#include "gitbridge/git_base.h"
+#include "gitbridge/host_repo.h"
+#include "gitbridge/remote.h"
 
 namespace acqfs::cli {
 namespace {
@@ -161,6 +168,9 @@ void Sandbox::UseStack() {
 }
 
 Status Sandbox::PrepareStack(const struct stat& like) {
+  // A fork killed after its commit, an rm killed before its own: the
+  // host-side steps are done now.
+  if (HostStepsPending()) ACQFS_TRY(FinishHostSteps());
   auto st = LoadStack(state_, paths_.name, /*may_repair=*/true);
   if (!st && st.err() != ENOENT) return st.error();
   LayerStore store(state_);
@@ -169,6 +179,8 @@ Status Sandbox::PrepareStack(const struct stat& like) {
   // Only the owner reaches the layers, as the sandbox's folder (a store
   // widened by hand, or by an older acqfs, is narrowed).
   ACQFS_TRY(SecureSandboxDir(store.Dir()));
+  // Before anything is written: its layers are its own.
+  if (st) ACQFS_TRY(CheckLayerOwners(state_, paths_.name, st->manifest));
   StackManifest m;
   if (!st) {
     // A new sandbox: its upper in the store.
@@ -221,27 +233,40 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   c.anchor = state_;
   c.frozen = paths_.frozen;
   // The checkpoints of the current stack: those whose layers its frozen
-  // layers begin with, oldest first.
+  // layers begin with, oldest first; and each one off it, with its own
+  // chain (those whose layers its layers begin with).
   if (has_stack_) {
     const StackManifest& m = stack_.manifest;
     LayerStore store(state_);
-    std::vector<const Checkpoint*> chain;
-    for (const auto& cp : m.checkpoints)
-      if (cp.layers.size() <= m.frozen.size() &&
-          std::equal(cp.layers.begin(), cp.layers.end(), m.frozen.begin()))
-        chain.push_back(&cp);
-    std::sort(chain.begin(), chain.end(),
-              [](const Checkpoint* a, const Checkpoint* b) {
-                return a->layers.size() < b->layers.size();
-              });
-    for (const Checkpoint* cp : chain) {
+    std::map<std::vector<std::string>, const Checkpoint*> by_layers;
+    for (const auto& cp : m.checkpoints) by_layers[cp.layers] = &cp;
+    auto ref = [&](const Checkpoint& cp) {
       gitbridge::ExportConfig::CheckpointRef r;
-      r.number = cp->number;
-      r.message = cp->message;
-      r.time_ns = cp->time_ns;
-      for (const auto& l : cp->layers) r.layers.push_back(store.Path(l));
-      r.id = cp->layers.back().substr(cp->layers.back().rfind('/') + 1);
-      c.checkpoints.push_back(std::move(r));
+      r.number = cp.number;
+      r.message = cp.message;
+      r.time_ns = cp.time_ns;
+      for (const auto& l : cp.layers) r.layers.push_back(store.Path(l));
+      r.id = cp.layers.back().substr(cp.layers.back().rfind('/') + 1);
+      return r;
+    };
+    // The checkpoints whose layers are a prefix of `layers`, shortest
+    // first.
+    auto chain_of = [&](const std::vector<std::string>& layers) {
+      std::vector<gitbridge::ExportConfig::CheckpointRef> chain;
+      std::vector<std::string> prefix;
+      for (const auto& l : layers) {
+        prefix.push_back(l);
+        auto it = by_layers.find(prefix);
+        if (it != by_layers.end()) chain.push_back(ref(*it->second));
+      }
+      return chain;
+    };
+    c.checkpoints = chain_of(m.frozen);
+    for (const auto& cp : m.checkpoints) {
+      const bool on_stack =
+          cp.layers.size() <= m.frozen.size() &&
+          std::equal(cp.layers.begin(), cp.layers.end(), m.frozen.begin());
+      if (!on_stack) c.off_stack.push_back(chain_of(cp.layers));
     }
   }
   c.bridge = paths_.bridge;
@@ -266,8 +291,16 @@ Result<bool> Sandbox::LockHeld() const { return cli::LockHeld(paths_.lock); }
 
 Result<UniqueFd> Sandbox::Lock(bool create) const {
   UniqueFd fd(::open(paths_.lock.c_str(),
-                     O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600));
+                     O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0),
+                     0600));
   if (!fd) return Error::Errno("open", paths_.lock);
+  // Made by root in another user's folder: the owner's, as the folder's
+  // other files (its commands test the lock too).
+  struct stat st, dir;
+  if (::geteuid() == 0 && ::fstat(fd.get(), &st) == 0 && st.st_uid == 0 &&
+      ::stat(paths_.dir.c_str(), &dir) == 0 && dir.st_uid != 0 &&
+      ::fchown(fd.get(), dir.st_uid, dir.st_gid) != 0)
+    return Error::Errno("chown", paths_.lock);
   if (Status locked = LockSandbox(fd.get(), paths_.lock); !locked)
     return locked.error();
   return fd;
@@ -287,6 +320,59 @@ int Sandbox::CleanUpStale(const std::string& command) const {
   if (::unlink(paths_.pid.c_str()) != 0 && errno != ENOENT)
     return Fail(kExitFailed, what, paths_.pid, std::strerror(errno));
   return 0;
+}
+
+bool Sandbox::HostStepsPending() const {
+  return Exists(paths_.dir + "/" + kHostPending);
+}
+
+Status Sandbox::MarkHostStepsPending() const {
+  const std::string marker = paths_.dir + "/" + kHostPending;
+  UniqueFd fd(::open(marker.c_str(),
+                     O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return Error::Errno("create", marker);
+  UniqueFd dir(::open(paths_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir || ::fsync(dir.get()) != 0) return Error::Errno("fsync", paths_.dir);
+  return Ok();
+}
+
+Status Sandbox::FinishHostSteps() {
+  const std::string marker = paths_.dir + "/" + kHostPending;
+  if (IsGit()) {
+    const std::string& lower = meta_.lower;
+    const std::string& name = paths_.name;
+    ACQFS_TRY(gitbridge::RegisterRemote(lower, name, paths_.bridge));
+    // Its base is its parent's; it keeps it on the host for itself.
+    if (!meta_.base.head.empty())
+      ACQFS_TRY(gitbridge::KeepBase(lower, name, meta_.base.head));
+    if (meta_.base.own_git) {
+      ACQFS_TRY(gitbridge::KeepBranches(lower, name, meta_.base.branches,
+                                        meta_.base.head));
+      // And every other object its copy of .git names by a ref (tags, the
+      // stash...), as its layers show them now.
+      auto layers = OpenLayers();
+      if (!layers) return layers.error();
+      auto tips = gitbridge::ReadBaseTips(*layers, meta_.base);
+      if (!tips) return tips.error();
+      auto kept = gitbridge::KeepTips(lower, name, *tips);
+      if (!kept) return kept.error();
+      for (const std::string& m : meta_.policy.own_git_modules)
+        ACQFS_TRY(gitbridge::KeepModuleBase(*layers, lower, m, name));
+    }
+  }
+  if (::unlink(marker.c_str()) != 0 && errno != ENOENT)
+    return Error::Errno("unlink", marker);
+  return Ok();
+}
+
+Status Sandbox::MakeBridge() const {
+  GitLibrary lib;
+  auto host = gitbridge::HostRepo::Open(meta_.lower);
+  if (!host) return host.error();
+  auto bridge =
+      gitbridge::BridgeRepo::OpenOrCreate(paths_.bridge, host->objects_dir());
+  if (!bridge) return bridge.error();
+  return Ok();
 }
 
 int FailFind(const std::string& what, const std::string& arg, const Error& e) {

@@ -107,6 +107,28 @@ class Sandbox {
   // error names "open" or "lock" and the lock file.
   Result<UniqueFd> Lock(bool create) const;
 
+  // The host-side steps of a sandbox (the host's sandbox-<name> remote and
+  // the refs that keep its base) that a command began and may not have
+  // finished, while this marker file is in its folder (docs/stack.md,
+  // "Sandbox folders in the making"): a fork writes the host after its
+  // commit (a rename), and `acqfs rm` unregisters before its commit. The
+  // next command that readies the sandbox's stack (PrepareStack) does them.
+  static constexpr const char* kHostPending = "host.pending";
+  // Its folder holds kHostPending.
+  bool HostStepsPending() const;
+  // Writes kHostPending (durably) in its folder.
+  Status MarkHostStepsPending() const;
+  // With its lock held: its host-side steps, all idempotent — registers the
+  // host's remote for its bridge, keeps its base, its branches' tips and its
+  // copy's other tips (and its submodules' bases) on the host — then removes
+  // kHostPending. Only the marker's removal for a lower that is not a git
+  // checkout.
+  Status FinishHostSteps();
+  // Makes its bridge repository (gitbridge/bridge_repo.h), reading the
+  // host's objects, without registering the host's remote: for a fork
+  // built under another folder name, which the remote must not name.
+  Status MakeBridge() const;
+
   // With its lock held: detaches the mount its dead daemon left (if the
   // mountpoint still holds that mount), saying so on stderr as "acqfs:
   // <command>: <mountpoint>: cleaned up a stale mount of sandbox <name>",

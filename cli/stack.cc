@@ -421,7 +421,8 @@ Result<StackManifest> ReadStack(const std::string& path) {
 }
 
 Status WriteStack(const std::string& path, const StackManifest& m) {
-  return WriteFileAtomically(path, StackToJson(m), 0600);
+  return WriteFileAtomically(path, StackToJson(m), 0600, Durability::kDurable,
+                             FileOwner::kDirectory);
 }
 
 std::string StackPath(const std::string& state, const std::string& name) {
@@ -462,6 +463,52 @@ Result<LoadedStack> LoadStack(const std::string& state, const std::string& name,
     if (*from) out.upper_at_moved_from = true;
   }
   return out;
+}
+
+Status CheckLayerOwners(const std::string& state, const std::string& name,
+                        const StackManifest& m) {
+  const std::string path = StackPath(state, name);
+  auto refuse = [&](const std::string& why) {
+    return Error::Of(EBUSY,
+                     "sandbox " + name + "'s stack: " + why +
+                         " (a live upper belongs to one sandbox; repair the "
+                         "manifest, or remove the sandbox with rm --force)",
+                     path);
+  };
+  auto foreign_legacy = [&](const std::string& ref) {
+    return IsLegacyRef(ref) && ref != name + "/upper";
+  };
+  if (foreign_legacy(m.upper))
+    return refuse("its upper " + m.upper + " is another sandbox's folder");
+  for (const std::string& ref : m.Referenced())
+    if (foreign_legacy(ref))
+      return refuse("it names " + ref + ", another sandbox's folder");
+  const std::vector<std::string> mine = m.Referenced();
+  auto names = [&](const std::vector<std::string>& refs,
+                   const std::string& ref) {
+    return std::binary_search(refs.begin(), refs.end(), ref);
+  };
+  auto dir = sys::OpenDirPath(state, O_RDONLY);
+  if (!dir) return dir.error();
+  auto entries = sys::ReadDir(dir->get(), state);
+  if (!entries) return entries.error();
+  for (const auto& e : *entries) {
+    const std::string& other = e.name;
+    if (other == name || !ValidSandboxNameRule(other)) continue;
+    auto theirs = LoadStack(state, other, /*may_repair=*/false);
+    if (!theirs) continue;
+    const StackManifest& t = theirs->manifest;
+    std::vector<std::string> live = {theirs->UpperRef()};
+    if (t.moved_from) live.push_back(*t.moved_from);
+    if (!theirs->legacy) live.push_back(t.upper);
+    for (const std::string& ref : live)
+      if (names(mine, ref))
+        return refuse("it names " + ref + ", the live upper of sandbox " +
+                      other);
+    if (names(t.Referenced(), m.upper))
+      return refuse("its upper " + m.upper + " is a layer of sandbox " + other);
+  }
+  return Ok();
 }
 
 Status FinishMigration(const std::string& state, const std::string& name,
@@ -658,9 +705,24 @@ Result<LayerStats> LayerStore::StatsOf(std::string_view ref) const {
 
 Result<GcReport> LayerStore::CollectGarbage(
     std::chrono::milliseconds lock_timeout) const {
+  GcReport report;
+  // The trash an rm that died left (its flock free), removed before the
+  // store lock is taken: a sandbox's folder may be large, and a trash
+  // folder is never anything's but the rm's that made it.
+  if (auto fd = sys::OpenDirPath(state_, O_RDONLY)) {
+    if (auto names = sys::ReadDir(fd->get(), state_)) {
+      for (const sys::DirEntry& e : *names) {
+        if (!IsTrashFolderName(e.name)) continue;
+        UniqueFd t(::openat(fd->get(), e.name.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!t || ::flock(t.get(), LOCK_EX | LOCK_NB) != 0) continue;
+        ACQFS_TRY(sys::RemoveTree(fd->get(), e.name, state_));
+        ++report.folders_removed;
+      }
+    }
+  }
   auto lock = StoreLock::Take(state_, lock_timeout);
   if (!lock) return lock.error();
-  GcReport report;
 
   // Everything any manifest references; refuse on any unreadable one.
   std::set<std::string> live;
@@ -670,6 +732,26 @@ Result<GcReport> LayerStore::CollectGarbage(
   if (!sandboxes) return sandboxes.error();
   for (const sys::DirEntry& e : *sandboxes) {
     if (e.name == kLayerStoreDir) continue;
+    // A fork or an rm that died left its folder: removed first, so that the
+    // layers only it names go in this pass. One whose command is still at
+    // work is left alone, a fork's manifest read (its new upper is named
+    // nowhere else yet).
+    if (IsForkFolderName(e.name) || IsTrashFolderName(e.name)) {
+      UniqueFd fd(::openat(state_fd->get(), e.name.c_str(),
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd) {
+        if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) continue;
+        return Error::Errno("open", state_ + "/" + e.name);
+      }
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
+        ACQFS_TRY(sys::RemoveTree(state_fd->get(), e.name, state_));
+        ++report.folders_removed;
+        continue;
+      }
+      if (errno != EWOULDBLOCK)
+        return Error::Errno("lock", state_ + "/" + e.name);
+      if (IsTrashFolderName(e.name)) continue;
+    }
     struct stat st;
     if (::fstatat(state_fd->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) !=
         0) {
@@ -746,6 +828,115 @@ Result<GcReport> LayerStore::CollectGarbage(
 
 Result<GcReport> CollectGarbage(const std::string& state) {
   return LayerStore(state).CollectGarbage();
+}
+
+// ---------------------------------------------------------------- folders
+
+std::string ForkFolderName(std::string_view sandbox) {
+  return std::string(kForkFolderPrefix) + std::string(sandbox);
+}
+
+bool IsForkFolderName(std::string_view name) {
+  constexpr std::string_view p = kForkFolderPrefix;
+  return name.size() > p.size() && name.substr(0, p.size()) == p;
+}
+
+bool IsTrashFolderName(std::string_view name) {
+  constexpr std::string_view p = kTrashFolderPrefix;
+  return name.size() > p.size() && name.substr(0, p.size()) == p;
+}
+
+namespace {
+
+// Opens the directory `name` of `state_fd` and takes its flock without
+// waiting: EBUSY naming it when another open file holds it.
+Result<UniqueFd> LockFolder(int state_fd, const std::string& name,
+                            const std::string& shown) {
+  UniqueFd fd(::openat(state_fd, name.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return Error::Errno("open", shown);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return Error::Of(EBUSY, "in use by another acqfs command", shown);
+    return Error::Errno("lock", shown);
+  }
+  return fd;
+}
+
+Status SyncFd(int fd, const std::string& shown) {
+  if (::fsync(fd) != 0) return Error::Errno("fsync", shown);
+  return Ok();
+}
+
+}  // namespace
+
+Result<HeldFolder> ReserveForkFolder(const std::string& state,
+                                     const std::string& sandbox) {
+  auto state_fd = sys::OpenDirPath(state, O_RDONLY);
+  if (!state_fd) return state_fd.error();
+  const std::string name = ForkFolderName(sandbox);
+  const std::string shown = state + "/" + name;
+  // Under the store lock, which every collection holds: it never finds the
+  // folder made and not yet locked.
+  auto lock = StoreLock::Take(state);
+  if (!lock) return lock.error();
+  if (::mkdirat(state_fd->get(), name.c_str(), 0700) != 0) {
+    if (errno != EEXIST) return Error::Errno("mkdir", shown);
+    // A fork to the same name is at work, or one died and left it.
+    auto old = LockFolder(state_fd->get(), name, shown);
+    if (!old) {
+      if (old.err() == EBUSY)
+        return Error::Of(EBUSY, "another acqfs fork is making it", shown);
+      return old.error();
+    }
+    ACQFS_TRY(sys::RemoveTree(state_fd->get(), name, state));
+    if (::mkdirat(state_fd->get(), name.c_str(), 0700) != 0)
+      return Error::Errno("mkdir", shown);
+  }
+  auto fd = LockFolder(state_fd->get(), name, shown);
+  if (!fd) return fd.error();
+  return HeldFolder{std::move(*fd), name};
+}
+
+Status CommitForkFolder(const std::string& state, HeldFolder* folder,
+                        const std::string& sandbox) {
+  auto state_fd = sys::OpenDirPath(state, O_RDONLY);
+  if (!state_fd) return state_fd.error();
+  {
+    auto lock = StoreLock::Take(state);
+    if (!lock) return lock.error();
+    ACQFS_TRY(sys::Renameat2(state_fd->get(), folder->name, state_fd->get(),
+                             sandbox, RENAME_NOREPLACE,
+                             state + "/" + folder->name));
+  }
+  folder->name = sandbox;
+  return SyncFd(state_fd->get(), state);
+}
+
+Result<HeldFolder> MoveToTrash(const std::string& state,
+                               const std::string& name) {
+  auto state_fd = sys::OpenDirPath(state, O_RDONLY);
+  if (!state_fd) return state_fd.error();
+  auto fd = LockFolder(state_fd->get(), name, state + "/" + name);
+  if (!fd) return fd.error();
+  std::string trash;
+  for (;;) {
+    auto id = NewLayerId();
+    if (!id) return id.error();
+    trash = std::string(kTrashFolderPrefix) + *id;
+    Status moved = sys::Renameat2(state_fd->get(), name, state_fd->get(), trash,
+                                  RENAME_NOREPLACE, state + "/" + name);
+    if (moved) break;
+    if (moved.err() != EEXIST) return moved.error();
+  }
+  ACQFS_TRY(SyncFd(state_fd->get(), state));
+  return HeldFolder{std::move(*fd), trash};
+}
+
+Status RemoveHeldFolder(const std::string& state, const HeldFolder& folder) {
+  auto state_fd = sys::OpenDirPath(state, O_RDONLY);
+  if (!state_fd) return state_fd.error();
+  return sys::RemoveTree(state_fd->get(), folder.name, state);
 }
 
 // ---------------------------------------------------------------- transforms

@@ -143,6 +143,19 @@ struct LoadedStack {
 Result<LoadedStack> LoadStack(const std::string& state, const std::string& name,
                               bool may_repair);
 
+// The rule "a layer has one owner" (docs/stack.md), checked before a
+// command writes a sandbox's stack or mounts it: the manifest `m` of
+// sandbox `name` in `state` names, as its live upper, no layer that any
+// other sandbox's manifest names (upper, frozen layer, checkpoint layer or
+// moved_from); it names, anywhere, no other sandbox's live upper (forks
+// share frozen layers, never a live one); and a legacy ref in it is its own
+// ("<name>/upper"). The other sandboxes are every <state>/<other>/ with a
+// stack.json or a legacy upper; one whose manifest cannot be read is
+// skipped (it cannot be mounted or changed either). EBUSY naming `name`'s
+// stack.json and the other sandbox.
+Status CheckLayerOwners(const std::string& state, const std::string& name,
+                        const StackManifest& m);
+
 // Finishes an interrupted legacy migration of `*m` (m->moved_from set):
 // moves the dir at moved_from to the upper's place when the upper is
 // missing, then rewrites stack.json without moved_from (and clears it in
@@ -197,7 +210,10 @@ struct GcReport {
   size_t layers_removed = 0;
   size_t sidecars_removed = 0;  // .stats files of layers that are gone
   size_t temps_removed = 0;     // temporary files a crash left in the store
-  uint64_t bytes_freed = 0;     // st_blocks * 512 of what was removed
+  // Folders of the state dir a fork or an rm left when it died (see
+  // "Sandbox folders in the making" below).
+  size_t folders_removed = 0;
+  uint64_t bytes_freed = 0;          // st_blocks * 512 of what was removed
   std::vector<std::string> removed;  // refs of the layers removed, sorted
 };
 
@@ -231,10 +247,12 @@ class LayerStore {
   // returned all the same).
   Result<LayerStats> StatsOf(std::string_view ref) const;
 
-  // Removes every store layer (and sidecar, and leftover temporary file)
-  // that no <state>/<name>/stack.json references, under the StoreLock
-  // (taken here). A manifest that cannot be read or parsed makes it refuse
-  // before removing anything, with that manifest's error. `lock_timeout`:
+  // Removes the folders of forks and removals that died (see "Sandbox
+  // folders in the making" below), then every store layer (and sidecar,
+  // and leftover temporary file) that no <state>/<name>/stack.json (nor the
+  // stack.json of a fork at work) references, under the StoreLock (taken
+  // here). A manifest that cannot be read or parsed makes it refuse
+  // before removing any layer, with that manifest's error. `lock_timeout`:
   // as StoreLock::Take.
   Result<GcReport> CollectGarbage(std::chrono::milliseconds lock_timeout =
                                       StoreLock::kDefaultTimeout) const;
@@ -245,6 +263,64 @@ class LayerStore {
 
 // Shorthand for LayerStore(state).CollectGarbage().
 Result<GcReport> CollectGarbage(const std::string& state);
+
+// ---------------------------------------------------------------- folders
+// Sandbox folders in the making (docs/stack.md, "Commit points"). A command
+// that makes or removes a whole sandbox folder works on a folder whose name
+// no sandbox can have ('+' is not in the sandbox-name rule):
+//   <state>/.fork+<name>   a fork being built; its commit is the rename to
+//                          <name> (RENAME_NOREPLACE)
+//   <state>/.trash+<id>    a sandbox that `acqfs rm` removes; its commit was
+//                          the rename from <name>
+// While the command runs it holds an flock on the folder's directory (a
+// fork takes it, under the StoreLock, when it makes the folder). A folder
+// of either kind whose flock is free is debris: CollectGarbage removes it
+// (before it reads the manifests, so the layers only it named go in the
+// same pass), and a fork to the same name replaces it. CollectGarbage reads
+// the stack.json of a fork folder whose flock is held (the fork's new upper
+// is named nowhere else yet) and ignores a held trash folder.
+inline constexpr char kForkFolderPrefix[] = ".fork+";
+inline constexpr char kTrashFolderPrefix[] = ".trash+";
+// ".fork+<name>".
+std::string ForkFolderName(std::string_view sandbox);
+bool IsForkFolderName(std::string_view name);
+bool IsTrashFolderName(std::string_view name);
+
+// A folder of the state dir whose directory this process holds flock'ed
+// (LOCK_EX), as long as `dir` is open: the flock follows the directory
+// through renames.
+struct HeldFolder {
+  UniqueFd dir;
+  std::string name;  // its name in the state dir now
+};
+
+// Makes <state>/.fork+<sandbox> (0700) and takes its flock, under the
+// StoreLock (taken here). A leftover one whose flock is free is removed
+// first. EBUSY naming it when another process holds it (a fork to the same
+// name is running).
+Result<HeldFolder> ReserveForkFolder(const std::string& state,
+                                     const std::string& sandbox);
+
+// A fork's commit point: renames the held fork folder to `sandbox`
+// (renameat2 RENAME_NOREPLACE) under the StoreLock (taken here: a garbage
+// collection sees the folder under one name or the other, never neither),
+// then fsyncs the state dir. EEXIST when <state>/<sandbox> exists (made
+// meanwhile by another command): nothing is renamed. `folder->name` becomes
+// `sandbox`.
+Status CommitForkFolder(const std::string& state, HeldFolder* folder,
+                        const std::string& sandbox);
+
+// `acqfs rm`'s commit point: takes the flock of the folder <state>/<name>
+// (EBUSY when another process holds it), renames it to a new
+// .trash+<random id> (RENAME_NOREPLACE) and fsyncs the state dir. From then
+// on the sandbox does not exist, and the trash is removed by the caller
+// (RemoveHeldFolder), else by the next CollectGarbage.
+Result<HeldFolder> MoveToTrash(const std::string& state,
+                               const std::string& name);
+
+// Removes the held folder's tree (and the folder), keeping its flock until
+// it is gone. A folder already gone is no error.
+Status RemoveHeldFolder(const std::string& state, const HeldFolder& folder);
 
 // ---------------------------------------------------------------- transforms
 // Pure functions: no disk access. The new refs they take must be valid and

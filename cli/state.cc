@@ -46,18 +46,36 @@ SandboxPaths::SandboxPaths(const std::string& state_dir, const std::string& n)
       sources(dir + "/sources"),
       stack(dir + "/stack.json") {}
 
+// The largest metadata file read (a real one is a few KiB).
+constexpr size_t kMaxMetaBytes = 1 << 20;
+
 Result<SandboxMeta> ReadMeta(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error::Errno("read", path);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  // The sandbox's folder is its owner's, and root reads it too: a
+  // meta.json replaced by a symlink (to a directory: the read threw and
+  // aborted acqfs; to a file of root's) is not followed, and only a
+  // regular file of bounded size is read.
+  UniqueFd fd(::open(
+      path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd) return Error::Errno("read", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Error::Errno("stat", path);
+  if (!S_ISREG(st.st_mode))
+    return Error::Of(EINVAL, "read (not a regular file)", path);
+  auto text = sys::ReadAll(fd.get(), kMaxMetaBytes, path);
+  if (!text) return text.error();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return Error::Of(EINVAL, "parse sandbox metadata", path);
   SandboxMeta m;
-  m.name = j.value("name", "");
-  m.lower = j.value("lower", "");
-  m.mountpoint = j.value("mountpoint", "");
-  m.xattr_namespace = j.value("xattr_namespace", "");
-  m.last_export = j.value("last_export", int64_t{0});
+  try {
+    m.name = j.value("name", "");
+    m.lower = j.value("lower", "");
+    m.mountpoint = j.value("mountpoint", "");
+    m.xattr_namespace = j.value("xattr_namespace", "");
+    m.last_export = j.value("last_export", int64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return Error::Of(EINVAL, "parse sandbox metadata", path);
+  }
   if (j.contains("policy")) {
     const auto& p = j["policy"];
     if (!p.is_object())
@@ -96,6 +114,8 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
           b.value("index_objects_not_kept", std::vector<std::string>{});
       if (b.contains("index_id")) {
         const auto& i = b["index_id"];
+        if (!i.is_object())
+          return Error::Of(EINVAL, "parse sandbox metadata (base)", path);
         m.base.index.dev = i.value("dev", uint64_t{0});
         m.base.index.ino = i.value("ino", uint64_t{0});
         m.base.index.size = i.value("size", uint64_t{0});
@@ -199,7 +219,8 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
     j["policy"]["own_git_modules"] = meta.policy.own_git_modules;
   if (meta.base.state != gitbridge::GitBase::State::kNone)
     j["base"] = BaseJson(meta.base);
-  return WriteFileAtomically(path, j.dump(2) + "\n", 0600);
+  return WriteFileAtomically(path, j.dump(2) + "\n", 0600, Durability::kDurable,
+                             FileOwner::kDirectory);
 }
 
 Status MakeDirs(const std::string& path) {

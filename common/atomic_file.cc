@@ -53,7 +53,8 @@ Status ReplaceWithTemp(int fd, const std::string& temp, const std::string& path,
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view content,
-                           mode_t mode, Durability durability) {
+                           mode_t mode, Durability durability,
+                           FileOwner owner) {
   const std::string dir = DirOf(path);
   const std::string temp =
       (dir == "/" ? "" : dir) + "/" + sys::TempName("." + NameOf(path) + ".");
@@ -61,7 +62,15 @@ Status WriteFileAtomically(const std::string& path, std::string_view content,
                      mode & 07777));
   if (!fd) return Error::Errno("create", temp);
   Status s = Ok();
-  if (::fchmod(fd.get(), mode & 07777) != 0) s = Error::Errno("chmod", temp);
+  if (owner == FileOwner::kDirectory && ::geteuid() == 0) {
+    struct stat d;
+    if (::stat(dir.c_str(), &d) != 0)
+      s = Error::Errno("stat", dir);
+    else if (::fchown(fd.get(), d.st_uid, d.st_gid) != 0)
+      s = Error::Errno("chown", temp);
+  }
+  if (s && ::fchmod(fd.get(), mode & 07777) != 0)
+    s = Error::Errno("chmod", temp);
   if (s) s = WriteAndSync(fd.get(), content, temp, durability);
   if (s && ::rename(temp.c_str(), path.c_str()) != 0)
     s = Error::Errno("rename", path);

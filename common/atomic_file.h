@@ -25,14 +25,22 @@ namespace acqfs {
 // the disk.
 enum class Durability { kDurable, kWhileRunning };
 
+// Who owns the new file. kCaller: this process's file-system ids.
+// kDirectory: when this process is root, the owner and group of the
+// directory it is in (a root command's manifest in a user's sandbox folder
+// stays the user's, docs/stack.md); otherwise as kCaller.
+enum class FileOwner { kCaller, kDirectory };
+
 // Replaces the file `path` (created when missing) with `content` and the
-// permission bits `mode` exactly (the umask does not apply). The temporary
-// file is ".<name>.<random>" beside it, created exclusively; on failure it
-// is removed and `path` keeps its old content. Errors name the operation
-// and the path (the temporary file's for the steps on it).
+// permission bits `mode` exactly (the umask does not apply), owned as
+// `owner` says (set on the temporary file, before it takes the name). The
+// temporary file is ".<name>.<random>" beside it, created exclusively; on
+// failure it is removed and `path` keeps its old content. Errors name the
+// operation and the path (the temporary file's for the steps on it).
 Status WriteFileAtomically(const std::string& path, std::string_view content,
                            mode_t mode,
-                           Durability durability = Durability::kDurable);
+                           Durability durability = Durability::kDurable,
+                           FileOwner owner = FileOwner::kCaller);
 
 // The same steps for a temporary file the caller made and holds open (a
 // lock file such as git's config.lock, which must be taken before the

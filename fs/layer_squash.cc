@@ -87,6 +87,15 @@ Result<SquashStats> SquashLayers(const Layers& layers, unsigned bottom,
         if (!w) return w.error();
         if (*w) {
           ACQFS_TRY(LayerFormat::MakeWhiteout(dst->get(), e.name, shown));
+          // Owned as the whiteout it stands for (a root squash of a user's
+          // layers left root's whiteouts in them). One acting as the owner
+          // (cli/as_owner.h) made it the owner's already, and may not give
+          // it away (EPERM).
+          if (layers.privileged &&
+              ::fchownat(dst->get(), e.name.c_str(), st->st_uid, st->st_gid,
+                         AT_SYMLINK_NOFOLLOW) != 0 &&
+              errno != EPERM)
+            return Error::Errno("chown whiteout (squash)", out + "/" + rel);
           ++stats.whiteouts;
           continue;
         }

@@ -1,5 +1,6 @@
 #include "gitbridge/export.h"
 
+#include <algorithm>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -7,6 +8,7 @@
 #include <set>
 
 #include "common/git_ptr.h"
+#include "common/sys.h"
 #include "fs/copy_up_source.h"
 #include "fs/layer.h"
 #include "gitbridge/bridge_repo.h"
@@ -346,22 +348,22 @@ Result<git_oid> MakeCommit(git_repository* repo, const git_oid& tree_id,
 // tree's, not a ref each.
 constexpr char kCheckpointRefs[] = "refs/acqfs-checkpoints/";
 
-// The checkpoints' commits, oldest first: each the tree of the host's
-// working state under that checkpoint's layers, on the one before (the
-// first on `first_parent`), with the checkpoint's message and time, so the
-// same checkpoint gives the same commit in every bridge (a fork's shares
-// its parent's). One already exported (refs/acqfs/checkpoints/<id> on the
-// same parent) is not built again.
+// The checkpoints' commits of `chain`, oldest first: each the tree of the
+// host's working state under that checkpoint's layers, on the one before
+// (the first on `first_parent`), with the checkpoint's message and time, so
+// the same checkpoint gives the same commit in every bridge (a fork's
+// shares its parent's). One already exported (`*known`: the commits of
+// refs/acqfs-checkpoints/<id>, and those made by this export) on the same
+// parent is not built again; each one made is added to `*known`.
 Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
-    Session& s, const ExportConfig& c, const Plan& plan,
-    const std::optional<git_oid>& first_parent) {
+    Session& s, const ExportConfig& c,
+    const std::vector<ExportConfig::CheckpointRef>& chain, const Plan& plan,
+    const std::optional<git_oid>& first_parent,
+    std::map<std::string, git_oid>* known) {
   std::vector<std::pair<uint32_t, git_oid>> out;
-  if (c.checkpoints.empty()) return out;
   git_repository* bridge = s.bridge->repo();
-  auto known = s.bridge->Refs(kCheckpointRefs);
-  if (!known) return known.error();
   std::optional<git_oid> prev = first_parent;
-  for (const auto& cp : c.checkpoints) {
+  for (const auto& cp : chain) {
     auto k = known->find(cp.id);
     if (k != known->end()) {
       git_commit* raw = nullptr;
@@ -403,9 +405,24 @@ Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
                          c.bridge);
     if (!id) return id.error();
     out.emplace_back(cp.number, *id);
+    (*known)[cp.id] = *id;
     prev = *id;
   }
   return out;
+}
+
+// refs/acqfs/checkpoints/<number>: every checkpoint's commit, on the
+// current stack or off it, which the host fetches as
+// refs/sandboxes/<name>/checkpoints/<number>.
+constexpr char kNumberedCheckpointRefs[] = "refs/acqfs/checkpoints/";
+
+// Has checkpoint `cp` (its top layer) anything of its own? A checkpoint
+// taken with nothing changed since the one below it holds that one's tree.
+bool HoldsWork(const ExportConfig& c, const ExportConfig::CheckpointRef& cp) {
+  auto layer = Layer::OpenUnder(c.anchor, cp.layers.back());
+  if (!layer) return true;  // unreadable: say so rather than lose it
+  auto entries = sys::ReadDir(layer->root(), cp.layers.back());
+  return !entries || !entries->empty();
 }
 
 Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
@@ -544,18 +561,48 @@ Result<ExportResult> Export(const ExportConfig& c) {
   // shares, so that its exports and its parent's share them).
   std::optional<git_oid> last_checkpoint;
   std::vector<std::pair<uint32_t, git_oid>> checkpoints;
+  // Every checkpoint's commit by number, and by its top layer's id (the
+  // cache of refs/acqfs-checkpoints/).
+  std::vector<std::pair<uint32_t, git_oid>> numbered;
+  std::vector<std::pair<std::string, git_oid>> made_ids;
+  auto known = s.bridge->Refs(kCheckpointRefs);
+  if (!known) return known.error();
+  const std::map<std::string, git_oid> known_before = *known;
+  auto numbered_before = s.bridge->Refs(kNumberedCheckpointRefs);
+  if (!numbered_before) return numbered_before.error();
   if (!plan->base_tree) {
     if (!c.checkpoints.empty())
       r.refused.push_back("checkpoints: the base commit is unknown");
   } else {
-    auto made = CommitCheckpoints(s, c, *plan, plan->base_commit);
+    auto made = CommitCheckpoints(s, c, c.checkpoints, *plan, plan->base_commit,
+                                  &*known);
     if (!made) {
       r.refused.push_back("checkpoints: " + made.error().Message());
     } else {
       checkpoints = std::move(*made);
       if (!checkpoints.empty()) last_checkpoint = checkpoints.back().second;
+      for (size_t i = 0; i < checkpoints.size(); ++i)
+        made_ids.emplace_back(c.checkpoints[i].id, checkpoints[i].second);
+    }
+    // Those off the current stack, each through its own chain.
+    for (const auto& chain : c.off_stack) {
+      if (chain.empty()) continue;
+      auto off =
+          CommitCheckpoints(s, c, chain, *plan, plan->base_commit, &*known);
+      if (!off) {
+        r.refused.push_back("checkpoint " +
+                            std::to_string(chain.back().number) + ": " +
+                            off.error().Message());
+        continue;
+      }
+      for (size_t i = 0; i < off->size(); ++i)
+        made_ids.emplace_back(chain[i].id, (*off)[i].second);
+      numbered.push_back(off->back());
     }
   }
+  for (const auto& cp : checkpoints) numbered.push_back(cp);
+  std::sort(numbered.begin(), numbered.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   if (last_checkpoint && plan->prev && !plan->worktree_changed) {
     // A checkpoint since the last snapshot: a new one on top of it.
     git_commit* raw = nullptr;
@@ -579,14 +626,29 @@ Result<ExportResult> Export(const ExportConfig& c) {
   // What `git fetch` will read must be readable: checked before any ref
   // moves, so a damaged bridge fails the export and keeps its refs.
   Report(s.progress, "verifying the bridge's objects");
-  ACQFS_TRY(s.bridge->VerifyPublished(PublishedTips(*plan, snapshot)));
+  std::vector<git_oid> tips = PublishedTips(*plan, snapshot);
+  for (const auto& [number, id] : numbered) tips.push_back(id);
+  ACQFS_TRY(s.bridge->VerifyPublished(tips));
   ACQFS_TRY(PublishBranches(s, *plan, &r));
   for (const auto& [number, id] : checkpoints) {
     r.checkpoint_commits.emplace_back(number, OidHex(id));
   }
-  for (size_t i = 0; i < checkpoints.size(); ++i)
-    ACQFS_TRY(s.bridge->SetRef(kCheckpointRefs + c.checkpoints[i].id,
-                               checkpoints[i].second, "acqfs export"));
+  for (const auto& [id, commit] : made_ids) {
+    auto k = known_before.find(id);
+    if (k == known_before.end() || !git_oid_equal(&k->second, &commit))
+      ACQFS_TRY(s.bridge->SetRef(kCheckpointRefs + id, commit, "acqfs export"));
+  }
+  for (const auto& [number, commit] : numbered) {
+    const std::string name = std::to_string(number);
+    auto k = numbered_before->find(name);
+    if (k != numbered_before->end() && git_oid_equal(&k->second, &commit))
+      continue;
+    const std::string ref = kNumberedCheckpointRefs + name;
+    ACQFS_TRY(s.bridge->SetRef(ref, commit, "acqfs export"));
+    r.updates.push_back(RefUpdate{
+        ref, k == numbered_before->end() ? std::string() : OidHex(k->second),
+        OidHex(commit)});
+  }
   r.worktree_commit = Hex(plan->prev);
   if (snapshot) {
     ACQFS_TRY(s.bridge->SetRef(kWorktreeRef, *snapshot, "acqfs export"));
@@ -644,6 +706,19 @@ Result<PendingWork> Pending(const ExportConfig& c) {
     if (!k.host)
       w.unexportable.push_back("path " + PrintableName(k.path) + ": " +
                                k.reason);
+  // A checkpoint is work of its own: an undo point a rewind left holds
+  // what the agent wrote before it, and nothing else does.
+  auto exported = s.bridge->Refs(kNumberedCheckpointRefs);
+  if (!exported) return exported.error();
+  auto check = [&](const ExportConfig::CheckpointRef& cp) {
+    if (!exported->count(std::to_string(cp.number)) && HoldsWork(c, cp))
+      w.unexported.push_back(
+          "checkpoint " + std::to_string(cp.number) +
+          (cp.message.empty() ? "" : " (" + cp.message + ")"));
+  };
+  for (const auto& cp : c.checkpoints) check(cp);
+  for (const auto& chain : c.off_stack)
+    if (!chain.empty()) check(chain.back());
   auto unfetched = UnfetchedRefs(*s.host, *s.bridge);
   if (!unfetched) return unfetched.error();
   w.unfetched = std::move(*unfetched);

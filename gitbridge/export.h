@@ -47,6 +47,14 @@ struct ExportConfig {
     std::string id;                   // its top layer's id (the cache key)
   };
   std::vector<CheckpointRef> checkpoints;
+  // The checkpoints off its current stack: an undo point a rewind left
+  // ("auto-rewind"), the checkpoints a rewind went back past, another
+  // branch of the history. Each is given as its own chain (the checkpoints
+  // whose layers its layers begin with, oldest first, itself last) and
+  // exported as commits like the current stack's, so that no work lives
+  // only in a checkpoint: every checkpoint, on the stack or off it, is
+  // published as refs/acqfs/checkpoints/<number> (docs/git-bridge.md).
+  std::vector<std::vector<CheckpointRef>> off_stack;
   std::string bridge;  // <state>/<name>/bridge.git
   // Its copy-up sources (fs/copy_up_source.h; "": none).
   std::string sources;

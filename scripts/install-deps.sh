@@ -15,6 +15,7 @@ packages=(
   libbenchmark-dev                         # bench/
   attr util-linux kmod                     # getfattr/setfattr, mount, modprobe
   patch bsdutils                           # tests: diff replayed, script(1) pty
+  strace                                   # tests: kill points (fault injection)
   bubblewrap                               # bwrap: the box of `acqfs run`
   fuse-overlayfs                           # peer overlay for benchmarks
   fio gnuplot-nox                          # benchmarks

@@ -3,10 +3,12 @@
 // the middle of a checkpoint. The oracle is the kernel overlayfs mounting
 // the same stack (lowerdir=TOP:...:L1:HOST), which must show what the FUSE
 // mount showed.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -15,8 +17,11 @@
 #include "harness/binaries.h"
 #include "harness/command.h"
 #include "harness/fs_util.h"
+#include "harness/lower_repo.h"
 #include "harness/mounts.h"
+#include "harness/process.h"
 #include "harness/snapshot.h"
+#include "harness/temp_dir.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -594,6 +599,379 @@ TEST_F(StackStore, ANoSuchCheckpointIsSaidMountedAsUnmounted) {
   EXPECT_EQ(unmounted.exit_code, mounted.exit_code) << unmounted.Describe();
   EXPECT_NE(unmounted.err.find("no such checkpoint"), std::string::npos)
       << unmounted.Describe();
+}
+
+// Rewrites the manifest at `path` with `change` applied to its JSON.
+void EditStack(const std::string& path,
+               const std::function<void(nlohmann::json&)>& change) {
+  std::string text;
+  ASSERT_TRUE(ReadFile(path, &text));
+  nlohmann::json j = nlohmann::json::parse(text);
+  change(j);
+  ASSERT_TRUE(WriteFile(path, j.dump()));
+}
+
+// A live upper belongs to one sandbox (issue 32): a manifest naming another
+// sandbox's live upper (as its upper, its frozen layer, or that sandbox's
+// folder) is refused by mount, checkpoint and squash before anything is
+// written, and that upper is neither written, frozen nor hard-linked.
+TEST_F(StackStore, ALiveUpperHasOneOwner) {
+  Sandbox& s = sandbox();
+  ASSERT_TRUE(WriteFile(s.mountpoint() + "/a.txt", "a\n"));
+  CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  CommandResult f = Acqfs(s, {"fork", s.name(), "other", "--at", "1"});
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  ASSERT_TRUE(s.Unmount());
+  const std::string stack = s.state_dir() + "/" + s.name() + "/stack.json";
+  const std::string other_stack = s.state_dir() + "/other/stack.json";
+  std::string text;
+  ASSERT_TRUE(ReadFile(other_stack, &text));
+  const std::string other_upper =
+      nlohmann::json::parse(text)["upper"].get<std::string>();
+  const std::string other_dir = s.state_dir() + "/" + other_upper;
+  ASSERT_TRUE(WriteFile(other_dir + "/theirs.txt", "theirs\n"));
+  const TreeSnapshot theirs0 =
+      Snapshot(other_dir, SnapshotOptions::Everything());
+  std::string original;
+  ASSERT_TRUE(ReadFile(stack, &original));
+  auto refused = [&](const std::vector<std::string>& args) {
+    CommandResult r = Acqfs(s, args);
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("other"), std::string::npos) << r.Describe();
+    EXPECT_NE(r.err.find("live upper"), std::string::npos) << r.Describe();
+    EXPECT_FALSE(FindMount(s.mountpoint()).has_value());
+    EXPECT_TRUE(SnapshotsEqual(
+        theirs0, Snapshot(other_dir, SnapshotOptions::Everything())));
+    std::string now;
+    EXPECT_TRUE(ReadFile(other_stack, &now));
+    EXPECT_EQ(now, text) << "the other sandbox's manifest";
+  };
+  // Its upper is the other's upper.
+  EditStack(stack, [&](nlohmann::json& j) { j["upper"] = other_upper; });
+  refused({"mount", lower(), s.mountpoint(), "--name", s.name()});
+  refused({"checkpoint", s.name()});
+  refused({"rewind", s.name(), "1"});
+  // Its upper is the other's folder.
+  EditStack(stack, [&](nlohmann::json& j) { j["upper"] = "other/upper"; });
+  refused({"checkpoint", s.name()});
+  // Its bottom frozen layer is the other's live upper: squash --keep 0
+  // would hard-link the other's files into its merged layer.
+  ASSERT_TRUE(WriteFile(stack, original));
+  EditStack(stack, [&](nlohmann::json& j) {
+    j["frozen"].insert(j["frozen"].begin(), other_upper);
+    for (auto& cp : j["checkpoints"])
+      if (cp["number"] == j["base"]) cp["layers"] = j["frozen"];
+  });
+  refused({"squash", s.name(), "--keep", "0"});
+  ASSERT_TRUE(WriteFile(stack, original));
+  c = Acqfs(s, {"checkpoint", s.name()});
+  EXPECT_TRUE(c.ok()) << c.Describe();
+}
+
+// mount.fuse.acqfs serving a sandbox's stack keeps checkpoint and rewind
+// out, as acqfs mount does (issue 32): checkpoint froze the layer the
+// helper's daemon was still writing.
+TEST_F(StackStore, AStackTheMountHelperServesIsNotCheckpointedUnderIt) {
+  Sandbox& s = sandbox();
+  ASSERT_TRUE(WriteFile(s.mountpoint() + "/a.txt", "a\n"));
+  CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  ASSERT_TRUE(s.Unmount());
+  std::string lowerdirs;
+  const std::vector<std::string> frozen = s.frozen();
+  for (auto it = frozen.rbegin(); it != frozen.rend(); ++it)
+    lowerdirs += *it + ":";
+  const std::string mnt = tmp().MakeDir("helper");
+  const std::string upper = s.upper();
+  CommandResult h =
+      RunCommand({MountHelperBinary(), "acqfs", mnt, "-o",
+                  "lowerdir=" + lowerdirs + lower() + ",upperdir=" + upper +
+                      ",workdir=" + s.work()},
+                 60);
+  ASSERT_TRUE(h.ok()) << h.Describe();
+  struct Unmount {
+    std::string mnt;
+    ~Unmount() {
+      const std::vector<pid_t> daemons = PidsWithArgument(mnt);
+      RunCommand({"fusermount3", "-u", mnt}, 30);
+      for (pid_t pid : daemons) {
+        WaitForProcessExit(pid, 20);
+        KillIfAlive(pid, "acqfs");
+      }
+    }
+  } unmount{mnt};
+  ASSERT_TRUE(WriteFile(mnt + "/helper.txt", "written through the helper\n"));
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"checkpoint", s.name()},
+        {"rewind", s.name(), "1"},
+        {"squash", s.name(), "--keep", "0"}}) {
+    CommandResult r = Acqfs(s, args);
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("in use by acqfs daemon pid"), std::string::npos)
+        << r.Describe();
+  }
+  EXPECT_EQ(s.upper(), upper) << "the stack moved under the helper";
+  EXPECT_EQ(s.frozen(), frozen);
+}
+
+// A held sandbox lock is said to be held, by whom (issue 32): during an
+// unmounted squash, checkpoint said "control.sock: No such file or
+// directory (its daemon does not serve a control socket ...)".
+TEST_F(StackStore, AHeldLockIsSaidHeldByItsPid) {
+  Sandbox& s = sandbox();
+  for (const char* f : {"/a.txt", "/b.txt"}) {
+    ASSERT_TRUE(WriteFile(s.mountpoint() + f, "x\n"));
+    CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+    ASSERT_TRUE(c.ok()) << c.Describe();
+  }
+  ASSERT_TRUE(s.Unmount());
+  // Held as a command holds it: an open file description lock.
+  const std::string lock = s.state_dir() + "/" + s.name() + "/lock";
+  ScopedFd fd(::open(lock.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << ErrnoName(errno);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  ASSERT_EQ(::fcntl(fd.get(), F_OFD_SETLK, &fl), 0) << ErrnoName(errno);
+  const std::string pid = "pid " + std::to_string(::getpid());
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"checkpoint", s.name()},
+        {"rewind", s.name(), "1"},
+        {"squash", s.name(), "--keep", "0"}}) {
+    CommandResult r = Acqfs(s, args);
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("busy"), std::string::npos) << r.Describe();
+    EXPECT_NE(r.err.find(pid), std::string::npos) << r.Describe();
+    EXPECT_EQ(r.err.find("control socket"), std::string::npos) << r.Describe();
+  }
+}
+
+// Work that lives only in an undo point is never lost to rm (issue 32): a
+// rewind kept what the agent wrote as checkpoint 2, export skipped it, and
+// rm removed it with exit 0. Every checkpoint is now exported as
+// refs/acqfs/checkpoints/<n>, which the host fetches and keeps after rm,
+// and rm refuses while one is not exported or not fetched.
+TEST_F(StackStore, WorkOnlyInAnUndoPointIsNeverLostToRm) {
+  Sandbox& s = sandbox();
+  CommandResult c = Acqfs(s, {"checkpoint", s.name(), "-m", "clean"});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  ASSERT_TRUE(WriteFile(s.mountpoint() + "/important.txt", "precious\n"));
+  CommandResult r = Acqfs(s, {"rewind", s.name(), "1"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  // Straight to rm (which unmounts, and exports nothing): refused.
+  CommandResult rm = Acqfs(s, {"rm", s.name()});
+  EXPECT_NE(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.err.find("checkpoint 2"), std::string::npos) << rm.Describe();
+  EXPECT_TRUE(s.UnmountedElsewhere(20));  // rm unmounted it
+  CommandResult e = Acqfs(s, {"export", s.name()});
+  ASSERT_TRUE(e.ok()) << e.Describe();
+  // Exported, not fetched: refused.
+  rm = Acqfs(s, {"rm", s.name()});
+  EXPECT_NE(rm.exit_code, 0) << rm.Describe();
+  EXPECT_NE(rm.err.find("checkpoints/2"), std::string::npos) << rm.Describe();
+  ASSERT_TRUE(Sh("git -C " + ShellQuote(lower()) + " fetch -q sandbox-" +
+                 s.name() + " && echo ok") == "ok\n");
+  rm = Acqfs(s, {"rm", s.name()});
+  EXPECT_TRUE(rm.ok()) << rm.Describe();
+  EXPECT_EQ(Sh("git -C " + ShellQuote(lower()) + " show refs/sandboxes/" +
+               s.name() + "/checkpoints/2:important.txt"),
+            "precious\n");
+}
+
+// A root command on a state folder an ordinary user owns acts there as
+// that user (issue 32, cli/as_owner.h). Root's checkpoint left stack.json
+// root:root 0600, and the user's next mount failed ("Permission denied");
+// root's squash left root-owned whiteouts in the user's merged layer; and
+// root's export read whatever meta.json named as the host, a repository
+// only root may read among them.
+// An ordinary user's (uid 65534) sandbox in a state folder of theirs, and
+// root running acqfs on it (`sudo` from that user: SUDO_UID, so a checkout
+// of theirs is trusted).
+class StackOwner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::geteuid(), 0u) << "needs root (as CI has)";
+    ASSERT_EQ(::chmod(t_.path().c_str(), 0755), 0);
+    struct stat fuse;
+    ASSERT_EQ(::stat("/dev/fuse", &fuse), 0);
+    fuse_mode_ = static_cast<int>(fuse.st_mode & 07777);
+    ASSERT_EQ(::chmod("/dev/fuse", 0666), 0);
+    home_ = t_.MakeDir("home", 0755, 65534, 65534);
+    lower_ = t_.Sub("lower");
+    ASSERT_TRUE(MakeLowerRepo(lower_));
+    ASSERT_TRUE(ChownTree(lower_, 65534, 65534));
+    mnt_ = t_.MakeDir("mnt", 0755, 65534, 65534);
+    acqfs_ = t_.MakeDir("bin") + "/acqfs";
+    ASSERT_TRUE(RunCommand({"cp", AcqfsBinary(), acqfs_}, 30).ok());
+    state_ = home_ + "/st";
+  }
+  void TearDown() override {
+    if (FindMount(mnt_).has_value()) RunCommand({"umount", "-l", mnt_}, 30);
+    if (fuse_mode_ >= 0) ::chmod("/dev/fuse", static_cast<mode_t>(fuse_mode_));
+  }
+  // acqfs ARGS --state-dir STATE, as the user or as root.
+  CommandResult Run(bool as_user, std::vector<std::string> args) {
+    std::vector<std::string> argv;
+    if (as_user)
+      argv = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+    argv.insert(argv.end(), {"env", "HOME=" + home_});
+    if (!as_user) argv.push_back("SUDO_UID=65534");
+    argv.push_back(acqfs_);
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--state-dir", state_});
+    return RunCommand(argv, 60);
+  }
+  CommandResult AsUser(std::vector<std::string> args) {
+    return Run(true, std::move(args));
+  }
+  CommandResult AsRoot(std::vector<std::string> args) {
+    return Run(false, std::move(args));
+  }
+  CommandResult ShAsUser(const std::string& script) {
+    return RunCommand({"setpriv", "--reuid=65534", "--regid=65534",
+                       "--clear-groups", "sh", "-c", script},
+                      60);
+  }
+
+  TempDir t_;
+  int fuse_mode_ = -1;
+  std::string home_, lower_, mnt_, acqfs_, state_;
+};
+
+TEST_F(StackOwner, ARootCommandOnAUsersFolderActsAsItsOwner) {
+  TempDir& t = t_;
+  const std::string& lower = lower_;
+  const std::string& mnt = mnt_;
+  const std::string& state = state_;
+  auto as_user = [&](std::vector<std::string> a) {
+    return AsUser(std::move(a));
+  };
+  auto as_root = [&](std::vector<std::string> a) {
+    return AsRoot(std::move(a));
+  };
+  auto sh_user = [&](const std::string& c) { return ShAsUser(c); };
+  CommandResult r = as_user({"mount", lower, mnt, "--name", "ubox"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = sh_user("cd " + ShellQuote(mnt) + " && echo x > x.txt && rm README.md");
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_TRUE(as_user({"checkpoint", "ubox"}).ok());
+  r = sh_user("cd " + ShellQuote(mnt) + " && echo y > y.txt");
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_TRUE(as_user({"umount", mnt}).ok());
+  // Root's commands on the user's unmounted sandbox.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"checkpoint", "ubox"},
+        {"squash", "ubox", "--keep", "0"},
+        {"rewind", "ubox", "2"},
+        {"gc"}}) {
+    r = as_root(args);
+    EXPECT_TRUE(r.ok()) << r.Describe();
+  }
+  EXPECT_EQ(Sh("find " + ShellQuote(state) + " -user root -o -group root"), "");
+  // The user's next mount works, and shows the work.
+  r = as_user({"mount", lower, mnt, "--name", "ubox"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = sh_user("cd " + ShellQuote(mnt) + " && cat x.txt y.txt && ls README.md");
+  EXPECT_EQ(r.out, "x\ny\n") << r.Describe();
+  ASSERT_TRUE(as_user({"umount", mnt}).ok());
+  // A meta.json naming a repository only root reads as the host: root's
+  // export and diff are refused, and the bridge holds nothing of it.
+  const std::string secret = t.MakeDir("secret", 0700);
+  ASSERT_EQ(Sh("cd " + ShellQuote(secret) +
+               " && git init -q && echo root-only > s && git add s && git -c "
+               "user.name=r -c user.email=r@r commit -qm s && echo ok"),
+            "ok\n");
+  const std::string meta = state + "/ubox/meta.json";
+  std::string text;
+  ASSERT_TRUE(ReadFile(meta, &text));
+  nlohmann::json j = nlohmann::json::parse(text);
+  j["lower"] = secret;
+  ASSERT_TRUE(WriteFile(meta, j.dump()));
+  r = as_root({"export", "ubox"});
+  EXPECT_NE(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find(secret), std::string::npos) << r.Describe();
+  r = as_root({"diff", "ubox"});
+  EXPECT_NE(r.exit_code, 0) << r.Describe();
+  std::string secret_head =
+      Sh("git -C " + ShellQuote(secret) + " rev-parse HEAD");
+  while (!secret_head.empty() && secret_head.back() == '\n')
+    secret_head.pop_back();
+  ASSERT_EQ(secret_head.size(), 40u);
+  EXPECT_EQ(Sh("git --git-dir=" + ShellQuote(state + "/ubox/bridge.git") +
+               " cat-file -e " + secret_head + " 2>/dev/null || echo absent"),
+            "absent\n");
+  j["lower"] = lower;
+  ASSERT_TRUE(WriteFile(meta, j.dump()));
+  r = as_user({"rm", "ubox", "--force"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+}
+
+// Root mounting an ordinary user's sandbox follows no name the user
+// replaced by a symlink in the sandbox's folder (issue 32): the daemon
+// appended its log to whatever daemon.log named (/etc/passwd), the lock
+// was created wherever `lock` pointed, and the bridge written wherever
+// bridge.git pointed (objects/info/alternates of a repository of root's).
+TEST_F(StackOwner, ARootMountOfAUsersSandboxFollowsNoSymlinkInItsFolder) {
+  TempDir& t = t_;
+  const std::string& lower = lower_;
+  const std::string& mnt = mnt_;
+  const std::string& state = state_;
+  const std::string& acqfs = acqfs_;
+  const std::string box = state + "/ubox";
+  auto run = [&](bool as_user, std::vector<std::string> a) {
+    return Run(as_user, std::move(a));
+  };
+  CommandResult r = run(true, {"mount", lower, mnt, "--name", "ubox"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  ASSERT_TRUE(run(true, {"umount", mnt}).ok());
+  // Root's things, where only root reads.
+  const std::string roots = t.MakeDir("roots", 0700);
+  ASSERT_TRUE(WriteFile(roots + "/passwd", "root:x:0:0\n"));
+  ASSERT_EQ(Sh("git init -q --bare " + ShellQuote(roots + "/repo.git") +
+               " && echo ok"),
+            "ok\n");
+  const TreeSnapshot roots0 = Snapshot(roots, SnapshotOptions::Everything());
+  auto swap = [&](const std::string& name, const std::string& target) {
+    const std::string p = box + "/" + name;
+    ASSERT_EQ(Sh("mv " + ShellQuote(p) + " " + ShellQuote(p + ".real") +
+                 " 2>/dev/null; ln -s " + ShellQuote(target) + " " +
+                 ShellQuote(p) + " && echo ok"),
+              "ok\n");
+  };
+  auto unswap = [&](const std::string& name) {
+    const std::string p = box + "/" + name;
+    ASSERT_EQ(Sh("rm " + ShellQuote(p) + " && (mv " + ShellQuote(p + ".real") +
+                 " " + ShellQuote(p) + " 2>/dev/null; true) && echo ok"),
+              "ok\n");
+  };
+  // bridge.git pointing at root's repository, lock at a name in root's
+  // directory: refused, neither written nor created.
+  for (const auto& [name, target] :
+       {std::pair<std::string, std::string>{"bridge.git", roots + "/repo.git"},
+        {"lock", roots + "/nologin"}}) {
+    swap(name, target);
+    r = run(false, {"mount", lower, mnt, "--name", "ubox"});
+    EXPECT_NE(r.exit_code, 0) << name << ": " << r.Describe();
+    if (FindMount(mnt).has_value())
+      RunCommand({acqfs, "umount", mnt, "--state-dir", state}, 60);
+    unswap(name);
+  }
+  // daemon.log pointing at root's file: the daemon logs to a file of its
+  // own, the owner's, and root's file is untouched.
+  swap("daemon.log", roots + "/passwd");
+  r = run(false, {"mount", lower, mnt, "--name", "ubox"});
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  r = run(false, {"umount", mnt});
+  EXPECT_TRUE(r.ok()) << r.Describe();
+  struct stat log;
+  ASSERT_EQ(::lstat((box + "/daemon.log").c_str(), &log), 0);
+  EXPECT_TRUE(S_ISREG(log.st_mode));
+  EXPECT_EQ(log.st_uid, 65534u);
+  EXPECT_TRUE(
+      SnapshotsEqual(roots0, Snapshot(roots, SnapshotOptions::Everything())));
+  r = run(true, {"rm", "ubox", "--force"});
+  EXPECT_TRUE(r.ok()) << r.Describe();
 }
 
 }  // namespace
