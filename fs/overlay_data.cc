@@ -121,9 +121,11 @@ Result<OpenFile> Overlay::OpenDataLocked(Node* node, bool write) {
   OpenFile f;
   Result<UniqueFd> fd = Error::Of(EIO, "open", "");
   if (node->unlinked && !node->has_kept()) {
-    // The host took its name away (deleted or replaced the file) and the
-    // file cache no longer holds its data.
-    return Error::Of(ESTALE, "open (removed by the host)", "");
+    // The host took its name away (deleted or replaced the file), or a
+    // rewind took its tree away, and the file cache no longer holds its
+    // data.
+    return Error::Of(ESTALE, "open (gone: removed by the host, or rewound)",
+                     "");
   } else if (node->unlinked) {
     if (write) ACQFS_TRY(MakeChangeable(node));
     f.from_lower = node->kept().in_lower();

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 
+#include "common/sys.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
 
@@ -188,6 +190,22 @@ Result<Overlay::Restacked> Overlay::Restack(
   table_.ClearUpperLinksLocked();
   layers_.frozen = std::move(layers);
   layers_.upper = std::move(*next);
+  // The kernel may also cache a name as missing (a negative entry), which
+  // the table never knew. Below a directory it knew, the directory's own
+  // name going prunes them; in the root nothing does. So every name of the
+  // new stack's root (in any of its layers: a whiteout's too, harmless)
+  // is told to be forgotten: `stat` said ENOENT after a rewind to a
+  // checkpoint holding the name, and open(O_CREAT) EEXIST.
+  {
+    std::set<std::string> root_names;
+    auto collect = [&](const Layer& l) {
+      if (auto names = sys::ReadDir(l.root(), l.root_path()))
+        for (const auto& e : *names) root_names.insert(e.name);
+    };
+    for (const Layer& f : layers_.frozen) collect(f);
+    collect(layers_.lower);
+    for (const auto& n : root_names) out.names.push_back(StaleName{root, n});
+  }
   auto view = RootView(layers_);
   if (!view) return view.error();  // the stack is recorded: a remount reads it
   root->lower = view->lower ? view->lower : LowerBit(0);
