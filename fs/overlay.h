@@ -229,10 +229,29 @@ class Overlay {
   // the same inodes; only the layers are numbered anew.
   Status ReplaceFrozen(unsigned count, const std::string& merged,
                        const std::function<Status()>& commit);
+  // The one way a file's data is written (a write, fallocate,
+  // copy_file_range, the truncate of an O_TRUNC open): holds the freeze
+  // gate (HoldOffFreeze) from the lease of `node`'s writable descriptor to
+  // the last byte, so that no byte lands in a layer a checkpoint froze
+  // meanwhile; runs `op` on that descriptor through the quota with
+  // `charge` (EDQUOT naming the node's path, and `op` does not run, when it
+  // would pass the quota), settling the node's record to what the file
+  // holds after. `op` returns a byte count or -errno, which is returned.
+  // The caller moves the bytes only; set-id bits a caller the kernel did
+  // not check must lose are the adapter's to clear first (it knows the
+  // caller's capabilities).
+  enum class DataOp { kWrite, kFallocate, kCopyFileRange, kTruncate };
+  Result<int64_t> WriteData(Node* node, DataOp what, Quota::Charge charge,
+                            const std::function<int64_t(int fd)>& op);
+  // fsync (fdatasync with `datasync`) of `node`'s data; the blocks the file
+  // system allocated on the way (ext4's extent tree) count from here
+  // (Quota::CatchUp). A file still read from a lower layer has nothing to
+  // write back.
+  Status Fsync(Node* node, bool datasync);
   // Held (shared) by every request that writes a file's data through a
   // descriptor of the file cache, from getting the descriptor to the last
-  // byte written, so that Freeze finds no write in flight. Taken before any
-  // other lock of the Overlay.
+  // byte written, so that Freeze finds no write in flight (WriteData takes
+  // it). Taken before any other lock of the Overlay.
   std::shared_lock<std::shared_mutex> HoldOffFreeze();
   // The upper layer's directory (it changes with Freeze).
   std::string UpperRootPath() {

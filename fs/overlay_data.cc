@@ -4,6 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+#include <utility>
+
 #include "common/owner_access.h"
 #include "common/sys.h"
 #include "fs/overlay.h"
@@ -200,22 +207,91 @@ Result<FileLease> Overlay::FileFor(Node* node, bool write, bool* followed) {
   return lease;
 }
 
+namespace {
+
+// A test hook (issue 33): ACQFS_TEST_PAUSE_DATA_WRITE="<op>:<ms>[,...]"
+// makes every WriteData of those kinds ("write", "fallocate",
+// "copy_file_range", "truncate") sleep <ms> between its lease and its
+// first byte, so that a test can land a checkpoint in that window on
+// purpose. Read once.
+int PauseMsFor(Overlay::DataOp what) {
+  static constexpr const char* kNames[] = {"write", "fallocate",
+                                           "copy_file_range", "truncate"};
+  static const std::array<int, 4> pauses = [] {
+    std::array<int, 4> ms{};
+    const char* e = std::getenv("ACQFS_TEST_PAUSE_DATA_WRITE");
+    std::string v = e ? e : "";
+    size_t at = 0;
+    while (at < v.size()) {
+      size_t end = v.find(',', at);
+      if (end == std::string::npos) end = v.size();
+      const std::string item = v.substr(at, end - at);
+      const size_t colon = item.find(':');
+      for (size_t i = 0; colon != std::string::npos && i < ms.size(); ++i)
+        if (item.compare(0, colon, kNames[i]) == 0)
+          ms[i] = std::atoi(item.c_str() + colon + 1);
+      at = end + 1;
+    }
+    return ms;
+  }();
+  return pauses[static_cast<size_t>(what)];
+}
+
+}  // namespace
+
+Result<int64_t> Overlay::WriteData(Node* node, DataOp what,
+                                   Quota::Charge charge,
+                                   const std::function<int64_t(int fd)>& op) {
+  auto no_freeze = HoldOffFreeze();  // until the last byte is written
+  auto f = FileFor(node, true);
+  if (!f) return f.error();
+  const int fd = f->get();
+  if (int ms = PauseMsFor(what))
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  auto run = [&]() -> int64_t { return op(fd); };
+  if (!quota_) return run();
+  auto r = quota_->Charged(&node->charged, fd, charge, run, "");
+  if (r) return r;
+  Error e = r.error();
+  e.path = "/" + PathOf(node);
+  return e;
+}
+
+Status Overlay::Fsync(Node* node, bool datasync) {
+  auto f = FileFor(node, false);
+  if (!f) return f.error();
+  if ((*f)->from_lower) return Ok();  // unchanged
+  const int fd = f->get();
+  if ((datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0)
+    return Error::Errno(datasync ? "fdatasync" : "fsync", "/" + PathOf(node));
+  // Should the fstat fail, the file's next call sees the blocks; the fsync
+  // itself succeeded.
+  struct stat st;
+  if (quota_ && ::fstat(fd, &st) == 0)
+    quota_->CatchUp(&node->charged, Quota::Bytes(st));
+  return Ok();
+}
+
 Result<FileLease> Overlay::Open(Node* node, int flags) {
   const bool trunc = (flags & O_TRUNC) != 0;
   const bool write = (flags & O_ACCMODE) != O_RDONLY || trunc;
   AddOpen(node);
-  auto f = FileFor(node, write);
-  if (f && trunc) {
-    int fd = f->get();
-    auto op = [&]() -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; };
-    std::string shown = layers_.upper.Shown(PathOf(node));
-    auto r = quota_ ? quota_->Charged(&node->charged, fd,
-                                      Quota::Charge::Settled(), op, shown)
-                    : Result<int64_t>(op());
+  Result<FileLease> f = Error::Of(EIO, "open", "");
+  if (trunc) {
+    // Truncated as any data write is, behind the freeze gate: a checkpoint
+    // between the lease and the truncate froze a layer this truncate then
+    // emptied.
+    auto r = WriteData(
+        node, DataOp::kTruncate, Quota::Charge::Settled(),
+        [](int fd) -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; });
     if (!r)
       f = r.error();
     else if (*r != 0)
-      f = Error::Of(static_cast<int>(-*r), "truncate", shown);
+      f = Error::Of(static_cast<int>(-*r), "truncate", "/" + PathOf(node));
+    else
+      f = FileFor(node, write);
+  } else {
+    f = FileFor(node, write);
   }
   if (!f) ReleaseOpen(node);
   return f;

@@ -497,20 +497,6 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   });
 }
 
-// Runs `op`, which may allocate what `charge` says in the file open as
-// `fd`, through the sandbox's quota when it has one (Quota::Charged). A
-// refusal names the node's path, built only then.
-Result<int64_t> Charged(Overlay* ov, Node* node, int fd, Quota::Charge charge,
-                        const std::function<int64_t()>& op) {
-  Quota* q = ov->quota();
-  if (!q) return op();
-  auto r = q->Charged(&node->charged, fd, charge, op, "");
-  if (r) return r;
-  Error e = r.error();
-  e.path = "/" + ov->PathOf(node);
-  return e;
-}
-
 // A refused delayed write (from the page cache: fi->writepage) leaves the
 // kernel's pages holding bytes that were never stored: they are dropped
 // (see fuse/page_dropper.h) once the refusal is sent.
@@ -523,7 +509,6 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
   };
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    auto no_freeze = ov->HoldOffFreeze();  // until the last byte is written
     // An O_DIRECT handle (-o handles) writes around the kernel's page cache
     // path, which would have dropped the set-id bits first.
     if (fi && !fi->writepage && (fi->flags & O_DIRECT) &&
@@ -531,20 +516,18 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
       if (Status s = DropSetIdForWriter(req, NodeOf(req, ino)); !s)
         return refuse(s.error());
     }
-    auto f = FileOf(req, ino, true);
-    if (!f) return refuse(f.error());
-    int fd = f->get();
     size_t len = fuse_buf_size(in_buf);
-    struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
-    out.buf[0].flags =
-        static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    out.buf[0].fd = fd;
-    out.buf[0].pos = off;
-    auto copy = [&]() -> int64_t {
+    auto copy = [&](int fd) -> int64_t {
+      struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
+      out.buf[0].flags =
+          static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      out.buf[0].fd = fd;
+      out.buf[0].pos = off;
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
-    auto r = Charged(ov, NodeOf(req, ino), fd,
-                     Quota::Charge::Span(off, static_cast<off_t>(len)), copy);
+    auto r =
+        ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kWrite,
+                      Quota::Charge::Span(off, static_cast<off_t>(len)), copy);
     if (!r) return refuse(r.error());
     int64_t n = *r;
     if (n < 0) {
@@ -576,20 +559,8 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto f = FileOf(req, ino, false);
-    if (!f) return ReplyError(req, f.error());
-    if ((*f)->from_lower) return (void)fuse_reply_err(req, 0);  // unchanged
-    int rc = datasync ? ::fdatasync(f->get()) : ::fsync(f->get());
-    if (rc != 0) return (void)fuse_reply_err(req, errno);
-    // Written back now: the blocks the file system allocated for it on the
-    // way (ext4's extent tree) count from here (Quota::CatchUp). Should the
-    // fstat fail, its next call sees them; the fsync itself succeeded.
-    if (Quota* q = Ctx(req)->overlay->quota()) {
-      struct stat st;
-      if (::fstat(f->get(), &st) == 0)
-        q->CatchUp(&NodeOf(req, ino)->charged, Quota::Bytes(st));
-    }
-    fuse_reply_err(req, 0);
+    Status s = Ctx(req)->overlay->Fsync(NodeOf(req, ino), datasync != 0);
+    fuse_reply_err(req, s ? 0 : s.err());
   });
 }
 
@@ -771,11 +742,9 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
     Overlay* ov = Ctx(req)->overlay;
     auto fin = FileOf(req, ino_in, false);
     if (!fin) return ReplyError(req, fin.error());
-    auto fout = FileOf(req, ino_out, true);
-    if (!fout) return ReplyError(req, fout.error());
-    int in = fin->get(), out = fout->get();
+    int in = fin->get();
     loff_t oi = off_in, oo = off_out;
-    auto copy = [&]() -> int64_t {
+    auto copy = [&](int out) -> int64_t {
       ssize_t n = ::copy_file_range(in, &oi, out, &oo, len, flags);
       return n < 0 ? -errno : n;
     };
@@ -790,8 +759,12 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
                                        "/" + ov->PathOf(NodeOf(req, ino_in))));
       most = std::min<off_t>(most, std::max<off_t>(0, src.st_size - off_in));
     }
-    auto r = Charged(ov, NodeOf(req, ino_out), out,
-                     Quota::Charge::Span(off_out, most), copy);
+    // Behind the freeze gate, as every data write (Overlay::WriteData): it
+    // took none, so a checkpoint during a copy let bytes land in the layer
+    // it had just frozen.
+    auto r =
+        ov->WriteData(NodeOf(req, ino_out), Overlay::DataOp::kCopyFileRange,
+                      Quota::Charge::Span(off_out, most), copy);
     if (!r) return ReplyError(req, r.error());
     int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -802,12 +775,8 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
                  off_t length, struct fuse_file_info* fi) {
   Guard(req, [&] {
-    auto no_freeze = Ctx(req)->overlay->HoldOffFreeze();
-    auto f = FileOf(req, ino, true);
-    if (!f) return ReplyError(req, f.error());
     Overlay* ov = Ctx(req)->overlay;
-    int fd = f->get();
-    auto alloc = [&]() -> int64_t {
+    auto alloc = [&](int fd) -> int64_t {
       return ::fallocate(fd, mode, offset, length) == 0 ? 0 : -errno;
     };
     // Punching or collapsing frees blocks and allocates none; inserting a
@@ -818,7 +787,8 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
       charge = Quota::Charge::Settled();
     else if (mode & FALLOC_FL_INSERT_RANGE)
       charge = Quota::Charge::Admitted();
-    auto r = Charged(ov, NodeOf(req, ino), fd, charge, alloc);
+    auto r = ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kFallocate,
+                           charge, alloc);
     if (!r) return ReplyError(req, r.error());
     int64_t rc = *r;
     fuse_reply_err(req, static_cast<int>(-rc));
