@@ -83,6 +83,10 @@ struct ListedEntry {
 
 class Overlay {
  public:
+  // For a writer the kernel did not check (WriteData): the set-id bits a
+  // file with `mode` and group `gid` must lose when it writes (0: none).
+  using SetIdRule = std::function<mode_t(mode_t mode, gid_t gid)>;
+
   static Result<std::unique_ptr<Overlay>> Create(Layers layers);
   Overlay(const Overlay&) = delete;
   Overlay& operator=(const Overlay&) = delete;
@@ -162,7 +166,8 @@ class Overlay {
   // copies up for writing (or O_TRUNC), truncates, counts the open
   // (ReleaseOpen gives it back) and returns the node's cached descriptor
   // (FileFor). The lease's from_lower says it reads the lower copy.
-  Result<FileLease> Open(Node* node, int flags);
+  Result<FileLease> Open(Node* node, int flags,
+                         const SetIdRule& setid = nullptr);
   // The descriptor to read (`write` false) or write the file's data with,
   // from the file cache, opened on a miss: by its path, or through its kept
   // data once it has no name (the first write of a lower file copies it
@@ -237,12 +242,16 @@ class Overlay {
   // `charge` (EDQUOT naming the node's path, and `op` does not run, when it
   // would pass the quota), settling the node's record to what the file
   // holds after. `op` returns a byte count or -errno, which is returned.
-  // The caller moves the bytes only; set-id bits a caller the kernel did
-  // not check must lose are the adapter's to clear first (it knows the
-  // caller's capabilities).
+  // The caller moves the bytes only. For a writer the kernel did not check
+  // (an O_DIRECT handle, the truncate of an O_TRUNC open), `setid` says
+  // which set-id bits of a file with that mode and group it must lose
+  // (the adapter knows the caller: fuse/setid.h); they are cleared first,
+  // behind the same gate. Null: the kernel cleared them (its page-cache
+  // write path does).
   enum class DataOp { kWrite, kFallocate, kCopyFileRange, kTruncate };
   Result<int64_t> WriteData(Node* node, DataOp what, Quota::Charge charge,
-                            const std::function<int64_t(int fd)>& op);
+                            const std::function<int64_t(int fd)>& op,
+                            const SetIdRule& setid = nullptr);
   // fsync (fdatasync with `datasync`) of `node`'s data; the blocks the file
   // system allocated on the way (ext4's extent tree) count from here
   // (Quota::CatchUp). A file still read from a lower layer has nothing to

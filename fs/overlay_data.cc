@@ -241,8 +241,22 @@ int PauseMsFor(Overlay::DataOp what) {
 
 Result<int64_t> Overlay::WriteData(Node* node, DataOp what,
                                    Quota::Charge charge,
-                                   const std::function<int64_t(int fd)>& op) {
+                                   const std::function<int64_t(int fd)>& op,
+                                   const SetIdRule& setid) {
   auto no_freeze = HoldOffFreeze();  // until the last byte is written
+  if (setid) {
+    // Only a regular file with such a bit costs more than one stat.
+    auto st = GetAttr(node);
+    if (!st) return st.error();
+    if (S_ISREG(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID))) {
+      SetAttrRequest r;
+      r.clear_setid = setid(st->st_mode, st->st_gid);
+      if (r.clear_setid != 0) {
+        auto done = SetAttr(node, r, -1);
+        if (!done) return done.error();
+      }
+    }
+  }
   auto f = FileFor(node, true);
   if (!f) return f.error();
   const int fd = f->get();
@@ -272,7 +286,7 @@ Status Overlay::Fsync(Node* node, bool datasync) {
   return Ok();
 }
 
-Result<FileLease> Overlay::Open(Node* node, int flags) {
+Result<FileLease> Overlay::Open(Node* node, int flags, const SetIdRule& setid) {
   const bool trunc = (flags & O_TRUNC) != 0;
   const bool write = (flags & O_ACCMODE) != O_RDONLY || trunc;
   AddOpen(node);
@@ -283,7 +297,8 @@ Result<FileLease> Overlay::Open(Node* node, int flags) {
     // emptied.
     auto r = WriteData(
         node, DataOp::kTruncate, Quota::Charge::Settled(),
-        [](int fd) -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; });
+        [](int fd) -> int64_t { return ::ftruncate(fd, 0) == 0 ? 0 : -errno; },
+        setid);
     if (!r)
       f = r.error();
     else if (*r != 0)

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -257,25 +258,18 @@ class CallerOf {
   Result<CallerPrivilege> priv_ = Error::Of(ESRCH, "not read", "");
 };
 
-// A write, or a truncate, by a caller the kernel did not check: the
-// daemon finds out itself whether it takes set-id bits (fuse/setid.h). Only
-// a regular file with such a bit costs more than one stat.
-Status DropSetIdForWriter(fuse_req_t req, Node* node) {
-  Overlay* ov = Ctx(req)->overlay;
-  auto st = ov->GetAttr(node);
-  if (!st) return st.error();
-  if (!S_ISREG(st->st_mode) || !(st->st_mode & (S_ISUID | S_ISGID)))
-    return Ok();
-  CallerOf caller(req);
-  auto c = caller();
-  if (c && c->cap_fsetid) return Ok();
-  SetAttrRequest r;
-  r.clear_setid = SetIdBitsToClear(st->st_mode, st->st_gid,
-                                   SetIdChange::kUnprivilegedWrite, caller);
-  if (r.clear_setid == 0) return Ok();
-  auto done = ov->SetAttr(node, r, -1);
-  if (!done) return done.error();
-  return Ok();
+// For a write, or a truncate, by a caller the kernel did not check: which
+// set-id bits it takes (fuse/setid.h), for Overlay::WriteData to clear.
+// The caller's privileges are read once, and only when a file has such a
+// bit.
+Overlay::SetIdRule SetIdRuleOf(fuse_req_t req) {
+  auto caller = std::make_shared<CallerOf>(req);
+  return [caller](mode_t mode, gid_t gid) -> mode_t {
+    auto c = (*caller)();
+    if (c && c->cap_fsetid) return 0;
+    return SetIdBitsToClear(mode, gid, SetIdChange::kUnprivilegedWrite,
+                            *caller);
+  };
 }
 
 // What libfuse 3.14 passes of a SETATTR's kernel flags (fuse_setattr_in's
@@ -405,16 +399,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
     Overlay* ov = Ctx(req)->overlay;
     Node* node = NodeOf(req, ino);
-    auto f = ov->Open(node, OpenFlags(req, fi->flags));
-    if (!f) return ReplyError(req, f.error());
     // open(O_TRUNC) truncates here (the kernel sends no SETATTR for it
     // with atomic O_TRUNC), so the set-id bits it drops are the daemon's.
-    if (fi->flags & O_TRUNC) {
-      if (Status s = DropSetIdForWriter(req, node); !s) {
-        ov->ReleaseOpen(node);
-        return ReplyError(req, s.error());
-      }
-    }
+    auto f = ov->Open(node, OpenFlags(req, fi->flags),
+                      (fi->flags & O_TRUNC) ? SetIdRuleOf(req) : nullptr);
+    if (!f) return ReplyError(req, f.error());
     SetOpenInfo(fi, kCountedOpen);
     if (fuse_reply_open(req, fi) != 0) ov->ReleaseOpen(node);
   });
@@ -511,11 +500,8 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     Overlay* ov = Ctx(req)->overlay;
     // An O_DIRECT handle (-o handles) writes around the kernel's page cache
     // path, which would have dropped the set-id bits first.
-    if (fi && !fi->writepage && (fi->flags & O_DIRECT) &&
-        !HandleLess(Ctx(req))) {
-      if (Status s = DropSetIdForWriter(req, NodeOf(req, ino)); !s)
-        return refuse(s.error());
-    }
+    const bool unchecked =
+        fi && !fi->writepage && (fi->flags & O_DIRECT) && !HandleLess(Ctx(req));
     size_t len = fuse_buf_size(in_buf);
     auto copy = [&](int fd) -> int64_t {
       struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
@@ -525,9 +511,9 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
       out.buf[0].pos = off;
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
-    auto r =
-        ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kWrite,
-                      Quota::Charge::Span(off, static_cast<off_t>(len)), copy);
+    auto r = ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kWrite,
+                           Quota::Charge::Span(off, static_cast<off_t>(len)),
+                           copy, unchecked ? SetIdRuleOf(req) : nullptr);
     if (!r) return refuse(r.error());
     int64_t n = *r;
     if (n < 0) {
