@@ -80,8 +80,6 @@ int RunApply(const ApplyArgs& a) {
   auto found = Sandbox::FindByName(state, a.name);
   if (!found) return FailFind("apply", a.name, found.error());
   SandboxMeta& meta = found->meta();
-  if (auto p = meta.policy.Build(); !p)
-    return Fail(kExitBadInput, "apply: sandbox policy", p.error());
   if (Status st = found->StackOk(); !st)
     return Fail(kExitBadInput, "apply", st.error());
   if (!found->IsGit())
@@ -90,7 +88,10 @@ int RunApply(const ApplyArgs& a) {
   gitbridge::ApplyOptions o;
   o.paths = a.paths;
   o.check = a.check;
-  auto r = gitbridge::Apply(found->ExportConfig(), o);
+  // A recorded policy that cannot be built refuses, naming meta.json.
+  auto config = found->ExportConfig();
+  if (!config) return Fail(kExitBadInput, "apply", config.error());
+  auto r = gitbridge::Apply(*config, o);
   if (!r) {
     const int code =
         r.err() == EBUSY || r.err() == EINVAL ? kExitBadInput : kExitFailed;

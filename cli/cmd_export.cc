@@ -116,12 +116,12 @@ int ExportAndReport(const std::string& what, const std::string& name,
   if (!found) return FailFind(what, name, found.error());
   const SandboxPaths& paths = found->paths();
   SandboxMeta& meta = found->meta();
-  // A policy that no longer parses is never dropped silently: no export.
-  if (auto p = meta.policy.Build(); !p)
-    return Fail(kExitBadInput, what + ": sandbox policy", p.error());
   if (Status st = found->StackOk(); !st)
     return Fail(kExitBadInput, what, st.error());
-  gitbridge::ExportConfig config = found->ExportConfig();
+  // A policy that no longer parses is never dropped silently: no export.
+  auto built = found->ExportConfig();
+  if (!built) return Fail(kExitBadInput, what, built.error());
+  gitbridge::ExportConfig config = std::move(*built);
   Progress progress(what + " " + paths.name);
   config.progress = [&](const std::string& phase, uint64_t n) {
     progress.Update(phase, n);

@@ -151,7 +151,9 @@ Row Describe(const Sandbox& sandbox) {
   }
   r.git = sandbox.IsGit();
   if (r.git) {
-    if (auto u = gitbridge::Unfetched(sandbox.ExportConfig()))
+    auto config = sandbox.ExportConfig();
+    if (auto u = config ? gitbridge::Unfetched(*config)
+                        : Result<std::vector<std::string>>(config.error()))
       r.unfetched = !u->empty();
   }
   return r;

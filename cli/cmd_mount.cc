@@ -714,7 +714,11 @@ int RunMount(const MountArgs& a) {
       auto owner = AsOwner::Of(t.state);
       if (!owner)
         return fail(Fail(kExitFailed, "mount: git bridge", owner.error()));
-      if (Status s = gitbridge::PrepareBridge(sandbox.ExportConfig()); !s)
+      auto bridge_config = sandbox.ExportConfig();
+      if (!bridge_config)
+        return fail(
+            Fail(kExitBadInput, "mount: git bridge", bridge_config.error()));
+      if (Status s = gitbridge::PrepareBridge(*bridge_config); !s)
         return fail(Fail(kExitFailed, "mount: git bridge", s.error()));
     }
     if (Status s = BaseRecorder(t, sandbox).Run(&base_index); !s)

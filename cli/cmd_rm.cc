@@ -173,7 +173,9 @@ int RunRm(const RmArgs& a) {
     auto pending = [&]() -> Result<gitbridge::PendingWork> {
       auto owner = AsOwner::Of(state);
       if (!owner) return owner.error();
-      return gitbridge::Pending(sandbox.ExportConfig());
+      auto config = sandbox.ExportConfig();
+      if (!config) return config.error();
+      return gitbridge::Pending(*config);
     }();
     if (!pending && !a.force)
       return Fail(kExitFailed, "rm: check for unsaved work", pending.error());

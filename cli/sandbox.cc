@@ -225,7 +225,14 @@ Result<Layers> Sandbox::OpenLayers() const {
   return layers;
 }
 
-gitbridge::ExportConfig Sandbox::ExportConfig() const {
+Result<gitbridge::ExportConfig> Sandbox::ExportConfig() const {
+  auto policy = meta_.policy.Build();
+  if (!policy)
+    return Error::Of(policy.err(),
+                     "its recorded policy cannot be built (" +
+                         policy.error().Message() +
+                         "): nothing is published or applied without it",
+                     paths_.meta);
   gitbridge::ExportConfig c;
   c.sandbox = paths_.name;
   c.lower = meta_.lower;
@@ -274,9 +281,7 @@ gitbridge::ExportConfig Sandbox::ExportConfig() const {
   c.xattr_namespace = meta_.xattr_namespace == "trusted"
                           ? XattrNamespace::kTrusted
                           : XattrNamespace::kUser;
-  auto policy = meta_.policy.Build();
-  // Callers that publish (export) check first that the policy builds.
-  if (policy) c.policy = *policy;
+  c.policy = *policy;
   c.base = meta_.base;
   return c;
 }

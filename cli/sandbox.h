@@ -91,8 +91,11 @@ class Sandbox {
 
   // Its layers, opened for reading only (mounted or not), with its policy.
   Result<Layers> OpenLayers() const;
-  // The bridge export settings (gitbridge/export.h).
-  gitbridge::ExportConfig ExportConfig() const;
+  // The bridge export settings (gitbridge/export.h). A recorded policy
+  // that cannot be built (a meta.json damaged or edited by hand) is an
+  // error naming meta.json, never a config without it: whatever publishes
+  // or applies the sandbox's work would let the paths it hides out.
+  Result<gitbridge::ExportConfig> ExportConfig() const;
   // Is its lower a git checkout?
   bool IsGit() const;
 

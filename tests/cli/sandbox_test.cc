@@ -132,7 +132,9 @@ TEST_F(SandboxTest, LayersAndExportSettingsCarryItsPaths) {
   ASSERT_TRUE(layers->policy);
   EXPECT_TRUE(layers->HidesLower("a.pem", false));
   EXPECT_FALSE(layers->HidesLower("b.txt", false));
-  gitbridge::ExportConfig c = s.ExportConfig();
+  auto built = s.ExportConfig();
+  ASSERT_TRUE(built.ok()) << built.error().Message();
+  const gitbridge::ExportConfig& c = *built;
   EXPECT_EQ(c.sandbox, "box");
   EXPECT_EQ(c.lower, root_ + "/lower");
   EXPECT_EQ(c.upper, s.paths().upper);
@@ -144,6 +146,9 @@ TEST_F(SandboxTest, LayersAndExportSettingsCarryItsPaths) {
   s.meta().policy.hide = {"["};
   s.meta().policy.read_only = {"a/[b"};
   EXPECT_FALSE(s.OpenLayers().ok());
+  auto refused = s.ExportConfig();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().path, s.paths().meta);
 }
 
 TEST_F(SandboxTest, CleanUpStaleRemovesTheDaemonRecordLeftBehind) {

@@ -186,6 +186,46 @@ TEST_F(Hidden, StatusDiffAndExportLeaveHiddenPathsOut) {
   EXPECT_EQ(env.out, "TOKEN=host-secret-1\n");
 }
 
+// A recorded policy that can no longer be built (meta.json damaged or
+// edited by hand) is a refusal for everything that publishes or applies
+// the sandbox's work, naming meta.json (issue 33): Sandbox::ExportConfig
+// dropped it silently, so `acqfs apply` brought the work into the host
+// without the policy that keeps hidden paths out (export alone checked).
+TEST_F(Hidden, ADamagedRecordedPolicyPublishesAndAppliesNothing) {
+  ASSERT_TRUE(WriteFile(M("new.txt"), "n\n"));
+  ASSERT_TRUE(sandbox().Unmount());  // exports
+  ASSERT_TRUE(WriteFile(sandbox().U("later.txt"), "later\n"));
+  const std::string meta =
+      sandbox().state_dir() + "/" + sandbox().name() + "/meta.json";
+  std::string text;
+  ASSERT_TRUE(ReadFile(meta, &text));
+  nlohmann::json j = nlohmann::json::parse(text);
+  j["policy"]["hide"] = {"../outside"};
+  ASSERT_TRUE(WriteFile(meta, j.dump()));
+  const std::string bridge =
+      sandbox().state_dir() + "/" + sandbox().name() + "/bridge.git";
+  auto refs = [&] {
+    return RunCommand({"git", "--git-dir=" + bridge, "for-each-ref"}, 30).out;
+  };
+  auto host = [&] {
+    return RunGit(lower(), {"status", "--porcelain", "--ignored"}, home()).out;
+  };
+  const std::string refs0 = refs(), host0 = host();
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"export", sandbox().name()},
+        {"apply", sandbox().name()},
+        {"rm", sandbox().name()}}) {
+    CommandResult r = Acqfs(sandbox(), args);
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find("meta.json"), std::string::npos) << r.Describe();
+    EXPECT_NE(r.err.find("policy"), std::string::npos) << r.Describe();
+  }
+  EXPECT_EQ(refs(), refs0);
+  EXPECT_EQ(host(), host0);
+  EXPECT_FALSE(Exists(lower() + "/later.txt"));
+  EXPECT_TRUE(Exists(meta)) << "rm removed the sandbox";
+}
+
 // app/.env tracked too, committed before the mount: the sandbox's base
 // (docs/git-bridge.md, "The base") is the host's HEAD at the mount.
 class HiddenTracked : public Hidden {
