@@ -93,8 +93,6 @@ class KeptStore {
   ~KeptStore() { Reap(); }
 
   void set_budget(size_t n) { budget_ = n; }
-  // Descriptors it may hold in all: the budget and the reserve.
-  size_t most_descriptors() const { return 2 * budget_; }
   // Descriptors held now.
   size_t descriptors() const { return fds_.load(); }
 

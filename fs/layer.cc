@@ -120,10 +120,6 @@ void Layer::SetDirCacheSlots(size_t n) {
   g_cached_dirs = n < kCachedDirs ? n : kCachedDirs;
 }
 
-void Layer::DropThreadDirCache() {
-  for (CachedDir& c : tl_dirs) c.fd.reset();
-}
-
 Result<struct stat> Layer::StatVia(const std::string& rel, uint64_t gen) const {
   if (rel.empty() || gen == 0) return Stat(rel);
   UniqueFd owned;

@@ -85,9 +85,6 @@ class Layer {
   // How many directories each thread's DirFd cache holds (at most 4; 0
   // turns it off). Set before serving requests.
   static void SetDirCacheSlots(size_t n);
-  // Closes the calling thread's cached directories (under descriptor
-  // pressure).
-  static void DropThreadDirCache();
   // Stat of `rel` through DirFd of its parent.
   Result<struct stat> StatVia(const std::string& rel, uint64_t gen) const;
   // found=false (and Ok) when the path or a parent does not exist.
@@ -183,11 +180,6 @@ struct Layers {
   unsigned upper_number() const { return lower_layers(); }
   const Layer& At(unsigned i) const {
     return i == upper_number() ? upper : LowerLayer(i);
-  }
-  // Every lower layer's bit.
-  LowerMask all_lower() const {
-    return lower_layers() >= kMaxLowerLayers ? ~LowerMask{0}
-                                             : LowerBit(lower_layers()) - 1;
   }
   // The number an object of a layer of the sandbox's own (the upper, a
   // frozen layer) is reported with when no lower object gives it one: its

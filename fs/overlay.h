@@ -458,7 +458,6 @@ class Overlay {
   Result<OpenFile> OpenDataLocked(Node* node, bool write);
   Result<UniqueFd> OpenAccess(const std::string& rel, int flags);
   Result<UniqueFd> OpenKept(Node* node, int flags);
-  Result<FileLease> CacheOpened(Node* node, Result<OpenFile> f);
   struct XattrTarget;
   // `borrow`: the directory's descriptor comes from the calling thread's
   // DirFd cache (valid until its next DirFd call; tree_mu_ held).

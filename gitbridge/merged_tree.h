@@ -67,9 +67,8 @@ class MergedTree {
   Status Enter(const std::string& name, bool* entered);
   // Goes back to the parent (nothing at the root).
   Status Leave();
-  // Directories below the root the cursor is at, and its path.
+  // Directories below the root the cursor is at.
   size_t depth() const { return levels_.size(); }
-  const std::string& cursor_path() const { return view_.path; }
   // `name` in the cursor's directory (as Resolve of its path).
   Result<MergedNode> Child(const std::string& name);
   // The content of the regular file `name` in the cursor's directory (the
