@@ -1,6 +1,7 @@
 // The control channel of a mounted sandbox: a Unix socket in the sandbox's
 // state folder through which the CLI asks the running daemon to act
-// (checkpoint, rewind, status). This unit is only the transport; it knows
+// (checkpoint, rewind, squash, ping: cli/stack_ops.h ServeControl). This
+// unit is only the transport; it knows
 // nothing of FUSE or the filesystem engine. See docs/control.md.
 //
 // Protocol: AF_UNIX, SOCK_SEQPACKET, one request and one reply per

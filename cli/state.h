@@ -6,8 +6,12 @@
 //                             stacks; moved into the store by a mount)
 //   <state>/<name>/work       the overlay work directory
 //   <state>/<name>/control.sock  its daemon's control socket
-//   <state>/<name>/meta.json  lower, mountpoint, xattr namespace
+//   <state>/<name>/meta.json  name, lower, mountpoint, xattr namespace,
+//                             last_export, policy (PolicyRecord), base
+//                             (gitbridge/git_base.h); the folder owner's
 //   <state>/<name>/daemon.pid, daemon.log, lock
+//   <state>/<name>/host.pending  host-side steps of a fork or rm to redo
+//   <state>/<name>/sources    copy-up sources (fs/copy_up_source.h)
 //   <state>/<name>/bridge.git the git bridge (for a lower that is a checkout)
 // Thread-safety: plain functions and values.
 #ifndef ACQFS_CLI_STATE_H_
