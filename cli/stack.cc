@@ -480,10 +480,10 @@ Status CheckLayerOwners(const std::string& state, const std::string& name,
   };
   if (foreign_legacy(m.upper))
     return refuse("its upper " + m.upper + " is another sandbox's folder");
-  for (const std::string& ref : m.Referenced())
+  const std::vector<std::string> mine = m.Referenced();
+  for (const std::string& ref : mine)
     if (foreign_legacy(ref))
       return refuse("it names " + ref + ", another sandbox's folder");
-  const std::vector<std::string> mine = m.Referenced();
   auto names = [&](const std::vector<std::string>& refs,
                    const std::string& ref) {
     return std::binary_search(refs.begin(), refs.end(), ref);
@@ -497,10 +497,12 @@ Status CheckLayerOwners(const std::string& state, const std::string& name,
     if (other == name || !ValidSandboxNameRule(other)) continue;
     auto theirs = LoadStack(state, other, /*may_repair=*/false);
     if (!theirs) continue;
+    // Its live upper: where the manifest puts it, and where a migration
+    // under way still has it (a legacy sandbox's manifest is implicit,
+    // upper "<other>/upper").
     const StackManifest& t = theirs->manifest;
-    std::vector<std::string> live = {theirs->UpperRef()};
+    std::vector<std::string> live = {t.upper};
     if (t.moved_from) live.push_back(*t.moved_from);
-    if (!theirs->legacy) live.push_back(t.upper);
     for (const std::string& ref : live)
       if (names(mine, ref))
         return refuse("it names " + ref + ", the live upper of sandbox " +
@@ -703,6 +705,31 @@ Result<LayerStats> LayerStore::StatsOf(std::string_view ref) const {
   return s;
 }
 
+namespace {
+
+// A fork's or an rm's folder (ForkFolderName, a trash folder) in the state
+// directory `state_fd`: removed when no command holds its flock (true);
+// false when its command is still at work, or the name is gone or no
+// directory.
+Result<bool> RemoveIfAbandoned(int state_fd, const std::string& name,
+                               const std::string& state) {
+  const std::string shown = state + "/" + name;
+  UniqueFd fd(::openat(state_fd, name.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return false;
+    return Error::Errno("open", shown);
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return false;
+    return Error::Errno("lock", shown);
+  }
+  ACQFS_TRY(sys::RemoveTree(state_fd, name, state));
+  return true;
+}
+
+}  // namespace
+
 Result<GcReport> LayerStore::CollectGarbage(
     std::chrono::milliseconds lock_timeout) const {
   GcReport report;
@@ -713,11 +740,9 @@ Result<GcReport> LayerStore::CollectGarbage(
     if (auto names = sys::ReadDir(fd->get(), state_)) {
       for (const sys::DirEntry& e : *names) {
         if (!IsTrashFolderName(e.name)) continue;
-        UniqueFd t(::openat(fd->get(), e.name.c_str(),
-                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!t || ::flock(t.get(), LOCK_EX | LOCK_NB) != 0) continue;
-        ACQFS_TRY(sys::RemoveTree(fd->get(), e.name, state_));
-        ++report.folders_removed;
+        auto removed = RemoveIfAbandoned(fd->get(), e.name, state_);
+        if (!removed) return removed.error();
+        if (*removed) ++report.folders_removed;
       }
     }
   }
@@ -737,19 +762,12 @@ Result<GcReport> LayerStore::CollectGarbage(
     // work is left alone, a fork's manifest read (its new upper is named
     // nowhere else yet).
     if (IsForkFolderName(e.name) || IsTrashFolderName(e.name)) {
-      UniqueFd fd(::openat(state_fd->get(), e.name.c_str(),
-                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!fd) {
-        if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) continue;
-        return Error::Errno("open", state_ + "/" + e.name);
-      }
-      if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
-        ACQFS_TRY(sys::RemoveTree(state_fd->get(), e.name, state_));
+      auto removed = RemoveIfAbandoned(state_fd->get(), e.name, state_);
+      if (!removed) return removed.error();
+      if (*removed) {
         ++report.folders_removed;
         continue;
       }
-      if (errno != EWOULDBLOCK)
-        return Error::Errno("lock", state_ + "/" + e.name);
       if (IsTrashFolderName(e.name)) continue;
     }
     struct stat st;

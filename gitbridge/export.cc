@@ -354,12 +354,14 @@ constexpr char kCheckpointRefs[] = "refs/acqfs-checkpoints/";
 // the same checkpoint gives the same commit in every bridge (a fork's
 // shares its parent's). One already exported (`*known`: the commits of
 // refs/acqfs-checkpoints/<id>, and those made by this export) on the same
-// parent is not built again; each one made is added to `*known`.
+// parent is not built again; each one built is added to `*known` and to
+// `*built` (its top layer's id and its commit), for the cache's refs.
 Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
     Session& s, const ExportConfig& c,
     const std::vector<ExportConfig::CheckpointRef>& chain, const Plan& plan,
     const std::optional<git_oid>& first_parent,
-    std::map<std::string, git_oid>* known) {
+    std::map<std::string, git_oid>* known,
+    std::vector<std::pair<std::string, git_oid>>* built) {
   std::vector<std::pair<uint32_t, git_oid>> out;
   git_repository* bridge = s.bridge->repo();
   std::optional<git_oid> prev = first_parent;
@@ -406,6 +408,7 @@ Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
     if (!id) return id.error();
     out.emplace_back(cp.number, *id);
     (*known)[cp.id] = *id;
+    built->emplace_back(cp.id, *id);
     prev = *id;
   }
   return out;
@@ -561,13 +564,12 @@ Result<ExportResult> Export(const ExportConfig& c) {
   // shares, so that its exports and its parent's share them).
   std::optional<git_oid> last_checkpoint;
   std::vector<std::pair<uint32_t, git_oid>> checkpoints;
-  // Every checkpoint's commit by number, and by its top layer's id (the
-  // cache of refs/acqfs-checkpoints/).
+  // Every checkpoint's commit by number; the commits this export built,
+  // by their top layer's id (for the cache, refs/acqfs-checkpoints/).
   std::vector<std::pair<uint32_t, git_oid>> numbered;
-  std::vector<std::pair<std::string, git_oid>> made_ids;
+  std::vector<std::pair<std::string, git_oid>> built;
   auto known = s.bridge->Refs(kCheckpointRefs);
   if (!known) return known.error();
-  const std::map<std::string, git_oid> known_before = *known;
   auto numbered_before = s.bridge->Refs(kNumberedCheckpointRefs);
   if (!numbered_before) return numbered_before.error();
   if (!plan->base_tree) {
@@ -575,28 +577,24 @@ Result<ExportResult> Export(const ExportConfig& c) {
       r.refused.push_back("checkpoints: the base commit is unknown");
   } else {
     auto made = CommitCheckpoints(s, c, c.checkpoints, *plan, plan->base_commit,
-                                  &*known);
+                                  &*known, &built);
     if (!made) {
       r.refused.push_back("checkpoints: " + made.error().Message());
     } else {
       checkpoints = std::move(*made);
       if (!checkpoints.empty()) last_checkpoint = checkpoints.back().second;
-      for (size_t i = 0; i < checkpoints.size(); ++i)
-        made_ids.emplace_back(c.checkpoints[i].id, checkpoints[i].second);
     }
     // Those off the current stack, each through its own chain.
     for (const auto& chain : c.off_stack) {
       if (chain.empty()) continue;
-      auto off =
-          CommitCheckpoints(s, c, chain, *plan, plan->base_commit, &*known);
+      auto off = CommitCheckpoints(s, c, chain, *plan, plan->base_commit,
+                                   &*known, &built);
       if (!off) {
         r.refused.push_back("checkpoint " +
                             std::to_string(chain.back().number) + ": " +
                             off.error().Message());
         continue;
       }
-      for (size_t i = 0; i < off->size(); ++i)
-        made_ids.emplace_back(chain[i].id, (*off)[i].second);
       numbered.push_back(off->back());
     }
   }
@@ -633,11 +631,8 @@ Result<ExportResult> Export(const ExportConfig& c) {
   for (const auto& [number, id] : checkpoints) {
     r.checkpoint_commits.emplace_back(number, OidHex(id));
   }
-  for (const auto& [id, commit] : made_ids) {
-    auto k = known_before.find(id);
-    if (k == known_before.end() || !git_oid_equal(&k->second, &commit))
-      ACQFS_TRY(s.bridge->SetRef(kCheckpointRefs + id, commit, "acqfs export"));
-  }
+  for (const auto& [id, commit] : built)
+    ACQFS_TRY(s.bridge->SetRef(kCheckpointRefs + id, commit, "acqfs export"));
   for (const auto& [number, commit] : numbered) {
     const std::string name = std::to_string(number);
     auto k = numbered_before->find(name);

@@ -87,6 +87,39 @@ TEST_F(SandboxTest, MetadataIsSavedAndFoundAgain) {
   EXPECT_EQ(by_name->paths().upper, s.paths().upper);
 }
 
+// The sandbox's folder is its owner's, and root reads it too (issue 32):
+// a meta.json that is a symlink (to a directory it aborted acqfs with an
+// uncaught std::ios_failure; to a file of root's it was read), or that
+// holds a field of the wrong type (nlohmann threw), is an error naming it,
+// never a crash; so is a lock file that is a symlink.
+TEST_F(SandboxTest, HostileMetadataAndLockAreErrorsNotCrashes) {
+  Sandbox s = Make("box");
+  const std::string meta = s.paths().meta;
+  const std::string kept = root_ + "/meta.kept";
+  ASSERT_EQ(::rename(meta.c_str(), kept.c_str()), 0);
+  for (const std::string& target : {root_ + "/lower", kept}) {
+    ASSERT_EQ(::symlink(target.c_str(), meta.c_str()), 0);
+    auto r = ReadMeta(meta);
+    ASSERT_FALSE(r.ok()) << target;
+    EXPECT_EQ(r.error().path, meta);
+    ASSERT_EQ(::unlink(meta.c_str()), 0);
+  }
+  for (const char* bad : {R"({"name": 5})", R"({"lower": ["x"]})",
+                          R"({"base": {"index_id": 7}})", "[1, 2]"}) {
+    acqfs::test::MakeFile(meta, bad);
+    auto r = ReadMeta(meta);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_EQ(r.error().path, meta) << bad;
+  }
+  ASSERT_EQ(::symlink((root_ + "/elsewhere").c_str(), s.paths().lock.c_str()),
+            0);
+  EXPECT_FALSE(s.Lock(/*create=*/true).ok());
+  struct stat st;
+  EXPECT_NE(::lstat((root_ + "/elsewhere").c_str(), &st), 0)
+      << "the lock's symlink was followed";
+}
+
 TEST_F(SandboxTest, TheLockIsTakenOnceAndSeenByLockHeldAndProbe) {
   Sandbox s = Make("box");
   auto missing = s.Lock(/*create=*/false);

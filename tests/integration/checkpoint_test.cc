@@ -561,7 +561,8 @@ TEST_P(PausedWrites, AFrozenLayerStaysAsFrozenWhileADataWriteIsInFlight) {
       {"copy_file_range",
        [&] {
          ScopedFd in(::open((m + "/cfr-source").c_str(), O_RDONLY | O_CLOEXEC));
-         ScopedFd out(::open((m + "/cfr-target").c_str(), O_WRONLY | O_CLOEXEC));
+         ScopedFd out(
+             ::open((m + "/cfr-target").c_str(), O_WRONLY | O_CLOEXEC));
          if (!in.valid() || !out.valid()) return false;
          loff_t oi = 0, oo = 0;
          return ::copy_file_range(in.get(), &oi, out.get(), &oo, data.size(),
@@ -569,8 +570,8 @@ TEST_P(PausedWrites, AFrozenLayerStaysAsFrozenWhileADataWriteIsInFlight) {
        }},
       {"O_TRUNC open",
        [&] {
-         ScopedFd f(
-             ::open((m + "/to-truncate").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC));
+         ScopedFd f(::open((m + "/to-truncate").c_str(),
+                           O_WRONLY | O_TRUNC | O_CLOEXEC));
          return f.valid();
        }},
   };
@@ -606,7 +607,18 @@ TEST_P(PausedWrites, AFrozenLayerStaysAsFrozenWhileADataWriteIsInFlight) {
 // and checkpoint; a frozen layer pointing at the host checkout is refused
 // by squash --keep 0 (it used to hard-link the host's files). Each refusal
 // names the layer, and nothing outside the store is read or changed.
-class StackStore : public MountTest {};
+class StackStore : public MountTest {
+ protected:
+  // Two checkpoints, each holding a file of its own (a.txt, b.txt), taken
+  // while mounted: two frozen layers, something for squash to merge.
+  void TwoCheckpoints(Sandbox& s) {
+    for (const char* f : {"/a.txt", "/b.txt"}) {
+      ASSERT_TRUE(WriteFile(s.mountpoint() + f, "x\n"));
+      CommandResult c = Acqfs(s, {"checkpoint", s.name()});
+      ASSERT_TRUE(c.ok()) << c.Describe();
+    }
+  }
+};
 
 TEST_F(StackStore, ASymlinkedLayerIsNeverFollowed) {
   Sandbox& s = sandbox();
@@ -672,11 +684,7 @@ TEST_F(StackStore, ASymlinkedLayerIsNeverFollowed) {
 // directory absolute, and the daemon knows the layer by its folder.
 TEST_F(StackStore, AMountedSquashWorksWithARelativeStateDir) {
   Sandbox& s = sandbox();
-  for (const char* f : {"/a.txt", "/b.txt"}) {
-    ASSERT_TRUE(WriteFile(s.mountpoint() + f, "x\n"));
-    CommandResult c = Acqfs(s, {"checkpoint", s.name()});
-    ASSERT_TRUE(c.ok()) << c.Describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(TwoCheckpoints(s));
   const std::string state = s.state_dir();
   const size_t slash = state.rfind('/');
   CommandResult q = RunCommand({AcqfsBinary(), "squash", s.name(), "--keep",
@@ -828,11 +836,7 @@ TEST_F(StackStore, AStackTheMountHelperServesIsNotCheckpointedUnderIt) {
 // directory (its daemon does not serve a control socket ...)".
 TEST_F(StackStore, AHeldLockIsSaidHeldByItsPid) {
   Sandbox& s = sandbox();
-  for (const char* f : {"/a.txt", "/b.txt"}) {
-    ASSERT_TRUE(WriteFile(s.mountpoint() + f, "x\n"));
-    CommandResult c = Acqfs(s, {"checkpoint", s.name()});
-    ASSERT_TRUE(c.ok()) << c.Describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(TwoCheckpoints(s));
   ASSERT_TRUE(s.Unmount());
   // Held as a command holds it: an open file description lock.
   const std::string lock = s.state_dir() + "/" + s.name() + "/lock";
