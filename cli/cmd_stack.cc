@@ -3,7 +3,6 @@
 // checkpointed by its daemon, through its control socket
 // (docs/control.md); one not mounted, by the command itself, holding the
 // sandbox's lock.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -199,18 +198,10 @@ Result<uint32_t> MakeCheckpoint(Sandbox& s, const std::string& message,
 }
 
 bool UpperEmpty(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
-  bool empty = true;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") {
-      empty = false;
-      break;
-    }
-  }
-  ::closedir(d);
-  return empty;
+  auto fd = sys::OpenDirPath(dir, O_RDONLY);
+  if (!fd) return false;
+  auto entries = sys::ReadDir(fd->get(), dir);
+  return entries && entries->empty();
 }
 
 void PrintRewound(const std::string& name, uint32_t at, uint32_t undo) {
@@ -565,31 +556,16 @@ int RunSquash(const SquashArgs& a) {
   // sandbox's lock keeps its stack as it is), then moved into the store and
   // named by the manifest under the store lock. A squash interrupted before
   // leaves only that folder, which the next squash removes.
-  auto id = NewLayerId();
+  struct stat like;
+  const std::string top_layer = store.Path(plan.merge.back());
+  if (::stat(top_layer.c_str(), &like) != 0)
+    return Fail(kExitFailed, what, Error::Errno("stat", top_layer));
+  // Unmounted, this command holds the sandbox's lock, so a "squash.*" in
+  // its folder is an interrupted squash's; mounted, another client's squash
+  // may be building one.
+  auto id = store.StartBuild(s->paths().dir, like, /*sweep=*/!mounted);
   if (!id) return Fail(kExitFailed, what, id.error());
-  const std::string building = s->paths().dir + "/squash." + *id;
-  if (DIR* d = mounted ? nullptr : ::opendir(s->paths().dir.c_str())) {
-    std::vector<std::string> old;
-    while (struct dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("squash.", 0) == 0)
-        old.push_back(e->d_name);
-    ::closedir(d);
-    for (const auto& n : old)
-      (void)sys::RemoveTree(AT_FDCWD, s->paths().dir + "/" + n, s->paths().dir);
-  }
-  {
-    struct stat like;
-    const std::string top = store.Path(plan.merge.back());
-    if (::stat(top.c_str(), &like) != 0)
-      return Fail(kExitFailed, what, Error::Errno("stat", top));
-    if (::mkdir(building.c_str(), 0700) != 0)
-      return Fail(kExitFailed, what, Error::Errno("mkdir", building));
-    if (::geteuid() == 0 &&
-        ::chown(building.c_str(), like.st_uid, like.st_gid) != 0)
-      return Fail(kExitFailed, what, Error::Errno("chown", building));
-    if (::chmod(building.c_str(), like.st_mode & 07777) != 0)
-      return Fail(kExitFailed, what, Error::Errno("chmod", building));
-  }
+  const std::string building = LayerStore::BuildPath(s->paths().dir, *id);
   const unsigned top = static_cast<unsigned>(plan.merge.size());
   auto stats = SquashLayers(*layers, 1, top, building);
   if (!stats) {
@@ -610,25 +586,14 @@ int RunSquash(const SquashArgs& a) {
   } else {
     auto slock = StoreLock::Take(s->state_dir());
     if (!slock) return Fail(kExitFailed, what, slock.error());
-    const std::string ref = StoreRef(*id);
-    const std::string dest = store.Path(ref);
-    if (::rename(building.c_str(), dest.c_str()) != 0)
-      return Fail(kExitFailed, what, Error::Errno("rename", building));
-    {
-      // The rename durable before the manifest names the layer.
-      UniqueFd dir(
-          ::open(store.Dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!dir || ::fsync(dir.get()) != 0)
-        return Fail(kExitFailed, what, Error::Errno("fsync", store.Dir()));
-    }
-    auto next = ApplySquash(s->stack(), plan, ref);
+    auto next =
+        CommitSquash(store, s->stack(), plan, building, *id,
+                     [&](const StackManifest& next, const std::string&) {
+                       return s->SaveStack(next);
+                     });
     if (!next) {
-      (void)store.Remove(ref);
+      (void)sys::RemoveTree(AT_FDCWD, building, building);
       return Fail(kExitFailed, what, next.error());
-    }
-    if (Status w = s->SaveStack(*next); !w) {
-      (void)store.Remove(ref);
-      return Fail(kExitFailed, what, w.error());
     }
   }
   if (!mounted) frozen_now = s->stack().frozen.size();

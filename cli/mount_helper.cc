@@ -5,7 +5,7 @@
 // Who may use the mount is decided as for `acqfs mount` (cli/allow_other.h):
 // every user as root unless -o noallow_other, else only the caller unless
 // -o allow_other (which needs user_allow_other in /etc/fuse.conf).
-#include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include "cli/daemon.h"
 #include "cli/stack.h"
 #include "cli/state.h"
+#include "common/sys.h"
 
 namespace {
 
@@ -139,26 +140,26 @@ int main(int argc, char** argv) {
     const std::string state = sandbox_dir.substr(0, sandbox_dir.size() - 8);
     const std::string ref = c.upper.substr(state.size() + 1);
     std::string owner;
-    if (DIR* dir = ::opendir(state.c_str())) {
-      while (struct dirent* e = ::readdir(dir)) {
-        std::string n = e->d_name;
-        if (!cli::ValidSandboxName(n)) continue;
-        auto m = cli::ReadStack(cli::StackPath(state, n));
-        if (!m) continue;
-        if (m->upper == ref) owner = state + "/" + n;
-        bool frozen = false;
-        for (const auto& f : m->frozen) frozen = frozen || f == ref;
-        for (const auto& c : m->checkpoints)
-          for (const auto& f : c.layers) frozen = frozen || f == ref;
-        if (frozen) {
-          ::closedir(dir);
-          return Fail("mount", c.upper,
-                      "is a frozen layer of sandbox " + n +
-                          " (docs/stack.md): it is never written; give the "
-                          "stack's upper (its stack.json) as upperdir");
-        }
-      }
-      ::closedir(dir);
+    // A state directory that cannot be listed names no owner: the layer's
+    // own folder is taken as the sandbox's.
+    auto dir = sys::OpenDirPath(state, O_RDONLY);
+    auto names = dir ? sys::ReadDir(dir->get(), state)
+                     : Result<std::vector<sys::DirEntry>>(dir.error());
+    for (const auto& e : names ? *names : std::vector<sys::DirEntry>{}) {
+      const std::string& n = e.name;
+      if (!cli::ValidSandboxName(n)) continue;
+      auto m = cli::ReadStack(cli::StackPath(state, n));
+      if (!m) continue;
+      if (m->upper == ref) owner = state + "/" + n;
+      bool frozen = false;
+      for (const auto& f : m->frozen) frozen = frozen || f == ref;
+      for (const auto& c : m->checkpoints)
+        for (const auto& f : c.layers) frozen = frozen || f == ref;
+      if (frozen)
+        return Fail("mount", c.upper,
+                    "is a frozen layer of sandbox " + n +
+                        " (docs/stack.md): it is never written; give the "
+                        "stack's upper (its stack.json) as upperdir");
     }
     if (!owner.empty()) sandbox_dir = owner;
   }

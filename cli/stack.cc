@@ -625,21 +625,15 @@ Status LayerStore::Ensure() const {
   return Ok();
 }
 
-Result<std::string> LayerStore::Create(const struct stat* like) const {
-  ACQFS_TRY(Ensure());
-  const std::string dir = Dir();
-  auto store = sys::OpenDirPath(dir, O_RDONLY);
-  if (!store) return store.error();
-  std::string id;
-  for (;;) {
-    auto nid = NewLayerId();
-    if (!nid) return nid.error();
-    id = *nid;
-    if (::mkdirat(store->get(), id.c_str(), 0700) == 0) break;
-    if (errno != EEXIST) return Error::Errno("mkdir", dir + "/" + id);
-  }
-  const std::string path = dir + "/" + id;
-  UniqueFd fd(::openat(store->get(), id.c_str(),
+namespace {
+
+// Gives the new, empty directory `name` in `parent` (shown as `path`) the
+// shape of a layer root: `like`'s permission bits, times and (as root)
+// owner, or 0755 without `like`; then makes it durable. Opened with no
+// symlink followed.
+Status ShapeLayerRoot(int parent, const std::string& name,
+                      const std::string& path, const struct stat* like) {
+  UniqueFd fd(::openat(parent, name.c_str(),
                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return Error::Errno("open", path);
   mode_t mode = 0755;
@@ -654,6 +648,80 @@ Result<std::string> LayerStore::Create(const struct stat* like) const {
     if (::futimens(fd.get(), times) != 0) return Error::Errno("utimens", path);
   }
   if (::fsync(fd.get()) != 0) return Error::Errno("fsync", path);
+  if (::fsync(parent) != 0) return Error::Errno("fsync", sys::Dirname(path));
+  return Ok();
+}
+
+// Makes "<prefix><new id>" in `parent` (shown as `dir`), 0700, and returns
+// the id.
+Result<std::string> MakeFreshDir(int parent, const std::string& dir,
+                                 const std::string& prefix) {
+  for (;;) {
+    auto id = NewLayerId();
+    if (!id) return id.error();
+    if (::mkdirat(parent, (prefix + *id).c_str(), 0700) == 0) return *id;
+    if (errno != EEXIST) return Error::Errno("mkdir", dir + "/" + prefix + *id);
+  }
+}
+
+}  // namespace
+
+Result<std::string> LayerStore::Create(const struct stat* like) const {
+  ACQFS_TRY(Ensure());
+  const std::string dir = Dir();
+  auto store = sys::OpenDirPath(dir, O_RDONLY);
+  if (!store) return store.error();
+  auto id = MakeFreshDir(store->get(), dir, "");
+  if (!id) return id.error();
+  ACQFS_TRY(ShapeLayerRoot(store->get(), *id, dir + "/" + *id, like));
+  return StoreRef(*id);
+}
+
+std::string LayerStore::BuildPath(const std::string& folder,
+                                  std::string_view id) {
+  return folder + "/" + std::string(kBuildPrefix) + std::string(id);
+}
+
+Result<std::string> LayerStore::StartBuild(const std::string& folder,
+                                           const struct stat& like,
+                                           bool sweep) const {
+  auto dir = sys::OpenDirPath(folder, O_RDONLY);
+  if (!dir) return dir.error();
+  if (sweep) {
+    auto entries = sys::ReadDir(dir->get(), folder);
+    if (!entries) return entries.error();
+    for (const auto& e : *entries)
+      if (e.name.rfind(kBuildPrefix, 0) == 0)
+        ACQFS_TRY(sys::RemoveTree(dir->get(), e.name, folder + "/" + e.name));
+  }
+  auto id = MakeFreshDir(dir->get(), folder, kBuildPrefix);
+  if (!id) return id.error();
+  const std::string name = std::string(kBuildPrefix) + *id;
+  if (Status s = ShapeLayerRoot(dir->get(), name, folder + "/" + name, &like);
+      !s) {
+    (void)sys::RemoveTree(dir->get(), name, folder + "/" + name);
+    return s.error();
+  }
+  return *id;
+}
+
+Result<std::string> LayerStore::Adopt(const std::string& built,
+                                      std::string_view id) const {
+  if (!ValidLayerId(id) ||
+      sys::Basename(built) != std::string(kBuildPrefix) + std::string(id))
+    return Error::Of(EINVAL, "adopt layer (not a layer built for the store)",
+                     built);
+  ACQFS_TRY(Ensure());
+  const std::string dir = Dir();
+  auto store = sys::OpenDirPath(dir, O_RDONLY);
+  if (!store) return store.error();
+  auto from = sys::OpenDirPath(sys::Dirname(built), O_RDONLY);
+  if (!from) return from.error();
+  // RENAME_NOREPLACE: an id is never reused, and a layer already in the
+  // store under it is never replaced.
+  ACQFS_TRY(sys::Renameat2(from->get(), sys::Basename(built), store->get(),
+                           std::string(id), RENAME_NOREPLACE, built));
+  // The rename durable before any manifest names the layer.
   if (::fsync(store->get()) != 0) return Error::Errno("fsync", dir);
   return StoreRef(id);
 }
@@ -1095,6 +1163,26 @@ Result<StackManifest> ApplySquash(const StackManifest& m,
     out.checkpoints.push_back(std::move(nc));
   }
   return out;
+}
+
+Result<StackManifest> CommitSquash(
+    const LayerStore& store, const StackManifest& m, const SquashPlan& plan,
+    const std::string& built, std::string_view id,
+    const std::function<Status(const StackManifest&, const std::string&)>&
+        install) {
+  // The manifest first (it checks the plan against m, and writes nothing),
+  // then the layer into the store, then the switch: a failure at any step
+  // leaves the stack as it was (an adopted layer no manifest names is
+  // removed here, or by the next garbage collection after a crash).
+  auto next = ApplySquash(m, plan, StoreRef(id));
+  if (!next) return next.error();
+  auto ref = store.Adopt(built, id);
+  if (!ref) return ref.error();
+  if (Status s = install(*next, store.Path(*ref)); !s) {
+    (void)store.Remove(*ref);
+    return s.error();
+  }
+  return next;
 }
 
 }  // namespace acqfs::cli

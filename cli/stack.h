@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -236,6 +237,28 @@ class LayerStore {
   // StoreLock.
   Result<std::string> Create(const struct stat* like = nullptr) const;
 
+  // A layer built outside the store (a squash's merged layer, built in the
+  // sandbox's own folder, where no garbage collection looks), then adopted:
+  //   auto id = store.StartBuild(folder, like, sweep);  // empty, shaped
+  //   ... fill LayerStore::BuildPath(folder, *id) ...
+  //   CommitSquash(store, ..., BuildPath(folder, *id), *id, ...);
+  // The folder's "squash.<id>": "squash." is not a layer id's character set,
+  // so it never collides with a sandbox's files.
+  static constexpr char kBuildPrefix[] = "squash.";
+  static std::string BuildPath(const std::string& folder, std::string_view id);
+  // Makes an empty layer root BuildPath(folder, <new id>), shaped as Create
+  // shapes one after `like`, and returns the id. With `sweep`, first
+  // removes every "squash.*" an interrupted build left in `folder` (the
+  // caller must know that no other build is under way there).
+  Result<std::string> StartBuild(const std::string& folder,
+                                 const struct stat& like, bool sweep) const;
+  // Moves the built layer `built` (BuildPath(folder, id)) into the store as
+  // ".layers/<id>" (never replacing one) and makes the move durable; returns
+  // its ref. EINVAL when `built` is not named for `id`. Caller holds the
+  // StoreLock.
+  Result<std::string> Adopt(const std::string& built,
+                            std::string_view id) const;
+
   // Removes a store layer and its stats sidecar (a missing layer is no
   // error). Copes with whiteouts, read-only dirs and trees of any depth.
   // EINVAL for a ref that is not a store ref.
@@ -398,6 +421,18 @@ SquashPlan PlanSquash(const StackManifest& m, size_t keep);
 Result<StackManifest> ApplySquash(const StackManifest& m,
                                   const SquashPlan& plan,
                                   const std::string& merged);
+
+// The one commit of a squash, for the command and for a daemon: the
+// manifest with the plan applied (ApplySquash, checked before anything is
+// written), the built layer `built` adopted into `store` under `id`, then
+// `install(next, layer_path)` makes it current (it writes the manifest; a
+// daemon swaps its layers first). When `install` fails the adopted layer is
+// removed. Returns the new manifest. Caller holds the StoreLock.
+Result<StackManifest> CommitSquash(
+    const LayerStore& store, const StackManifest& m, const SquashPlan& plan,
+    const std::string& built, std::string_view id,
+    const std::function<Status(const StackManifest&, const std::string&)>&
+        install);
 
 }  // namespace acqfs::cli
 

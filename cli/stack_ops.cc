@@ -156,9 +156,9 @@ Result<nlohmann::json> ServeSquash(const std::string& state,
   // the daemon's (a relative state directory, one reached through a
   // symlink): it must name this sandbox's folder by identity, and the
   // daemon's own path is used from here on.
-  const std::string building = state + "/" + name + "/squash." + id;
+  const std::string building = LayerStore::BuildPath(state + "/" + name, id);
   struct stat mine, theirs;
-  if (!ValidLayerId(id) || sys::Basename(asked) != "squash." + id ||
+  if (!ValidLayerId(id) || sys::Basename(asked) != sys::Basename(building) ||
       ::stat((state + "/" + name).c_str(), &mine) != 0 ||
       ::stat(sys::Dirname(asked).c_str(), &theirs) != 0 ||
       mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino)
@@ -177,25 +177,15 @@ Result<nlohmann::json> ServeSquash(const std::string& state,
   SquashPlan plan;
   plan.keep = m->frozen.size() - merge.size();
   plan.merge = merge;
-  LayerStore store(state);
-  const std::string ref = StoreRef(id);
-  auto next = ApplySquash(*m, plan, ref);
+  const unsigned merged = static_cast<unsigned>(merge.size());
+  auto next =
+      CommitSquash(LayerStore(state), *m, plan, building, id,
+                   [&](const StackManifest& next, const std::string& layer) {
+                     return mc->Squash(merged, layer,
+                                       [&] { return WriteStack(path, next); });
+                   });
   if (!next) return next.error();
-  if (::rename(building.c_str(), store.Path(ref).c_str()) != 0)
-    return Error::Errno("rename", building);
-  {
-    int fd = ::open(store.Dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Error::Errno("open", store.Dir());
-    int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) return Error::Errno("fsync", store.Dir());
-  }
-  Status s = mc->Squash(static_cast<unsigned>(merge.size()), store.Path(ref),
-                        [&] { return WriteStack(path, *next); });
-  if (!s) {
-    (void)store.Remove(ref);
-    return s.error();
-  }
+  const std::string ref = StoreRef(id);
   return nlohmann::json{{"layer", ref}, {"frozen", next->frozen.size()}};
 }
 

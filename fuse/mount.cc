@@ -42,6 +42,46 @@ struct ArgsOwner {
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   ~ArgsOwner() { fuse_opt_free_args(&args); }
 };
+// libfuse's SIGINT/SIGTERM/SIGHUP handlers for a session, from Set until
+// the owner ends.
+class SignalHandlers {
+ public:
+  SignalHandlers() = default;
+  SignalHandlers(const SignalHandlers&) = delete;
+  SignalHandlers& operator=(const SignalHandlers&) = delete;
+  ~SignalHandlers() {
+    if (se_ != nullptr) fuse_remove_signal_handlers(se_);
+  }
+  bool Set(fuse_session* se) {
+    if (fuse_set_signal_handlers(se) != 0) return false;
+    se_ = se;
+    return true;
+  }
+
+ private:
+  fuse_session* se_ = nullptr;
+};
+// A session's mount, from Mount until Unmount or the owner's end (so each
+// early return unmounts what it mounted).
+class SessionMount {
+ public:
+  SessionMount() = default;
+  SessionMount(const SessionMount&) = delete;
+  SessionMount& operator=(const SessionMount&) = delete;
+  ~SessionMount() { Unmount(); }
+  bool Mount(fuse_session* se, const std::string& mountpoint) {
+    if (fuse_session_mount(se, mountpoint.c_str()) != 0) return false;
+    se_ = se;
+    return true;
+  }
+  void Unmount() {
+    if (se_ != nullptr) fuse_session_unmount(se_);
+    se_ = nullptr;
+  }
+
+ private:
+  fuse_session* se_ = nullptr;
+};
 
 // Every mount made with the same layers shows the same tree.
 std::string MountOptions(const MountConfig& c) {
@@ -423,13 +463,21 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
                                     sizeof(fuse_lowlevel_ops), &ctx));
   if (!se)
     return fail(Error::Of(EINVAL, "fuse_session_new", config.mountpoint));
-  if (fuse_set_signal_handlers(se.get()) != 0)
+  // Owned from here, so that every early return undoes what was done (the
+  // mount first: the walk's child may wait on it) before the caller hears
+  // of the failure.
+  SignalHandlers signals;
+  std::unique_ptr<WarmWalk> warm;
+  SessionMount mounted;
+  auto fail_mounted = [&](const Error& e) -> Status {
+    mounted.Unmount();
+    return fail(e);
+  };
+  if (!signals.Set(se.get()))
     return fail(Error::Of(EIO, "fuse_set_signal_handlers", config.mountpoint));
-  if (fuse_session_mount(se.get(), config.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se.get());
+  if (!mounted.Mount(se.get(), config.mountpoint))
     return fail(
         Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
-  }
   {
     struct fuse_custom_io io;
     std::memset(&io, 0, sizeof io);
@@ -439,18 +487,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     io.splice_send = SessionSplice;
     int io_rc =
         fuse_session_custom_io(se.get(), &io, fuse_session_fd(se.get()));
-    if (io_rc != 0) {
-      fuse_session_unmount(se.get());
-      fuse_remove_signal_handlers(se.get());
-      return fail(
+    if (io_rc != 0)
+      return fail_mounted(
           Error::Of(-io_rc, "fuse_session_custom_io", config.mountpoint));
-    }
   }
   spdlog::info("mounted {} (lower {}, upper {}, xattrs {})", config.mountpoint,
                config.lower, config.upper,
                ns == XattrNamespace::kTrusted ? "trusted" : "user");
   // Forked before any thread of the daemon's starts.
-  std::unique_ptr<WarmWalk> warm;
   if (config.warm && config.warm_limit > 0 && config.timeout > 0) {
     WarmWalkOptions wo;
     wo.mountpoint = config.mountpoint;
@@ -476,17 +520,9 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   // Notifications from threads other than the workers go through a
   // descriptor of their own (fuse/kernel_notify.h).
   auto notify = KernelNotify::Open(fuse_session_fd(se.get()));
-  if (!notify) {
-    fuse_session_unmount(se.get());
-    fuse_remove_signal_handlers(se.get());
-    return fail(notify.error());
-  }
+  if (!notify) return fail_mounted(notify.error());
   auto dropper = PageDropper::Start(*notify);
-  if (!dropper) {
-    fuse_session_unmount(se.get());
-    fuse_remove_signal_handlers(se.get());
-    return fail(dropper.error());
-  }
+  if (!dropper) return fail_mounted(dropper.error());
   ctx.page_dropper = dropper->get();
   // A node that starts to follow the host's replacement of its file
   // (Overlay::SetAttrInvalidator): its cached attributes only (offset -1:
@@ -555,7 +591,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   ctx.warm = nullptr;
   if (warm) warm->Stop();
   if (stop_control) stop_control();
-  fuse_session_unmount(se.get());
+  mounted.Unmount();
   // The notifier's copy of the /dev/fuse descriptor goes too (the page
   // dropper's and the host watch's holds are gone by now, unless one of
   // them was left waiting in the kernel): only then does the kernel end
@@ -565,7 +601,6 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   dropper->reset();
   notify->reset();
   warm.reset();  // reaps the walk, which nothing holds any more
-  fuse_remove_signal_handlers(se.get());
   spdlog::info("unmounted {} (loop returned {})", config.mountpoint, rc);
   if (rc < 0) return Error::Of(-rc, "fuse loop", config.mountpoint);
   return Ok();

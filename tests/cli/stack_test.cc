@@ -571,6 +571,98 @@ TEST_F(StackTest, CreateAndRemove) {
   EXPECT_EQ(store.Remove(".layers/../x").err(), EINVAL);
 }
 
+// The one commit of a squash (CommitSquash), which the command and the
+// daemon both use: a layer built in the sandbox's folder is adopted into the
+// store and named by the manifest, or, at any failure, the stack and the
+// store are as they were.
+TEST_F(StackTest, SquashBuildAdoptAndCommit) {
+  LayerStore store(state_);
+  const std::string folder = state_ + "/box";
+  MakeDir(folder, 0700);
+  const std::string like_dir = root_ + "/like";
+  MakeDir(like_dir, 0751);
+  struct stat like;
+  ASSERT_EQ(::stat(like_dir.c_str(), &like), 0);
+  // A leftover of an interrupted build is swept only when asked.
+  MakeDir(folder + "/squash.00000000000000ff");
+  auto kept = store.StartBuild(folder, like, /*sweep=*/false);
+  ASSERT_OK(kept);
+  EXPECT_TRUE(Exists(folder + "/squash.00000000000000ff"));
+  auto id = store.StartBuild(folder, like, /*sweep=*/true);
+  ASSERT_OK(id);
+  EXPECT_FALSE(Exists(folder + "/squash.00000000000000ff"));
+  EXPECT_FALSE(Exists(LayerStore::BuildPath(folder, *kept)));
+  const std::string built = LayerStore::BuildPath(folder, *id);
+  struct stat st;
+  ASSERT_EQ(::stat(built.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0751u);
+  WriteText(built + "/merged.txt", "merged");
+
+  StackManifest m;
+  m.upper = kU;
+  m.frozen = {kA, kB, kC};
+  m.next_number = 1;
+  SquashPlan plan = PlanSquash(m, 1);
+  ASSERT_EQ(plan.merge, std::vector<std::string>({kA, kB}));
+  const std::string ref = StoreRef(*id);
+  using Install =
+      std::function<Status(const StackManifest&, const std::string&)>;
+
+  // A plan that is not this stack's: nothing moves, nothing is installed.
+  SquashPlan stale = plan;
+  stale.merge[1] = kD;
+  bool called = false;
+  Install never = [&](const StackManifest&, const std::string&) -> Status {
+    called = true;
+    return Ok();
+  };
+  EXPECT_EQ(CommitSquash(store, m, stale, built, *id, never).err(), EINVAL);
+  EXPECT_FALSE(called);
+  EXPECT_TRUE(Exists(built + "/merged.txt"));
+  EXPECT_FALSE(Exists(store.Path(ref)));
+  // A built layer not named for the id is not adopted.
+  EXPECT_EQ(store.Adopt(built, "0000000000000123").err(), EINVAL);
+  EXPECT_EQ(store.Adopt(folder + "/merged", *id).err(), EINVAL);
+
+  // The install fails (a daemon that could not swap its layers): the
+  // adopted layer goes, and the manifest is untouched.
+  Install refuse = [&](const StackManifest& next,
+                       const std::string& layer) -> Status {
+    EXPECT_EQ(layer, store.Path(ref));
+    EXPECT_EQ(ReadText(layer + "/merged.txt"), "merged");
+    EXPECT_EQ(next.frozen, std::vector<std::string>({ref, kC}));
+    return Error::Of(EIO, "swap", layer);
+  };
+  EXPECT_EQ(CommitSquash(store, m, plan, built, *id, refuse).err(), EIO);
+  EXPECT_FALSE(Exists(store.Path(ref)));
+  EXPECT_FALSE(Exists(built));
+
+  // A second build, committed.
+  auto id2 = store.StartBuild(folder, like, /*sweep=*/true);
+  ASSERT_OK(id2);
+  const std::string built2 = LayerStore::BuildPath(folder, *id2);
+  WriteText(built2 + "/merged.txt", "again");
+  StackManifest written;
+  Install save = [&](const StackManifest& next, const std::string&) -> Status {
+    written = next;
+    return Ok();
+  };
+  auto next = CommitSquash(store, m, plan, built2, *id2, save);
+  ASSERT_OK(next);
+  EXPECT_EQ(next->frozen, std::vector<std::string>({StoreRef(*id2), kC}));
+  EXPECT_EQ(written.frozen, next->frozen);
+  EXPECT_EQ(ReadText(store.Path(StoreRef(*id2)) + "/merged.txt"), "again");
+  EXPECT_FALSE(Exists(built2));
+  // Adopting under an id the store holds never replaces that layer.
+  auto id3 = store.StartBuild(folder, like, /*sweep=*/false);
+  ASSERT_OK(id3);
+  const std::string clash = folder + "/squash." + *id2;
+  ASSERT_EQ(
+      ::rename(LayerStore::BuildPath(folder, *id3).c_str(), clash.c_str()), 0);
+  EXPECT_EQ(store.Adopt(clash, *id2).err(), EEXIST);
+  EXPECT_EQ(ReadText(store.Path(StoreRef(*id2)) + "/merged.txt"), "again");
+}
+
 TEST_F(StackTest, StoreLockExcludesAndTimesOut) {
   auto a = StoreLock::Take(state_);
   ASSERT_OK(a);
