@@ -1,22 +1,52 @@
 #!/usr/bin/env bash
-# Installs everything acqfs needs to build, test and benchmark on Debian 12
-# (bookworm), from Debian's own packages. Safe to run again: when every package
+# Installs what acqfs needs on Debian 12 (bookworm), from Debian's own
+# packages:
+#
+#   bash scripts/install-deps.sh           to build and run acqfs itself: the
+#                                          compiler, cmake, the libraries the
+#                                          product links, fusermount3, git
+#   bash scripts/install-deps.sh --tests   that, plus what the tests and the
+#                                          benchmarks need (GoogleTest, Google
+#                                          Benchmark, xxHash, strace, Podman,
+#                                          Docker, the soak suite's Python, fio…)
+#
+# The first is what the README's quick start runs; the second is what
+# scripts/run-tests.sh (and so CI) runs. Safe to run again: when every package
 # is already installed it does nothing (set ACQFS_FORCE_DEPS=1 to run apt-get
 # anyway). Works as root; otherwise it uses sudo when sudo exists.
 set -euo pipefail
 
+usage() { echo "usage: $0 [--tests]" >&2; exit 2; }
+with_tests=0
+for arg in "$@"; do
+  case $arg in
+    --tests) with_tests=1 ;;
+    -h|--help) usage ;;
+    *) echo "install-deps: unknown argument: $arg" >&2; usage ;;
+  esac
+done
+
+# The product: what CMakeLists.txt's find_package/pkg_check_modules calls need
+# with -DACQFS_BUILD_TESTS=OFF -DACQFS_BUILD_BENCH=OFF, and what acqfs runs.
 packages=(
-  build-essential cmake pkg-config git ca-certificates
+  build-essential cmake pkg-config         # compiler, build
+  git ca-certificates                      # git: the bridge's remote, the demo
   libfuse3-dev fuse3                       # FUSE low-level API, fusermount3
-  libgit2-dev libxxhash-dev zlib1g-dev     # git bridge, hashing, loose objects
+  libgit2-dev zlib1g-dev                   # git bridge, loose objects
   libspdlog-dev libfmt-dev                 # logging
   libcli11-dev nlohmann-json3-dev          # command line, state files
+  bubblewrap                               # bwrap: the box of `acqfs run`
+)
+
+# The tests (tests/, ACQFS_BUILD_TESTS) and the benchmarks (bench/,
+# ACQFS_BUILD_BENCH), on top of the product's.
+test_packages=(
   libgtest-dev libgmock-dev googletest     # tests
+  libxxhash-dev                            # tests: tree snapshots
   libbenchmark-dev                         # bench/
   attr util-linux kmod                     # getfattr/setfattr, mount, modprobe
   patch bsdutils                           # tests: diff replayed, script(1) pty
   strace                                   # tests: kill points (fault injection)
-  bubblewrap                               # bwrap: the box of `acqfs run`
   fuse-overlayfs                           # peer overlay for benchmarks
   fio gnuplot-nox                          # benchmarks
   python3.11 libpython3.11-testsuite       # tests/soak: Python's own tests
@@ -24,6 +54,8 @@ packages=(
   podman runc busybox-static uidmap        # tests/container: podman on sandboxes
   docker.io                                # tests/container: dockerd of the test's own
 )
+if [[ $with_tests -eq 1 ]]; then packages+=("${test_packages[@]}"); fi
+what=$([[ $with_tests -eq 1 ]] && echo "product and test" || echo "product")
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,7 +63,7 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 && -z "${ACQFS_FORCE_DEPS:-}" ]]; then
-  echo "install-deps: all ${#packages[@]} packages already installed"
+  echo "install-deps: all ${#packages[@]} $what packages already installed"
   exit 0
 fi
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the dependencies (if missing), configures and builds acqfs in
-# ./build, prepares the machine for FUSE and overlayfs tests, and runs every
-# test with ctest. Exits with ctest's status. This is what CI runs.
+# Installs the product's and the tests' dependencies (if missing), configures
+# and builds acqfs with its tests and benchmarks in ./build, prepares the
+# machine for FUSE and overlayfs tests, and runs every test with ctest. Exits
+# with ctest's status. This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --tests
 
 if [[ $(id -u) -eq 0 ]]; then
   # Some machines ship /dev/fuse as 0600; the tests also mount as an
@@ -15,7 +16,9 @@ if [[ $(id -u) -eq 0 ]]; then
   if ! grep -qw overlay /proc/filesystems; then modprobe overlay || true; fi
 fi
 
-cmake -S . -B build
+# Tests and benchmarks on explicitly: ./build may have been configured
+# without them by the README's quick start, and CMake keeps that in its cache.
+cmake -S . -B build -DACQFS_BUILD_TESTS=ON -DACQFS_BUILD_BENCH=ON
 cmake --build build -j2
 
 # --no-tests=error: a run that found no test is a failure, not a pass.
