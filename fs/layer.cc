@@ -19,6 +19,7 @@
 
 #include "common/owner_access.h"
 #include "common/sys.h"
+#include "fs/layer_chain.h"
 
 namespace acqfs {
 
@@ -401,15 +402,6 @@ Result<DirView> RootView(const Layers& layers) {
 
 namespace {
 
-// Is the upper entry `name` in `dirfd` (lstat `st`) a whiteout, in either
-// form (LayerFormat::IsWhiteoutEntry)?
-Result<bool> UpperWhiteout(const Layers& layers, const DirView& dir, int dirfd,
-                           const std::string& name, const struct stat& st) {
-  return layers.format.IsWhiteoutEntry(
-      dirfd, name, st, dir.xwhiteouts,
-      layers.upper.Shown(sys::Join(dir.path, name)));
-}
-
 // The path of `name` in `dir`, for a message or the policy.
 std::string ChildPath(const DirView& dir, const std::string& name) {
   return sys::Join(dir.path, name);
@@ -428,102 +420,58 @@ Error NamedIn(Error e, const Layer& layer, const DirView& dir,
 const std::string kNoName;
 
 // The upper half of the lookup rule: what the upper directory open as
-// `ufd` holds under `name`.
+// `ufd` holds under `name` (an entry gone since it was listed: nothing).
 Status ResolveUpperChild(const Layers& layers, const DirView& dir, int ufd,
                          const std::string& name, ChildInfo* c) {
-  bool found = false;
-  Status st = sys::StatAtIfExists(ufd, name, &c->upper_st, &found, kNoName);
-  if (!st) return NamedIn(st.error(), layers.upper, dir, name);
-  if (!found) return Ok();
-  auto whiteout = UpperWhiteout(layers, dir, ufd, name, c->upper_st);
-  if (!whiteout) return whiteout.error();
-  if (*whiteout) {
+  const EntryRead how{.xattr_whiteouts = dir.xwhiteouts, .origin = true};
+  auto e = ReadLayerEntry(layers.format, ufd, name, how, kNoName);
+  if (!e) return NamedIn(e.error(), layers.upper, dir, name);
+  if (e->kind == LayerEntry::kAbsent) return Ok();
+  c->upper_st = e->st;
+  if (e->kind == LayerEntry::kWhiteout) {
     c->whiteout = true;
     return Ok();
   }
   c->upper = true;
-  auto origin = layers.format.ReadOrigin(ufd, name, kNoName);
-  if (!origin) return NamedIn(origin.error(), layers.upper, dir, name);
-  c->origin = *origin;
-  if (S_ISDIR(c->upper_st.st_mode)) {
-    auto m = layers.format.ReadOpaque(ufd, name, kNoName);
-    if (!m) return NamedIn(m.error(), layers.upper, dir, name);
-    c->opaque = *m;
-  }
+  c->origin = e->origin;
+  c->opaque = e->opaque;
   return Ok();
 }
 
 // One lower layer's step of the lower half of the lookup rule, from the
-// topmost layer of dir.lower down: what lower layer `i`'s directory, open
-// as `fd`, holds under `name`. Sets `*done` when the layers below cannot
-// matter (a whiteout, a non-directory, an opaque directory, the host).
-// `*pending` tracks a directory's number until a layer gives it.
-Status ResolveLowerStep(const Layers& layers, const DirView& dir, unsigned i,
-                        int fd, const std::string& name, ChildInfo* c,
-                        bool* pending, bool* done, bool apply_policy = true) {
-  const Layer& layer = layers.LowerLayer(i);
-  struct stat st;
-  bool found = false;
-  Status s = sys::StatAtIfExists(fd, name, &st, &found, kNoName);
-  if (!s) return NamedIn(s.error(), layer, dir, name);
-  if (!found) return Ok();
-  if (i == 0) {
-    *done = true;
-    if (apply_policy && layers.policy && layers.policy->hides_anything() &&
-        layers.HidesLower(ChildPath(dir, name), S_ISDIR(st.st_mode)))
-      return Ok();
-  } else {
-    auto w = layers.format.IsWhiteoutEntry(
-        fd, name, st, (dir.lower_xw & LowerBit(i)) != 0, kNoName);
-    if (!w) return NamedIn(w.error(), layer, dir, name);
-    if (*w) {
-      *done = true;
-      return Ok();
-    }
+// topmost layer of dir.lower down (fs/layer_chain.h): what lower layer
+// `i`'s directory, open as `fd`, holds under `name`, given to `chain`.
+// False when the layers below cannot matter. The host's objects are plain;
+// one the policy hides (when `apply_policy`) is absent.
+Result<bool> ResolveLowerStep(const Layers& layers, const DirView& dir,
+                              unsigned i, int fd, const std::string& name,
+                              NameChain* chain, bool apply_policy) {
+  const bool host = i == 0;
+  const EntryRead how{.plain = host,
+                      .xattr_whiteouts = (dir.lower_xw & LowerBit(i)) != 0,
+                      .origin = !host && chain->wants_origin()};
+  auto e = ReadLayerEntry(layers.format, fd, name, how, kNoName);
+  if (!e) return NamedIn(e.error(), layers.LowerLayer(i), dir, name);
+  if (e->kind == LayerEntry::kAbsent) return true;
+  if (host && apply_policy && layers.policy &&
+      layers.policy->hides_anything() &&
+      layers.HidesLower(ChildPath(dir, name), e->kind == LayerEntry::kDir))
+    return false;
+  const uint64_t own = host ? e->st.st_ino : layers.TagStore(e->st.st_ino);
+  return chain->Add(i, *e, own, host);
+}
+
+// The lower half of `c` from the chain the lower layers fed.
+void FillLower(const NameChain& chain, ChildInfo* c) {
+  if (!chain.found()) return;
+  c->lower = true;
+  c->lower_layer = chain.top_layer();
+  c->lower_st = chain.top().st;
+  c->lower_ino = chain.number();
+  if (chain.is_dir()) {
+    c->lower_dirs = static_cast<LowerMask>(chain.dirs());
+    c->lower_xw = static_cast<LowerMask>(chain.xattr_whiteouts());
   }
-  const bool is_dir = S_ISDIR(st.st_mode);
-  if (c->lower && !(is_dir && S_ISDIR(c->lower_st.st_mode))) {
-    // Not a directory under the topmost directory: hidden by it.
-    *done = true;
-    return Ok();
-  }
-  if (!c->lower) {
-    c->lower = true;
-    c->lower_layer = i;
-    c->lower_st = st;
-    *pending = true;
-  }
-  if (i == 0) {
-    if (*pending) c->lower_ino = st.st_ino;
-    *pending = false;
-    if (is_dir) c->lower_dirs |= LowerBit(i);
-    return Ok();
-  }
-  if (*pending) {
-    auto origin = layers.format.ReadOrigin(fd, name, kNoName);
-    if (!origin) return NamedIn(origin.error(), layer, dir, name);
-    if (*origin) {
-      c->lower_ino = *origin;
-      *pending = false;
-    }
-  }
-  if (!is_dir) {
-    if (*pending) c->lower_ino = layers.TagStore(st.st_ino);
-    *pending = false;
-    *done = true;
-    return Ok();
-  }
-  c->lower_dirs |= LowerBit(i);
-  auto m = layers.format.ReadOpaque(fd, name, kNoName);
-  if (!m) return NamedIn(m.error(), layer, dir, name);
-  if (*m == OpaqueMark::kMayHoldXattrWhiteouts) c->lower_xw |= LowerBit(i);
-  // Its own number until a directory below gives it one.
-  if (*pending) c->lower_ino = layers.TagStore(st.st_ino);
-  if (*m == OpaqueMark::kOpaque) {
-    *pending = false;
-    *done = true;
-  }
-  return Ok();
 }
 
 }  // namespace
@@ -533,14 +481,17 @@ Result<ChildInfo> ResolveChildAt(const Layers& layers, const DirView& dir,
                                  const std::string& name) {
   ChildInfo c;
   if (dir.upper) ACQFS_TRY(ResolveUpperChild(layers, dir, upper_fd, name, &c));
-  bool pending = false, done = false;
-  for (LowerMask m = dir.lower; m && !done;) {
+  NameChain chain;
+  for (LowerMask m = dir.lower; m;) {
     unsigned i = TopLowerLayer(m);
     m &= ~LowerBit(i);
     if (lower.fd[i] < 0) continue;
-    ACQFS_TRY(ResolveLowerStep(layers, dir, i, lower.fd[i], name, &c, &pending,
-                               &done));
+    auto more = ResolveLowerStep(layers, dir, i, lower.fd[i], name, &chain,
+                                 /*apply_policy=*/true);
+    if (!more) return more.error();
+    if (!*more) break;
   }
+  FillLower(chain, &c);
   c.exists = c.upper || (c.lower && !c.whiteout);
   return c;
 }
@@ -558,18 +509,22 @@ Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,
     if (!fd) return fd.error();
     ACQFS_TRY(ResolveUpperChild(layers, dir, *fd, name, &c));
   }
-  bool pending = false, done = false;
-  for (LowerMask m = dir.lower; m && !done;) {
+  NameChain chain;
+  for (LowerMask m = dir.lower; m;) {
     unsigned i = TopLowerLayer(m);
     m &= ~LowerBit(i);
     UniqueFd owned;
     auto fd = layers.LowerLayer(i).DirFd(dir.path, gen, &owned);
-    if (fd)
-      ACQFS_TRY(ResolveLowerStep(layers, dir, i, *fd, name, &c, &pending, &done,
-                                 apply_policy));
-    else if (fd.err() != ENOENT && fd.err() != ENOTDIR)
-      return fd.error();
+    if (!fd) {
+      if (fd.err() != ENOENT && fd.err() != ENOTDIR) return fd.error();
+      continue;
+    }
+    auto more =
+        ResolveLowerStep(layers, dir, i, *fd, name, &chain, apply_policy);
+    if (!more) return more.error();
+    if (!*more) break;
   }
+  FillLower(chain, &c);
   c.exists = c.upper || (c.lower && !c.whiteout);
   return c;
 }

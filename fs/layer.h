@@ -281,6 +281,8 @@ struct ChildInfo {
 // policy does not hide it.
 // A frozen layer's whiteout hides the name in the layers below it, its
 // opaque directory the directories below it; the host's are plain objects.
+// The rule, and the number (lower_ino), are fs/layer_chain.h's; an entry
+// that vanishes while it is read is absent in its layer.
 // `gen`: see Layer::DirFd (0: no caching).
 // `apply_policy` false: a lower object the policy hides counts too.
 Result<ChildInfo> ResolveChild(const Layers& layers, const DirView& dir,

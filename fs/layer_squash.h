@@ -10,12 +10,16 @@
 // directory is made anew with the topmost one's attributes and merges the
 // directories of that name down the squashed layers until an opaque one, a
 // whiteout or a non-directory stops the chain, in which case the new one is
-// opaque (it hides what lies below, as the chain did). A directory's origin
-// marker is the first one down its chain; an opaque one without any gets
-// the number it was reported with (Layers::TagStore of its st_ino), so its
-// st_ino survives too. A directory that merges with what lies below and has
-// no marker gets a new number (the one of the new directory), as after a
-// copy.
+// opaque (it hides what lies below, as the chain did). The chain and the
+// numbers are fs/layer_chain.h's: a directory's origin marker is the first
+// one down its chain; an opaque one without any gets the number it was
+// reported with (Layers::TagStore of the st_ino of the lowest directory of
+// its chain), so its st_ino survives too. A directory that merges with what
+// lies below and has no marker gets a new number (the one of the new
+// directory), as after a copy. An entry that vanishes while the squash
+// reads it (a name listed, then gone) is left out, as if it had not been
+// listed: the entry of that name below it decides; a squashed directory
+// gone before it is opened lists nothing.
 // Thread-safety: one thread; the layers must be frozen (nothing writes
 // them).
 #ifndef ACQFS_FS_LAYER_SQUASH_H_

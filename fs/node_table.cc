@@ -1,6 +1,7 @@
 #include "fs/node_table.h"
 
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -57,6 +58,11 @@ size_t NodeTable::node_count() {
 uint64_t NodeTable::clamped_forgets() {
   TableLock t(table_mu_);
   return clamped_forgets_;
+}
+
+uint64_t NodeTable::clamped_releases() {
+  TableLock t(table_mu_);
+  return clamped_releases_;
 }
 
 // A name goes into a directory's table under `link`; a link the table held
@@ -163,24 +169,69 @@ void NodeTable::EraseUpperLinkLocked(Node* node) {
   if (it != upper_links_.end() && it->second == node) upper_links_.erase(it);
 }
 
+namespace {
+
+// "/a/b/name" of `node` by its positions' names (the root is ""), or "(no
+// name left)"; table_mu_ held (positions change under it).
+std::string PathOfLocked(const Node* node, const Node* root) {
+  if (node == root) return "/";
+  if (!node->parent) return "(no name left)";
+  std::vector<std::string_view> names;
+  for (const Node* n = node; n && n != root; n = n->parent) {
+    if (!n->parent) return "(below a node with no name left)";
+    names.push_back(n->name());
+  }
+  std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    path += '/';
+    path += *it;
+  }
+  return path;
+}
+
+}  // namespace
+
+void NodeTable::CountUnderflowLocked(Node* node, uint64_t count, uint64_t held,
+                                     const char* what, uint64_t* clamped,
+                                     bool* logged) {
+  if (check_ == CountCheck::kAbort) {
+    ::fprintf(stderr,
+              "acqfs: node table: %llu %s on node %p "
+              "(ino %llu, name \"%.*s\"), which holds %llu (path %s)\n",
+              static_cast<unsigned long long>(count), what,
+              static_cast<const void*>(node),
+              static_cast<unsigned long long>(node->ino),
+              static_cast<int>(node->name().size()), node->name().data(),
+              static_cast<unsigned long long>(held),
+              PathOfLocked(node, root_).c_str());
+    ::abort();
+  }
+  ++*clamped;
+  if (*logged) return;
+  *logged = true;
+  spdlog::warn(
+      "node table: {} {} on the node of ino {} ({}), which holds {}: counted "
+      "as zero (a bug in the counting; further ones are only counted)",
+      count, what, node->ino, PathOfLocked(node, root_), held);
+}
+
 void NodeTable::UncountLookupsLocked(Node* node, uint64_t count) {
   if (count <= node->nlookup) {
     node->nlookup -= count;
     return;
   }
-  if (check_ == CountCheck::kAbort) {
-    ::fprintf(stderr,
-              "acqfs: node table: %llu lookups given back on node %p "
-              "(ino %llu, name \"%.*s\"), which holds %llu\n",
-              static_cast<unsigned long long>(count),
-              static_cast<const void*>(node),
-              static_cast<unsigned long long>(node->ino),
-              static_cast<int>(node->name().size()), node->name().data(),
-              static_cast<unsigned long long>(node->nlookup));
-    ::abort();
-  }
-  ++clamped_forgets_;
+  CountUnderflowLocked(node, count, node->nlookup, "lookups given back",
+                       &clamped_forgets_, &logged_forgets_);
   node->nlookup = 0;
+}
+
+void NodeTable::ReleaseOpenLocked(Node* node) {
+  if (node->opens > 0) {
+    node->opens--;
+    return;
+  }
+  CountUnderflowLocked(node, 1, 0, "opens released", &clamped_releases_,
+                       &logged_releases_);
 }
 
 void NodeTable::MaybeFreeLocked(Node* node) {

@@ -203,11 +203,14 @@ struct Node : NameLink {
 };
 
 // What the table does when a node is asked to give back more lookups than
-// it holds (a FORGET of more than was looked up), which is a bug in the
-// counting: the kernel's or, far likelier, the daemon's.
+// it holds (a FORGET of more than was looked up), or to release an open it
+// does not hold, which is a bug in the counting: the kernel's or, far
+// likelier, the daemon's.
 enum class CountCheck {
-  kAbort,  // abort, naming the node and both counts
-  kClamp,  // count zero and remember it happened (clamped_forgets)
+  kAbort,  // abort, naming the node (ino, name, path) and both counts
+  // count zero, count it (clamped_forgets, clamped_releases) and log the
+  // first one of each kind (spdlog::warn, naming the node and its path)
+  kClamp,
 };
 // Debug builds fail loudly; release builds clamp, as they always did.
 #ifdef NDEBUG
@@ -279,9 +282,8 @@ class NodeTable {
   // free it (MaybeFreeLocked does).
   void UncountLookupsLocked(Node* node, uint64_t count);
   void AddOpenLocked(Node* node) { node->opens++; }
-  void ReleaseOpenLocked(Node* node) {
-    if (node->opens) node->opens--;
-  }
+  // Gives back an open of `node`, checked (CountCheck) as lookups are.
+  void ReleaseOpenLocked(Node* node);
   // Might the kernel still read or write `node`, or open it? Every file that
   // loses its last name while this holds keeps its data (Node::kept) until
   // it no longer does. In both file modes: besides the handles counted, the
@@ -321,12 +323,20 @@ class NodeTable {
   // FORGETs of more lookups than a node held, clamped (kClamp). Takes
   // table_mu_.
   uint64_t clamped_forgets();
+  // RELEASEs of an open a node did not hold, ignored (kClamp). Takes
+  // table_mu_.
+  uint64_t clamped_releases();
 
  private:
   // Takes the node out of the list and deletes it. table_mu_ held.
   void DeleteNodeLocked(Node* node);
   // Takes `node` out of the hard-link map if it is there. table_mu_ held.
   void EraseUpperLinkLocked(Node* node);
+  // A count of `node` asked to give back `count` while it holds `held`
+  // (`what` names the count): aborts or clamps as check_ says, adding one
+  // to `*clamped` and logging once per `*logged`. table_mu_ held.
+  void CountUnderflowLocked(Node* node, uint64_t count, uint64_t held,
+                            const char* what, uint64_t* clamped, bool* logged);
 
   std::mutex& table_mu_;
   FileCache* const files_;  // its own lock
@@ -342,7 +352,10 @@ class NodeTable {
   // Nodes freed since memory was last given back (Reap). table_mu_.
   static constexpr size_t kTrimAfterFreed = 1 << 16;
   size_t freed_since_trim_ = 0;
-  uint64_t clamped_forgets_ = 0;                     // table_mu_
+  uint64_t clamped_forgets_ = 0;   // table_mu_
+  uint64_t clamped_releases_ = 0;  // table_mu_
+  bool logged_forgets_ = false;    // table_mu_: the first clamp was logged
+  bool logged_releases_ = false;   // table_mu_
   std::unordered_map<uint64_t, Node*> upper_links_;  // table_mu_
   std::vector<FileLease> doomed_files_;  // table_mu_; freed nodes' files
   // table_mu_: freed upper files the quota sees once more (their descriptor

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/sys.h"
+#include "fs/layer_chain.h"
 #include "fs/layer_walk.h"
 
 namespace acqfs {
@@ -93,7 +94,7 @@ class Walker {
   Status PushFrame(const Descent& d);
   Status NextPhaseOrPop();
   Status UpperStep(const std::string& name, unsigned layer, Descent* d);
-  Status Chain(const std::string& name, unsigned layer, OpaqueMark top_mark,
+  Status Chain(const std::string& name, unsigned layer, const LayerEntry& top,
                Descent* d);
   Status LowerStep(const std::string& name, Descent* d);
   Status Descend(const std::string& name, const Descent& d);
@@ -228,45 +229,34 @@ Status Walker::UpperStep(const std::string& name, unsigned layer, Descent* d) {
   const int fd = OwnFd(layer);
   UpperEntry e(UpperEntry::kUpper, path_, name);
   e.layer = layer;
-  bool found = false;
-  Status s = sys::StatAtIfExists(fd, name, &e.upper, &found, kNoName);
-  if (!s) return Named(s.error(), own, path_);
-  if (!found) return Ok();  // gone since the listing
+  const EntryRead how{.xattr_whiteouts = (f.xw & Bit(layer)) != 0};
+  auto entry = ReadLayerEntry(layers_.format, fd, name, how, kNoName);
+  if (!entry) return Named(entry.error(), own, path_);
+  if (entry->kind == LayerEntry::kAbsent) return Ok();  // gone since listed
   if (++visited_ % kProgressEvery == 0 && options_.progress)
     options_.progress(visited_);
-  auto whiteout = layers_.format.IsWhiteoutEntry(
-      fd, name, e.upper, (f.xw & Bit(layer)) != 0, kNoName);
-  if (!whiteout) {
-    if (whiteout.err() == ENOENT) return Ok();
-    return Named(whiteout.error(), own, path_);
-  }
-  if (*whiteout) e.kind = UpperEntry::kWhiteout;
+  e.upper = entry->st;
+  const bool whiteout = entry->kind == LayerEntry::kWhiteout;
+  if (whiteout) e.kind = UpperEntry::kWhiteout;
   e.in_git = f.in_git || name == ".git";
   e.upper_dir = fd;
-  const bool is_dir = !*whiteout && S_ISDIR(e.upper.st_mode);
-  if (is_dir) {
-    auto mark = layers_.format.ReadOpaque(fd, name, kNoName);
-    if (!mark) {
-      if (mark.err() == ENOENT) return Ok();
-      return Named(mark.error(), own, path_);
-    }
-    e.opaque = *mark;
-  }
+  const bool is_dir = entry->kind == LayerEntry::kDir;
+  e.opaque = entry->opaque;
   // In an opaque directory a whiteout hides nothing of its own: the lower
   // names the directory lacks are listed after its own entries.
   const int host = stack_.lower();
-  if (host >= 0 && (f.merged || !*whiteout)) {
-    s = sys::StatAtIfExists(host, name, &e.lower, &e.in_lower, kNoName);
+  if (host >= 0 && (f.merged || !whiteout)) {
+    Status s = sys::StatAtIfExists(host, name, &e.lower, &e.in_lower, kNoName);
     if (!s) return Named(s.error(), layers_.lower, path_);
     if (e.in_lower) e.lower_dir = host;
   }
-  if (!*whiteout && !f.merged && host >= 0) f.shown.insert(name);
+  if (!whiteout && !f.merged && host >= 0) f.shown.insert(name);
   auto below = visit_(e);
   if (!below) return below.error();
   if (*below != Below::kEnter) return Ok();
   const bool lower_is_dir = e.in_lower && S_ISDIR(e.lower.st_mode);
   if (is_dir) {
-    ACQFS_TRY(Chain(name, layer, e.opaque, d));
+    ACQFS_TRY(Chain(name, layer, *entry, d));
     d->into = true;
     d->lower = lower_is_dir;
     // Below a directory opaque to the host every own directory hides the
@@ -280,43 +270,27 @@ Status Walker::UpperStep(const std::string& name, unsigned layer, Descent* d) {
 }
 
 // The chain of the own directory `name` of the current frame, whose topmost
-// directory is in `layer` (with opaque marker `top_mark`): it and the own
-// directories of that name in the frame's layers below it, down to the first
-// opaque one; a whiteout or a non-directory stops it. Sets d->own, d->xw and
-// d->merged (false when the chain is opaque to the host or was stopped).
+// directory is `top`, in `layer`: it and the own directories of that name in
+// the frame's layers below it, down to the first opaque one; a whiteout or a
+// non-directory stops it (fs/layer_chain.h; an entry gone meanwhile is
+// absent). Sets d->own, d->xw and d->merged (false when the chain is opaque
+// to the host or was stopped).
 Status Walker::Chain(const std::string& name, unsigned layer,
-                     OpaqueMark top_mark, Descent* d) {
+                     const LayerEntry& top, Descent* d) {
   const Frame& f = frames_.back();
-  d->own = Bit(layer);
-  d->xw = top_mark == OpaqueMark::kMayHoldXattrWhiteouts ? Bit(layer) : 0;
-  d->merged = top_mark != OpaqueMark::kOpaque;
-  LayerSet below = f.own & (Bit(layer) - 1);
-  while (below && d->merged) {
+  NameChain chain;
+  bool more = chain.Add(layer, top, 0);
+  for (LayerSet below = f.own & (Bit(layer) - 1); below && more;) {
     const unsigned i = TopOf(below);
     below &= ~Bit(i);
-    const Layer& own = layers_.At(i);
-    const int fd = OwnFd(i);
-    struct stat st;
-    bool found = false;
-    Status s = sys::StatAtIfExists(fd, name, &st, &found, kNoName);
-    if (!s) return Named(s.error(), own, path_);
-    if (!found) continue;
-    auto whiteout = layers_.format.IsWhiteoutEntry(
-        fd, name, st, (f.xw & Bit(i)) != 0, kNoName);
-    if (!whiteout && whiteout.err() != ENOENT)
-      return Named(whiteout.error(), own, path_);
-    if (!whiteout) continue;  // gone meanwhile
-    if (*whiteout || !S_ISDIR(st.st_mode)) {
-      d->merged = false;  // the host's directory is deleted below
-      break;
-    }
-    auto mark = layers_.format.ReadOpaque(fd, name, kNoName);
-    if (!mark && mark.err() != ENOENT) return Named(mark.error(), own, path_);
-    if (!mark) continue;
-    d->own |= Bit(i);
-    if (*mark == OpaqueMark::kMayHoldXattrWhiteouts) d->xw |= Bit(i);
-    if (*mark == OpaqueMark::kOpaque) d->merged = false;
+    const EntryRead how{.xattr_whiteouts = (f.xw & Bit(i)) != 0};
+    auto e = ReadLayerEntry(layers_.format, OwnFd(i), name, how, kNoName);
+    if (!e) return Named(e.error(), layers_.At(i), path_);
+    more = chain.Add(i, *e, 0);
   }
+  d->own = chain.dirs();
+  d->xw = chain.xattr_whiteouts();
+  d->merged = !chain.stopped();
   return Ok();
 }
 

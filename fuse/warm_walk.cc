@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/handle.h"
 #include "common/sys.h"
 
 namespace acqfs {
@@ -63,13 +64,12 @@ void Report(const std::string& line) {
   } while (n < 0 && errno == EINTR);
 }
 
+// false with errno set when `path` cannot be opened or written whole.
 bool WriteProcFile(const char* path, const std::string& text) {
-  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, text.data(), text.size()) ==
-            static_cast<ssize_t>(text.size());
-  ::close(fd);
-  return ok;
+  UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd) return false;
+  return ::write(fd.get(), text.data(), text.size()) ==
+         static_cast<ssize_t>(text.size());
 }
 
 // A mount namespace of the child's own, whose mounts receive and send no
@@ -118,23 +118,24 @@ std::string PrivateMountNamespace() {
     ::_exit(0);
   }
   // Blocks until the daemon has answered INIT.
-  int root = ::open(o.mountpoint.c_str(),
-                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (root < 0) {
+  // Never closed: the child ends with _exit once the walk is over.
+  UniqueFd root(::open(o.mountpoint.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!root) {
     Report(std::string("END 0 0 0 0 0 0 open the mount: ") +
            std::strerror(errno));
     ::_exit(0);
   }
   struct statfs sf;
   struct stat st;
-  if (::fstatfs(root, &sf) != 0 || sf.f_type != kFuseSuperMagic ||
-      ::fstat(root, &st) != 0) {
+  if (::fstatfs(root.get(), &sf) != 0 || sf.f_type != kFuseSuperMagic ||
+      ::fstat(root.get(), &st) != 0) {
     Report("END 0 0 0 0 0 0 the mountpoint is not a FUSE mount");
     ::_exit(0);
   }
   Report("START " + std::to_string(static_cast<uint64_t>(st.st_dev)));
   WarmWalkResult r = warm_walk_internal::Walk(
-      root, o.max_entries, o.max_seconds, o.threads, last_write_ms);
+      root.get(), o.max_entries, o.max_seconds, o.threads, last_write_ms);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
   errno = 0;
@@ -253,18 +254,17 @@ void ListDirs(int root, PendingDirs* pending,
   std::vector<std::string> subdirs;
   std::string rel;
   while (pending->Take(&rel)) {
-    int fd = ::openat(root, rel.c_str(),
-                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {  // gone or changed since its listing
+    UniqueFd dir(::openat(root, rel.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) {  // gone or changed since its listing
       pending->Failed();
       continue;
     }
-    UniqueFd owned(fd);
     if (*listing) (*listing)();
     subdirs.clear();
     uint64_t entries = 0;
     for (;;) {
-      long n = ::syscall(SYS_getdents64, fd, buf.data(), buf.size());
+      long n = ::syscall(SYS_getdents64, dir.get(), buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       for (long off = 0; off < n;) {
@@ -356,12 +356,12 @@ void WarmWalk::Unmap::operator()(std::atomic<int64_t>* p) const {
   ::munmap(p, sizeof *p);
 }
 
-WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
+WarmWalk::WarmWalk(const WarmWalkOptions& o, pid_t child, UniqueFd report_fd,
                    SharedTime last_write_ms)
     : options_(o),
       last_write_ms_(std::move(last_write_ms)),
       child_(child),
-      report_fd_(report_fd) {
+      report_fd_(std::move(report_fd)) {
   supervisor_ = std::thread([this] { Supervise(); });
 }
 
@@ -381,21 +381,19 @@ Result<std::unique_ptr<WarmWalk>> WarmWalk::Start(const WarmWalkOptions& o) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     return Error::Errno("pipe (warm walk)", o.mountpoint);
+  UniqueFd report_read(fds[0]), report_write(fds[1]);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) {
-    Error e = Error::Errno("fork (warm walk)", o.mountpoint);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return e;
-  }
+  if (pid < 0) return Error::Errno("fork (warm walk)", o.mountpoint);
   if (pid == 0) {
-    if (::dup2(fds[1], kReportFd) < 0) ::_exit(1);
+    // The child's copy of the write end, at kReportFd (not O_CLOEXEC, not
+    // owned: RunChild ends with _exit).
+    if (::dup2(report_write.get(), kReportFd) < 0) ::_exit(1);
     RunChild(o, parent, last_write_ms.get());
   }
-  ::close(fds[1]);
+  report_write.reset();  // the child's copy alone: its end is EOF here
   return std::unique_ptr<WarmWalk>(
-      new WarmWalk(o, pid, fds[0], std::move(last_write_ms)));
+      new WarmWalk(o, pid, std::move(report_read), std::move(last_write_ms)));
 }
 
 // Reads the child's report; kills it once the sandbox's mount is gone from
@@ -407,11 +405,11 @@ void WarmWalk::Supervise() {
   dev_t dev = 0;
   bool started = false, ended = false;
   while (!ended && !stop_.load()) {
-    struct pollfd p = {report_fd_, POLLIN, 0};
+    struct pollfd p = {report_fd_.get(), POLLIN, 0};
     int rc = ::poll(&p, 1, 100);
     if (rc > 0) {
       char chunk[512];
-      ssize_t n = ::read(report_fd_, chunk, sizeof chunk);
+      ssize_t n = ::read(report_fd_.get(), chunk, sizeof chunk);
       if (n <= 0) break;  // the child is gone
       got.append(chunk, static_cast<size_t>(n));
       size_t nl;
@@ -454,8 +452,7 @@ void WarmWalk::Supervise() {
   // holds it (uninterruptibly) until the daemon answers, which it no longer
   // does once its loop has ended; the session's end aborts that request.
   ::kill(child_, SIGKILL);
-  ::close(report_fd_);
-  report_fd_ = -1;
+  report_fd_.reset();
 }
 
 void WarmWalk::Stop() {

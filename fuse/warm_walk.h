@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/handle.h"
 
 namespace acqfs {
 
@@ -105,7 +106,7 @@ class WarmWalk {
   };
   using SharedTime = std::unique_ptr<std::atomic<int64_t>, Unmap>;
 
-  WarmWalk(const WarmWalkOptions& o, pid_t child, int report_fd,
+  WarmWalk(const WarmWalkOptions& o, pid_t child, UniqueFd report_fd,
            SharedTime last_write_ms);
 
   const WarmWalkOptions options_;
@@ -114,8 +115,10 @@ class WarmWalk {
   // (MAP_SHARED, made before the fork, so the child has it too).
   // Lock-free: any thread of the daemon stores, the child's threads load.
   const SharedTime last_write_ms_;
-  const pid_t child_;              // written once, before the supervisor starts
-  int report_fd_;                  // the supervisor's; closed by it
+  const pid_t child_;  // written once, before the supervisor starts
+  // The read end of the child's report pipe: the supervisor thread's alone
+  // (set before it starts; it closes it when it ends), so no lock.
+  UniqueFd report_fd_;
   std::atomic<bool> stop_{false};  // any thread
   std::thread supervisor_;
 };

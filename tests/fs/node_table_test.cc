@@ -1,17 +1,21 @@
 // NodeTable (fs/node_table.h) alone, without layers or a mount: names and
 // hard-link aliases, the upper hard-link map, freeing once the kernel holds
 // neither a lookup nor an open, what freeing leaves for Reap, and what a
-// FORGET of more lookups than a node holds does under each CountCheck.
+// FORGET of more lookups than a node holds, or a RELEASE of an open it does
+// not hold, does under each CountCheck (and the one log line of a clamp).
 #include "fs/node_table.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -312,6 +316,75 @@ TEST_F(NodeTableClamp, AForgetOfMoreThanWasLookedUpCountsZeroAndIsCounted) {
   EXPECT_EQ(table_.node_count(), 1u);
 }
 
+// Counts the lines a test makes the default spdlog logger write.
+class LogCapture {
+ public:
+  LogCapture()
+      : old_(spdlog::default_logger()),
+        sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("node_table_test", sink_));
+  }
+  ~LogCapture() { spdlog::set_default_logger(old_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::vector<std::string> Lines() {
+    std::vector<std::string> lines;
+    std::istringstream in(out_.str());
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> old_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+TEST_F(NodeTableClamp, AClampedForgetIsLoggedOnceNamingTheNode) {
+  LogCapture log;
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* f = Add(d, "f", S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.UncountLookupsLocked(f, 2);
+    table_.UncountLookupsLocked(f, 1);
+    EXPECT_EQ(f->nlookup, 0u);
+  }
+  EXPECT_EQ(table_.clamped_forgets(), 2u);
+  auto lines = log.Lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("2 lookups given back on the node of ino 3 (/d/f)"),
+            std::string::npos)
+      << lines[0];
+}
+
+TEST_F(NodeTableClamp, AReleaseOfAnOpenNotHeldIsCountedAndLoggedOnce) {
+  LogCapture log;
+  Node* d = Add(root_, "d", S_IFDIR, 1, 2);
+  Node* f = Add(d, "f", S_IFREG, 1, 3);
+  {
+    TableLock t(mu_);
+    table_.AddOpenLocked(f);
+    table_.ReleaseOpenLocked(f);  // the one it held
+    EXPECT_EQ(f->opens, 0u);
+    table_.ReleaseOpenLocked(f);
+    table_.ReleaseOpenLocked(f);
+    EXPECT_EQ(f->opens, 0u);
+  }
+  EXPECT_EQ(table_.clamped_releases(), 2u);
+  EXPECT_EQ(table_.clamped_forgets(), 0u);
+  auto lines = log.Lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("1 opens released on the node of ino 3 (/d/f)"),
+            std::string::npos)
+      << lines[0];
+  // The node is still freed when the kernel forgets it.
+  Forget(f, 1);
+  Forget(d, 1);
+  EXPECT_EQ(table_.node_count(), 1u);
+}
+
 class NodeTableAbort : public NodeTableTest {
  protected:
   NodeTableAbort() : NodeTableTest(CountCheck::kAbort) {}
@@ -327,6 +400,18 @@ TEST_F(NodeTableAbort, AForgetOfMoreThanWasLookedUpAbortsNamingTheCounts) {
   // An exact count is fine.
   Forget(f, 1);
   EXPECT_EQ(table_.node_count(), 1u);
+}
+
+TEST_F(NodeTableAbort, AReleaseOfAnOpenNotHeldAbortsNamingTheNode) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Node* f = Add(root_, "f", S_IFREG, 1, 44);
+  auto release = [&] {
+    TableLock t(mu_);
+    table_.ReleaseOpenLocked(f);
+  };
+  EXPECT_DEATH(release(),
+               "1 opens released on node 0x[0-9a-f]+ \\(ino 44, name "
+               "\"f\"\\), which holds 0 \\(path /f\\)");
 }
 
 #ifndef NDEBUG
