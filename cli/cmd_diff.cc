@@ -23,6 +23,8 @@
 // path, as in git; the deletions below a directory that became a file come
 // before that file. A new symlink target is an edit of the one-line file;
 // GNU patch applies it to the link because the index line says 120000.
+// Paths the sandbox's policy hides or makes read-only are left out, as
+// export leaves them out (gitbridge/publish_rule.h).
 // Left out, as git leaves them out: directories themselves, fifos, sockets
 // and devices, and changes of owner, xattrs or of mode bits other than the
 // executable bit. GNU patch 2.7 cannot apply a change between a file and a
@@ -49,6 +51,7 @@
 #include "fs/change_scan.h"
 #include "fs/layer.h"
 #include "gitbridge/patch.h"
+#include "gitbridge/publish_rule.h"
 
 namespace acqfs::cli {
 
@@ -171,6 +174,7 @@ Status DiffWriter::EmitAgain(const std::string& path,
   for (int attempt = 0; attempt < kAttempts; attempt++) {
     auto changes = ScanChanges(layers_, one);
     if (!changes) return changes.error();
+    gitbridge::DropPolicyRefused(layers_.policy.get(), &*changes);
     const size_t before = written;
     last = Ok();
     for (size_t i = 0; i < changes->size() && last;) {
@@ -257,6 +261,8 @@ int RunDiff(const DiffArgs& a) {
   auto changes = ScanChanges(*layers, options);
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "diff", changes.error());
+  // What the policy keeps out of an export is not diffed either.
+  gitbridge::DropPolicyRefused(layers->policy.get(), &*changes);
   DiffWriter writer(*layers);
   size_t left_out = 0;
   for (size_t i = 0; i < changes->size();) {

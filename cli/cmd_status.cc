@@ -40,6 +40,7 @@
 #include "fs/change_scan.h"
 #include "fs/layer.h"
 #include "gitbridge/host_changes.h"
+#include "gitbridge/publish_rule.h"
 
 namespace acqfs::cli {
 
@@ -163,6 +164,8 @@ int RunStatus(const StatusArgs& a) {
   auto changes = ScanChanges(*layers, options);
   progress.Finish();
   if (!changes) return Fail(kExitFailed, "status", changes.error());
+  // What the policy keeps out of an export is not listed either.
+  gitbridge::DropPolicyRefused(layers->policy.get(), &*changes);
   HostChanges host;
   if (meta.base.recorded()) {
     std::vector<std::string> changed;

@@ -1,8 +1,8 @@
 // DeltaScan (see delta_scan.h): export's reading of the one upper walk
 // (fs/upper_walk.h) and the one comparison (fs/same_object.h). The walk owns
 // the layers, whiteouts, opaque directories, .git, descriptors and depth;
-// this file keeps what git records, refuses the names git refuses, applies
-// the policy and sorts.
+// this file keeps what git records, asks the publish rule (publish_rule.h)
+// which entries and paths are published, and sorts.
 #include "gitbridge/delta_scan.h"
 
 #include <sys/stat.h>
@@ -11,17 +11,10 @@
 
 #include "fs/same_object.h"
 #include "fs/upper_walk.h"
-#include "gitbridge/git_names.h"
+#include "gitbridge/publish_rule.h"
 
 namespace acqfs::gitbridge {
 namespace {
-
-// The mode git records for an object of `st_mode`.
-uint32_t GitMode(mode_t st_mode) {
-  if (S_ISDIR(st_mode)) return kModeTree;
-  if (S_ISLNK(st_mode)) return kModeLink;
-  return (st_mode & S_IXUSR) ? kModeExecutable : kModeBlob;
-}
 
 struct ScanState {
   const Layers& layers;
@@ -44,31 +37,32 @@ Result<bool> RecordedChange(ScanState* s, const UpperEntry& e) {
 Result<Below> Visit(ScanState* s, const UpperEntry& e) {
   if (e.kind != UpperEntry::kUpper) {
     // The lower object is gone, with everything below it: one delete.
-    if (e.in_lower) s->out.push_back(Change{Change::kDelete, e.path});
+    if (e.in_lower)
+      s->out.push_back(Change{Change::kDelete, e.path, e.lower.st_mode});
     return Below::kSkip;
   }
   const mode_t mode = e.upper.st_mode;
-  const bool recorded = S_ISDIR(mode) || S_ISREG(mode) || S_ISLNK(mode);
-  if (recorded) {
-    // A name git refuses is never published, so nothing below it is read.
-    std::string why = UnsafeTreeEntry(e.name, GitMode(mode));
-    if (!why.empty()) {
+  std::string why;
+  switch (EntryVerdict(e.name, mode, &why)) {
+    case PublishVerdict::kRefusedName:
+      // A name git refuses is never published, so nothing below it is read.
       s->out.push_back(Change{Change::kUnsafe, e.path, mode, 0, why, e.layer});
       return Below::kSkip;
-    }
+    case PublishVerdict::kSpecialFile:
+      // Fifos, sockets and devices are not recorded by git, but they hide
+      // the lower object of their name.
+      if (e.in_lower)
+        s->out.push_back(Change{Change::kDelete, e.path, e.lower.st_mode});
+      return Below::kSkip;
+    default:
+      break;
   }
   if (S_ISDIR(mode)) {
     // A directory replaces a lower non-directory; git records no
     // directories of their own.
     if (e.in_lower && !S_ISDIR(e.lower.st_mode))
-      s->out.push_back(Change{Change::kDelete, e.path});
+      s->out.push_back(Change{Change::kDelete, e.path, e.lower.st_mode});
     return Below::kEnter;
-  }
-  if (!recorded) {
-    // Fifos, sockets and devices are not recorded by git, but they hide the
-    // lower object of their name.
-    if (e.in_lower) s->out.push_back(Change{Change::kDelete, e.path});
-    return Below::kSkip;
   }
   auto changed = RecordedChange(s, e);
   if (!changed) return changed.error();
@@ -99,16 +93,14 @@ Result<std::vector<Change>> ScanUpper(const Layers& layers, ScanStats* stats,
   // ("a/..."), since a prefix sorts first. Paths are unique.
   std::sort(s.out.begin(), s.out.end(),
             [](const Change& a, const Change& b) { return a.path < b.path; });
-  if (layers.policy) {
-    // The bridge never publishes a change at a hidden path (the sandbox
-    // never saw the host's object there) or under a read-only one.
-    const Policy& p = *layers.policy;
-    auto outside = [&](const Change& c) {
-      bool dir = S_ISDIR(c.mode);
-      bool maybe_dir = c.kind == Change::kDelete || dir;
-      return p.HiddenPath(c.path, dir) || p.ReadOnly(c.path, dir) ||
-             (maybe_dir &&
-              (p.HiddenPath(c.path, true) || p.ReadOnly(c.path, true)));
+  // The bridge never publishes a change at a path the policy hides (the
+  // sandbox never saw the host's object there) or makes read-only; a
+  // deletion is judged with the type of the host's object it removes.
+  const Policy* policy = layers.policy.get();
+  if (policy) {
+    auto outside = [policy](const Change& c) {
+      return PolicyVerdict(policy, c.path, c.mode) !=
+             PublishVerdict::kPublished;
     };
     s.out.erase(std::remove_if(s.out.begin(), s.out.end(), outside),
                 s.out.end());

@@ -15,6 +15,9 @@
 //            not look below such a directory. The other kinds never name a
 //            path below a kUnsafe one.
 // Directories themselves, fifos, sockets and devices are never upserted.
+// Which entries and paths are left out (.git, fifos and the like, refused
+// names, the policy's hidden and read-only paths) is the publish rule's
+// answer (publish_rule.h: EntryVerdict, PolicyVerdict).
 // Thread-safety: reentrant.
 #ifndef ACQFS_GITBRIDGE_DELTA_SCAN_H_
 #define ACQFS_GITBRIDGE_DELTA_SCAN_H_
@@ -34,8 +37,10 @@ namespace acqfs::gitbridge {
 struct Change {
   enum Kind { kDelete, kUpsert, kUnsafe };
   Kind kind;
-  std::string path;      // relative, '/'-separated
-  mode_t mode = 0;       // kUpsert, kUnsafe: the upper object's st_mode
+  std::string path;  // relative, '/'-separated
+  // kUpsert, kUnsafe: the upper object's st_mode; kDelete: the st_mode of
+  // the lower object that is gone.
+  mode_t mode = 0;
   uint64_t size = 0;     // kUpsert: its size
   std::string reason{};  // kUnsafe: why git refuses the name
   // kUpsert, kUnsafe: the own layer holding the object (a Layers::At

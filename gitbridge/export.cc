@@ -14,6 +14,7 @@
 #include "gitbridge/bridge_repo.h"
 #include "gitbridge/git_names.h"
 #include "gitbridge/host_repo.h"
+#include "gitbridge/publish_rule.h"
 #include "gitbridge/remote.h"
 #include "gitbridge/sandbox_repo.h"
 #include "gitbridge/worktree_snapshot.h"
@@ -77,11 +78,6 @@ Result<std::unique_ptr<Session>> OpenSession(const ExportConfig& c) {
   return s;
 }
 
-bool Reserved(const std::string& branch) {
-  std::string r = kWorktreeBranchName;
-  return branch == r || branch.rfind(r + "/", 0) == 0;
-}
-
 struct Plan {
   std::map<std::string, git_oid> publish;  // branch -> tip
   std::vector<std::string> refused;
@@ -120,15 +116,8 @@ Status PlanBranches(Session& s, const std::vector<git_oid>& hide,
   for (const auto& [name, tip] : *branches) {
     auto h = base_branches.find(name);
     if (h != base_branches.end() && git_oid_equal(&h->second, &tip)) continue;
-    if (Reserved(name)) {
-      plan->refused.push_back(name +
-                              ": the name is reserved for the working "
-                              "tree commit");
-      continue;
-    }
-    if (std::string why = BadBranchName(name); !why.empty()) {
-      plan->refused.push_back(PrintableName(name) + ": " + why +
-                              " (git check-ref-format --branch refuses it)");
+    if (std::string why = RefusedBranch(name); !why.empty()) {
+      plan->refused.push_back(PrintableName(name) + ": " + why);
       continue;
     }
     Report(s.progress, "copying the objects of branch " + name);
@@ -316,23 +305,33 @@ Result<Plan> MakePlan(Session& s, const ExportConfig& c) {
   return plan;
 }
 
-// A commit in the bridge of `tree` on `parents`, by acqfs at `when`.
+// The one commit builder of an export (the checkpoints' commits and the
+// working tree's): a commit in `repo` of `tree_id` on `parents` (in order),
+// by acqfs at `when` (seconds since the epoch, UTC). Errors name the
+// operation, `what` is committed ("working tree", "checkpoint 3") and
+// `shown` (the bridge's path).
 Result<git_oid> MakeCommit(git_repository* repo, const git_oid& tree_id,
                            const std::vector<git_oid>& parents, int64_t when,
-                           const std::string& msg, const std::string& shown) {
+                           const std::string& msg, const std::string& what,
+                           const std::string& shown) {
   std::vector<GitCommit> owned;
   std::vector<const git_commit*> ptrs;
   for (const auto& p : parents) {
     git_commit* raw = nullptr;
     int rc = git_commit_lookup(&raw, repo, &p);
-    if (rc < 0) return GitError(rc, "read parent " + OidHex(p), shown);
-    owned.emplace_back(raw);
-    ptrs.push_back(raw);
+    GitCommit parent(raw);
+    if (rc < 0)
+      return GitError(rc, "read parent " + OidHex(p) + " of the " + what,
+                      shown);
+    ptrs.push_back(parent.get());
+    owned.push_back(std::move(parent));
   }
   git_tree* traw = nullptr;
   int rc = git_tree_lookup(&traw, repo, &tree_id);
   GitTree tree(traw);
-  if (rc < 0) return GitError(rc, "read tree " + OidHex(tree_id), shown);
+  if (rc < 0)
+    return GitError(rc, "read tree " + OidHex(tree_id) + " of the " + what,
+                    shown);
   git_signature* sraw = nullptr;
   rc = git_signature_new(&sraw, "acqfs", "acqfs@localhost", when, 0);
   GitSignature sig(sraw);
@@ -340,7 +339,7 @@ Result<git_oid> MakeCommit(git_repository* repo, const git_oid& tree_id,
   git_oid id;
   rc = git_commit_create(&id, repo, nullptr, sig.get(), sig.get(), nullptr,
                          msg.c_str(), tree.get(), ptrs.size(), ptrs.data());
-  if (rc < 0) return GitError(rc, "commit", shown);
+  if (rc < 0) return GitError(rc, "commit " + what, shown);
   return id;
 }
 
@@ -404,7 +403,7 @@ Result<std::vector<std::pair<uint32_t, git_oid>>> CommitCheckpoints(
     std::vector<git_oid> parents;
     if (prev) parents.push_back(*prev);
     auto id = MakeCommit(bridge, *tree, parents, cp.time_ns / 1000000000, msg,
-                         c.bridge);
+                         "checkpoint " + std::to_string(cp.number), c.bridge);
     if (!id) return id.error();
     out.emplace_back(cp.number, *id);
     (*known)[cp.id] = *id;
@@ -428,10 +427,12 @@ bool HoldsWork(const ExportConfig& c, const ExportConfig::CheckpointRef& cp) {
   return !entries || !entries->empty();
 }
 
+// The working tree's commit: its parents (docs/git-bridge.md, "The commit
+// structure") are the sandbox's HEAD, the newest checkpoint's commit and the
+// previous working-tree commit, each once.
 Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
                                const Plan& plan,
                                const std::optional<git_oid>& checkpoint) {
-  git_repository* bridge = s.bridge->repo();
   std::vector<git_oid> parents;
   auto add = [&](const std::optional<git_oid>& id) {
     if (!id) return;
@@ -442,30 +443,9 @@ Result<git_oid> CommitSnapshot(Session& s, const ExportConfig& c,
   add(plan.base);
   add(checkpoint);
   add(plan.prev);
-  std::vector<GitCommit> owned;
-  std::vector<const git_commit*> ptrs;
-  for (const auto& p : parents) {
-    git_commit* raw = nullptr;
-    int rc = git_commit_lookup(&raw, bridge, &p);
-    if (rc < 0) return GitError(rc, "read parent " + OidHex(p), c.bridge);
-    owned.emplace_back(raw);
-    ptrs.push_back(raw);
-  }
-  git_tree* traw = nullptr;
-  int rc = git_tree_lookup(&traw, bridge, &plan.tree);
-  GitTree tree(traw);
-  if (rc < 0) return GitError(rc, "read snapshot tree", c.bridge);
-  git_signature* sraw = nullptr;
-  rc = git_signature_new(&sraw, "acqfs", "acqfs@localhost", std::time(nullptr),
-                         0);
-  GitSignature sig(sraw);
-  if (rc < 0) return GitError(rc, "make signature", c.bridge);
   std::string msg = "acqfs: working tree of sandbox " + c.sandbox + "\n";
-  git_oid id;
-  rc = git_commit_create(&id, bridge, nullptr, sig.get(), sig.get(), nullptr,
-                         msg.c_str(), tree.get(), ptrs.size(), ptrs.data());
-  if (rc < 0) return GitError(rc, "commit working tree", c.bridge);
-  return id;
+  return MakeCommit(s.bridge->repo(), plan.tree, parents, std::time(nullptr),
+                    msg, "working tree", c.bridge);
 }
 
 std::string Hex(const std::optional<git_oid>& id) {

@@ -16,9 +16,9 @@
 #include "fs/copy_up_source.h"
 #include "fs/layer_walk.h"
 #include "gitbridge/delta_scan.h"
-#include "gitbridge/ignore.h"
 #include "gitbridge/line_merge.h"
 #include "gitbridge/merged_tree.h"
+#include "gitbridge/publish_rule.h"
 #include "gitbridge/tree_build.h"
 
 namespace acqfs::gitbridge {
@@ -346,14 +346,14 @@ Result<TreeEdit> WriteBlob(git_repository* repo, const git_tree* base,
   return edit;
 }
 
-// The state of one snapshot. Descriptors: the ignore rules' cursor and
-// `own_dirs` (per layer) each hold a bounded number (fs/layer_walk.h,
+// The state of one snapshot. Descriptors: the publish rule's ignore cursor
+// and `own_dirs` (per layer) each hold a bounded number (fs/layer_walk.h,
 // common/dir_walk.h), whatever the depth of the tree.
 struct Snapshot {
   git_repository* repo;
   const git_tree* base;
   const Layers& layers;
-  IgnoreRules& ignore;
+  PublishRule& rule;
   BaseCursor& base_cursor;
   OwnDirs& own_dirs;
   int64_t host_changed_since_ns;
@@ -362,38 +362,33 @@ struct Snapshot {
   std::vector<TreeEdit> edits;
 };
 
-// Turns one change into the tree edits it stands for (maybe none).
+// Turns one change into the tree edits it stands for (maybe none). The
+// scan judged its entries and the policy; the publish rule adds what needs
+// the base tree and the ignore rules (publish_rule.h).
 Status AddChange(Snapshot* s, const Change& c) {
   auto base = s->base_cursor.Classify(c.path);
   if (!base) return base.error();
-  if (base->in_gitlink) return Ok();  // submodules are kept as they are
+  const BaseAt at{base->tracked, base->in_gitlink};
+  const TreeEdit remove{TreeEdit::kRemove, c.path};
+  if (c.kind == Change::kDelete) {
+    if (!at.in_gitlink) s->edits.push_back(remove);
+    return Ok();
+  }
+  auto verdict = s->rule.BaseVerdict(c.path, c.mode, at);
+  if (!verdict) return verdict.error();
+  if (*verdict == PublishVerdict::kInSubmodule) return Ok();
+  if (*verdict == PublishVerdict::kIgnored) {
+    ++s->stats.ignored_skipped;
+    // Left out means absent: a refused name takes the base's version of
+    // its path out too, and an ignored file still hides the directory the
+    // base had there.
+    if (c.kind == Change::kUnsafe || base->tree) s->edits.push_back(remove);
+    return Ok();
+  }
   if (c.kind == Change::kUnsafe) {
-    // Left out means absent: not the base's version of the path either.
-    s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
-    if (!base->tracked) {
-      auto ignored = s->ignore.IsIgnored(c.path, S_ISDIR(c.mode));
-      if (!ignored) return ignored.error();
-      if (*ignored) {
-        ++s->stats.ignored_skipped;
-        return Ok();
-      }
-    }
+    s->edits.push_back(remove);
     s->stats.skipped.push_back(SkippedPath{c.path, c.reason});
     return Ok();
-  }
-  if (c.kind == Change::kDelete) {
-    s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
-    return Ok();
-  }
-  if (!base->tracked) {
-    auto ignored = s->ignore.IsIgnored(c.path, false);
-    if (!ignored) return ignored.error();
-    if (*ignored) {
-      ++s->stats.ignored_skipped;
-      // The ignored file still hides the directory the base had there.
-      if (base->tree) s->edits.push_back(TreeEdit{TreeEdit::kRemove, c.path});
-      return Ok();
-    }
   }
   auto edit = WriteBlob(s->repo, s->base, s->layers, &s->own_dirs, c,
                         s->host_changed_since_ns, s->host_dirs, base->tracked,
@@ -404,32 +399,35 @@ Status AddChange(Snapshot* s, const Change& c) {
   return Ok();
 }
 
-struct HiddenWalk {
+struct KeptWalk {
   const Policy* policy;
   std::string root;  // the removed directory's path
   std::vector<TreeEdit>* keep;
 };
 
-int CollectHidden(const char* dir, const git_tree_entry* entry, void* data) {
-  auto* w = static_cast<HiddenWalk*>(data);
+int CollectKept(const char* dir, const git_tree_entry* entry, void* data) {
+  auto* w = static_cast<KeptWalk*>(data);
   git_filemode_t mode = git_tree_entry_filemode(entry);
   std::string path = w->root + "/" + dir + git_tree_entry_name(entry);
   if (mode == GIT_FILEMODE_TREE) return 0;  // its entries come next
-  // HiddenPath also answers for entries below a hidden directory.
-  if (w->policy->HiddenPath(path, false))
+  // The policy's verdict also answers for entries below a hidden or
+  // read-only directory.
+  if (PolicyVerdict(w->policy, path, 0) != PublishVerdict::kPublished)
     w->keep->push_back(
         TreeEdit{TreeEdit::kPut, path, mode, *git_tree_entry_id(entry)});
   return 0;
 }
 
 // A directory the sandbox removed may hold tracked entries the policy hid
-// from it: the sandbox never saw them, so the snapshot keeps them as the
-// base has them. Only the base subtrees of removed directories are walked.
-// An entry is not kept where the sandbox put a file on the way to it (git
-// cannot hold both).
-Status KeepHiddenBaseEntries(const git_tree* base, const Policy& policy,
+// from it or made read-only: the export publishes no change of them
+// (publish_rule.h), so the snapshot keeps them as the base has them. Only
+// the base subtrees of removed directories are walked. An entry is not
+// kept where the sandbox put a file on the way to it (git cannot hold
+// both).
+Status KeepPolicyBaseEntries(const git_tree* base, const Policy& policy,
                              std::vector<TreeEdit>* edits) {
-  if (!base || !policy.hides_anything()) return Ok();
+  if (!base || !(policy.hides_anything() || policy.has_read_only()))
+    return Ok();
   std::vector<TreeEdit> keep;
   for (const TreeEdit& e : *edits) {
     if (e.kind != TreeEdit::kRemove) continue;
@@ -444,8 +442,8 @@ Status KeepHiddenBaseEntries(const git_tree* base, const Policy& policy,
                          git_tree_entry_id(entry.get()));
     GitTree sub(sub_raw);
     if (rc < 0) return GitError(rc, "git_tree_lookup", e.path);
-    HiddenWalk w{&policy, e.path, &keep};
-    rc = git_tree_walk(sub.get(), GIT_TREEWALK_PRE, CollectHidden, &w);
+    KeptWalk w{&policy, e.path, &keep};
+    rc = git_tree_walk(sub.get(), GIT_TREEWALK_PRE, CollectKept, &w);
     if (rc < 0) return GitError(rc, "git_tree_walk", e.path);
   }
   std::vector<std::string> put_files;
@@ -478,7 +476,7 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
     base.reset(raw);
     if (rc < 0) return GitError(rc, "git_tree_lookup", OidHex(*base_tree));
   }
-  IgnoreRules ignore(layers);
+  PublishRule rule(layers);
   BaseCursor base_cursor(base.get());
   OwnDirs own_dirs(layers);
   DirStack host_dirs(layers.lower.root(), layers.lower.root_path(), 2,
@@ -486,7 +484,7 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
   Snapshot s{repo,
              base.get(),
              layers,
-             ignore,
+             rule,
              base_cursor,
              own_dirs,
              host_changed_since_ns,
@@ -501,7 +499,7 @@ Result<git_oid> BuildWorktreeTree(git_repository* repo,
     if (++added % 100 == 0) Report(progress, "hashing changed files", added);
   }
   if (layers.policy)
-    ACQFS_TRY(KeepHiddenBaseEntries(base.get(), *layers.policy, &s.edits));
+    ACQFS_TRY(KeepPolicyBaseEntries(base.get(), *layers.policy, &s.edits));
   Report(progress, "writing trees");
   auto id = ApplyTreeEdits(repo, base_tree, s.edits);
   if (!id) return id.error();

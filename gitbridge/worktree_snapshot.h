@@ -3,7 +3,12 @@
 // state) plus the changes of the sandbox's own layers, the frozen layers and
 // the upper merged as one (DeltaScan; so a stack gives the tree its layers
 // squashed into one upper would give):
-//   - kDelete removes the path from the base;
+//   - which paths are published is the publish rule's answer
+//     (publish_rule.h); the scan leaves out .git, fifos and the like and
+//     the policy's hidden and read-only paths, and this unit the rest;
+//   - kDelete removes the path from the base; a directory the sandbox
+//     removed keeps the tracked entries the policy hides or makes read-only
+//     as the base has them (no change of them is published);
 //   - kUpsert of a path the base does not have (untracked in the sandbox) is
 //     skipped when the sandbox's ignore rules ignore it; a tracked path is
 //     always recorded;

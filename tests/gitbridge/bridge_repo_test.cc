@@ -23,6 +23,7 @@
 #include <tuple>
 
 #include "harness/git_env.h"
+#include "harness/git_test_util.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
@@ -30,38 +31,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::acqfs::test::Git;
+using ::acqfs::test::Lines;
+using ::acqfs::test::LooseObjects;
 using ::acqfs::test::MakeFile;
+using ::acqfs::test::Oid;
 using ::acqfs::test::ReadFile;
 using ::acqfs::test::Sh;
 using ::acqfs::test::ShellQuote;
 using ::acqfs::test::TempDir;
-
-git_oid Oid(const std::string& hex) {
-  git_oid id{};
-  EXPECT_EQ(git_oid_fromstr(&id, hex.c_str()), 0) << hex;
-  return id;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
-
-// Loose objects (hex ids) under an objects directory.
-std::set<std::string> LooseObjects(const std::string& objects) {
-  std::set<std::string> out;
-  for (const auto& d : fs::directory_iterator(objects)) {
-    std::string dn = d.path().filename().string();
-    if (dn.size() != 2 || !d.is_directory()) continue;
-    for (const auto& f : fs::directory_iterator(d.path()))
-      out.insert(dn + f.path().filename().string());
-  }
-  return out;
-}
 
 // path -> (size, mtime) of every entry below `root`, for "not touched".
 std::map<std::string, std::pair<uintmax_t, int64_t>> Times(

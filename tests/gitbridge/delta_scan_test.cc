@@ -15,6 +15,7 @@
 #include "fs/change_scan.h"
 #include "harness/deep_tree.h"
 #include "harness/fs_util.h"
+#include "harness/git_test_util.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
@@ -23,6 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 
 using ::acqfs::test::MakeFile;
+using ::acqfs::test::MakeOpaqueDir;
+using ::acqfs::test::MakeSymlinkAt;
+using ::acqfs::test::MakeWhiteoutAt;
 using ::acqfs::test::TempDir;
 
 // "D path" or "U path mode size": a compact form of a Change for asserts.
@@ -48,21 +52,6 @@ class DeltaScanTest : public ::testing::Test {
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Whiteout(const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
-  }
-  static void Opaque(const std::string& dir, const char* value = "y") {
-    fs::create_directories(dir);
-    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", value,
-                         std::strlen(value), 0),
-              0)
-        << dir;
-  }
-  static void Symlink(const std::string& target, const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
-  }
   std::vector<std::string> Scan(ScanStats* stats = nullptr) {
     std::vector<std::string> out;
     auto r = ScanUpper(layers_, stats);
@@ -94,24 +83,24 @@ TEST_F(DeltaScanTest, NewFilesAreUpserts) {
 TEST_F(DeltaScanTest, WhiteoutIsDelete) {
   MakeFile(L("d/f"), "lower");
   MakeFile(L("gone"), "lower");
-  Whiteout(U("d/f"));
-  Whiteout(U("gone"));
+  MakeWhiteoutAt(U("d/f"));
+  MakeWhiteoutAt(U("gone"));
   EXPECT_EQ(Scan(), (V{"D d/f", "D gone"}));
 }
 
 // A whiteout of a name the lower lacks hides nothing: no change (as for
 // `acqfs status`; before, it was a delete of a path the base lacks).
 TEST_F(DeltaScanTest, WhiteoutOfANameTheLowerLacksIsNoChange) {
-  Whiteout(U("never"));
+  MakeWhiteoutAt(U("never"));
   MakeFile(L("d/f"), "lower");
-  Whiteout(U("d/other"));
+  MakeWhiteoutAt(U("d/other"));
   EXPECT_EQ(Scan(), V{});
 }
 
 TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
   MakeFile(L("d/e/f"), "lower");
   MakeFile(L("d/g"), "lower");
-  Whiteout(U("d"));
+  MakeWhiteoutAt(U("d"));
   EXPECT_EQ(Scan(), V{"D d"});
 }
 
@@ -123,7 +112,7 @@ TEST_F(DeltaScanTest, WhiteoutOfDirectoryIsOneDelete) {
 TEST_F(DeltaScanTest, OpaqueDirectoryIsComparedPathByPath) {
   MakeFile(L("d/old"), "lower");
   MakeFile(L("d/same"), "same");
-  Opaque(U("d"));
+  MakeOpaqueDir(U("d"));
   MakeFile(U("d/same"), "same");  // made again equal to the lower: no change
   MakeFile(U("d/sub/new"), "n");
   ScanStats stats;
@@ -177,18 +166,18 @@ TEST_F(DeltaScanTest, BigFilesAreComparedWhole) {
 }
 
 TEST_F(DeltaScanTest, SymlinksComparedByTarget) {
-  Symlink("target", L("same"));
-  Symlink("target", U("same"));
-  Symlink("old", L("moved"));
-  Symlink("new", U("moved"));
-  Symlink("abc", L("typechange"));
+  MakeSymlinkAt("target", L("same"));
+  MakeSymlinkAt("target", U("same"));
+  MakeSymlinkAt("old", L("moved"));
+  MakeSymlinkAt("new", U("moved"));
+  MakeSymlinkAt("abc", L("typechange"));
   MakeFile(U("typechange"), "abc");  // same size, same bytes, other type
   EXPECT_EQ(Scan(), (V{"U moved 120777 3", "U typechange 100644 3"}));
 }
 
 TEST_F(DeltaScanTest, DanglingUpperSymlinkIsNotFollowed) {
-  Symlink("/nonexistent/target", U("link"));
-  Symlink("../../../../etc/passwd", U("escape"));
+  MakeSymlinkAt("/nonexistent/target", U("link"));
+  MakeSymlinkAt("../../../../etc/passwd", U("escape"));
   EXPECT_EQ(Scan(), (V{"U escape 120777 22", "U link 120777 19"}));
 }
 
@@ -198,7 +187,7 @@ TEST_F(DeltaScanTest, BelowAnOpaqueAncestorPathsAreComparedWithTheLower) {
   MakeFile(L("d/e/f"), "same");
   MakeFile(L("d/e/g"), "old");
   MakeFile(L("d/e/gone"), "x");
-  Opaque(U("d"));
+  MakeOpaqueDir(U("d"));
   MakeFile(U("d/e/f"), "same");
   MakeFile(U("d/e/g"), "new");
   EXPECT_EQ(Scan(), (V{"U d/e/g 100644 3", "D d/e/gone"}));
@@ -223,10 +212,10 @@ TEST_F(DeltaScanTest, GitDirectoriesAreSkipped) {
   MakeFile(U(".git/objects/ab/cd"), "obj");
   MakeFile(U("sub/.git/HEAD"), "ref");
   MakeFile(L("other/.git/HEAD"), "ref");
-  Whiteout(U("other/.git"));  // a nested repository removed
+  MakeWhiteoutAt(U("other/.git"));  // a nested repository removed
   MakeFile(L("op/.git/config"), "c");
   MakeFile(L("op/tracked"), "t");
-  Opaque(U("op"));  // its lower .git is not a delete either
+  MakeOpaqueDir(U("op"));  // its lower .git is not a delete either
   MakeFile(U("sub/real"), "r");
   MakeFile(U("gitfile/.git"), "gitdir: ../.git/modules/gitfile\n");
   EXPECT_EQ(Scan(), (V{"D op/tracked", "U sub/real 100644 1"}));
@@ -247,7 +236,7 @@ TEST_F(DeltaScanTest, XattrWhiteoutInDirectoryMarkedX) {
   MakeFile(U("d/f"), "");
   ASSERT_EQ(::setxattr(U("d/f").c_str(), "user.overlay.whiteout", "", 0, 0), 0);
   MakeFile(U("d/empty"), "");  // a zero-size file without the xattr
-  Opaque(U("d"), "x");
+  MakeOpaqueDir(U("d"), "x");
   EXPECT_EQ(Scan(), (V{"U d/empty 100644 0", "D d/f"}));
 }
 
@@ -255,7 +244,7 @@ TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
   MakeFile(L("a"), "lower");
   MakeFile(L("b/c"), "lower");
   MakeFile(L(".git/HEAD"), "ref");
-  Opaque(U(""));
+  MakeOpaqueDir(U(""));
   MakeFile(U("a"), "lower");  // made again equal to the lower: no change
   MakeFile(U("z"), "new");
   EXPECT_EQ(Scan(), (V{"D b", "U z 100644 3"}));
@@ -263,13 +252,13 @@ TEST_F(DeltaScanTest, OpaqueRootDeletesEveryLowerName) {
 
 TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
   MakeFile(L("a/x"), "lower");
-  Opaque(U("a"));
+  MakeOpaqueDir(U("a"));
   MakeFile(U("a/y"), "1");
   MakeFile(U("a.txt"), "2");
   MakeFile(U("a-b"), "3");
   MakeFile(U("b/c/d"), "4");
   MakeFile(L("b/a/x"), "lower");
-  Whiteout(U("b/a"));
+  MakeWhiteoutAt(U("b/a"));
   MakeFile(U("0"), "5");
   auto got = Scan();
   EXPECT_EQ(got, (V{"U 0 100644 1", "U a-b 100644 1", "U a.txt 100644 1",
@@ -279,7 +268,7 @@ TEST_F(DeltaScanTest, OutputIsInPathOrderWithDeletesFirst) {
 TEST_F(DeltaScanTest, StatsCountUpperEntries) {
   MakeFile(U("a/b/c"), "1");
   MakeFile(L("a/w"), "lower");
-  Whiteout(U("a/w"));
+  MakeWhiteoutAt(U("a/w"));
   MakeFile(L("a/same"), "s");
   MakeFile(U("a/same"), "s");
   ScanStats stats;
@@ -296,9 +285,9 @@ TEST_F(DeltaScanTest, NamesGitRefusesAreReportedAndNotEntered) {
   MakeFile(U("sub/.git./hooks/post-checkout"), "x", 0755);
   MakeFile(U("sub/.GIT"), "a file");
   MakeFile(U(".gitmodules/x"), "a directory named .gitmodules");
-  Symlink("target", U("GITMOD~1"));
-  Symlink("target", U(".gitmodules."));
-  Symlink("target", U("d/.gitignore"));
+  MakeSymlinkAt("target", U("GITMOD~1"));
+  MakeSymlinkAt("target", U(".gitmodules."));
+  MakeSymlinkAt("target", U("d/.gitignore"));
   MakeFile(U("GITMOD~2"), "a file of that name is fine");
   MakeFile(U(".git/config"), "the sandbox's repository");
   MakeFile(U("d/.git/HEAD"), "a nested repository");
@@ -354,8 +343,8 @@ class ScansAgreeTest : public DeltaScanTest {
 TEST_F(ScansAgreeTest, ACopyUpEqualToTheLowerIsUnchangedForBoth) {
   Both("f", "same bytes");
   Both("d/tool", "#!/bin/sh\n", 0755);
-  Symlink("f", L("l/link"));
-  Symlink("f", U("l/link"));
+  MakeSymlinkAt("f", L("l/link"));
+  MakeSymlinkAt("f", U("l/link"));
   EXPECT_EQ(Status(), V{});
   EXPECT_EQ(Export(), V{});
 }
@@ -383,7 +372,7 @@ TEST_F(ScansAgreeTest, ContentAndTypeChangesAreChangesForBoth) {
   MakeFile(L("f"), "old");
   MakeFile(U("f"), "new");
   MakeFile(L("t"), "abc");
-  Symlink("abc", U("t"));
+  MakeSymlinkAt("abc", U("t"));
   EXPECT_EQ(Status(), (V{"M f", "T t"}));
   EXPECT_EQ(Export(), (V{"U f", "U t"}));
 }

@@ -17,6 +17,7 @@
 
 #include "harness/deep_tree.h"
 #include "harness/fs_util.h"
+#include "harness/git_test_util.h"
 #include "harness/result_assert.h"
 #include "harness/temp_dir.h"
 
@@ -24,6 +25,8 @@ namespace acqfs::gitbridge {
 namespace {
 
 using ::acqfs::test::MakeFile;
+using ::acqfs::test::MakeSymlinkAt;
+using ::acqfs::test::MakeWhiteoutAt;
 using ::acqfs::test::TempDir;
 class MergedTreeTest : public ::testing::Test {
  protected:
@@ -42,17 +45,11 @@ class MergedTreeTest : public ::testing::Test {
   static void Mkdir(const std::string& path) {
     std::filesystem::create_directories(path);
   }
-  static void Whiteout(const std::string& path) {
-    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
-  }
   static void Xattr(const std::string& path, const std::string& key,
                     const std::string& value) {
     ASSERT_EQ(
         ::setxattr(path.c_str(), key.c_str(), value.data(), value.size(), 0), 0)
         << path << ": " << std::strerror(errno);
-  }
-  static void Symlink(const std::string& target, const std::string& path) {
-    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
   }
   std::vector<std::string> Names(const std::string& rel) {
     std::vector<std::string> out;
@@ -113,7 +110,7 @@ TEST_F(MergedTreeTest, UpperFileHidesLowerFile) {
 TEST_F(MergedTreeTest, WhiteoutHidesLowerFile) {
   MakeFile(L("d/f"), "lower");
   Mkdir(U("d"));
-  Whiteout(U("d/f"));
+  MakeWhiteoutAt(U("d/f"));
   MergedTree tree(layers_);
   ASSERT_OK_AND_ASSIGN(auto node, tree.Resolve("d/f"));
   EXPECT_FALSE(node.exists);
@@ -124,7 +121,7 @@ TEST_F(MergedTreeTest, WhiteoutHidesLowerFile) {
 
 TEST_F(MergedTreeTest, WhiteoutOfDirectoryHidesEverythingBelow) {
   MakeFile(L("d/e/f"), "lower");
-  Whiteout(U("d"));
+  MakeWhiteoutAt(U("d"));
   MergedTree tree(layers_);
   ASSERT_OK_AND_ASSIGN(auto d, tree.Resolve("d"));
   EXPECT_FALSE(d.exists);
@@ -154,7 +151,7 @@ TEST_F(MergedTreeTest, MergedDirectoryListsBothLayers) {
   MakeFile(L("d/both"), "2");
   MakeFile(U("d/up"), "3");
   MakeFile(U("d/both"), "4");
-  Whiteout(U("d/gone"));
+  MakeWhiteoutAt(U("d/gone"));
   MakeFile(L("d/gone"), "5");
   EXPECT_EQ(Names("d"), (std::vector<std::string>{"both", "lo", "up"}));
   EXPECT_EQ(Names(""), std::vector<std::string>{"d"});
@@ -209,8 +206,8 @@ TEST_F(MergedTreeTest, InvalidComponentsAreEinval) {
 
 TEST_F(MergedTreeTest, SymlinksAreReportedNeverFollowed) {
   MakeFile(L("realdir/inside"), "secret");
-  Symlink("realdir", L("linkdir"));
-  Symlink("/etc/passwd", L("abs"));
+  MakeSymlinkAt("realdir", L("linkdir"));
+  MakeSymlinkAt("/etc/passwd", L("abs"));
   MergedTree tree(layers_);
   ASSERT_OK_AND_ASSIGN(auto link, tree.Resolve("linkdir"));
   EXPECT_TRUE(S_ISLNK(link.st.st_mode));
@@ -224,7 +221,7 @@ TEST_F(MergedTreeTest, SymlinksAreReportedNeverFollowed) {
 
 TEST_F(MergedTreeTest, UpperSymlinkHidesLowerFile) {
   MakeFile(L("x"), "lower");
-  Symlink("elsewhere", U("x"));
+  MakeSymlinkAt("elsewhere", U("x"));
   MergedTree tree(layers_);
   ASSERT_OK_AND_ASSIGN(auto x, tree.Resolve("x"));
   EXPECT_TRUE(x.in_upper);

@@ -26,6 +26,7 @@
 
 #include "gitbridge/bridge_repo.h"
 #include "harness/git_env.h"
+#include "harness/git_test_util.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
@@ -34,16 +35,13 @@ namespace {
 namespace fs = std::filesystem;
 using ::acqfs::test::Git;
 using ::acqfs::test::MakeFile;
+using ::acqfs::test::MakeOpaqueDir;
+using ::acqfs::test::MakeWhiteoutAt;
+using ::acqfs::test::Oid;
 using ::acqfs::test::ReadFile;
 using ::acqfs::test::Sh;
 using ::acqfs::test::ShellQuote;
 using ::acqfs::test::TempDir;
-
-git_oid Oid(const std::string& hex) {
-  git_oid id{};
-  EXPECT_EQ(git_oid_fromstr(&id, hex.c_str()), 0) << hex;
-  return id;
-}
 
 std::string Hex(const git_oid& id) { return OidHex(id); }
 
@@ -111,23 +109,13 @@ class SandboxRepoTest : public ::testing::Test {
     fs::create_directories(heads);
     MakeFile(heads + "/agent", c2_ + "\n");
     MakeFile(heads + "/feat", c3_ + "\n");
-    Whiteout(heads + "/gone");
+    MakeWhiteoutAt(heads + "/gone");
     MakeFile(upper_ + "/.git/packed-refs",
              "# pack-refs with: peeled fully-peeled sorted \n" + c1_ +
                  " refs/heads/feat\n" + c1_ + " refs/heads/main\n" + c2_ +
                  " refs/heads/newpacked\n" + c1_ + " refs/heads/packedonly\n" +
                  c3_ + " refs/tags/v1\n^" + c1_ + "\n");
     MakeFile(upper_ + "/.git/HEAD", "ref: refs/heads/agent\n");
-  }
-
-  static void Whiteout(const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0)
-        << path << ": " << std::strerror(errno);
-  }
-  static void Opaque(const std::string& dir) {
-    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", "y", 1, 0), 0)
-        << dir << ": " << std::strerror(errno);
   }
 
   Layers OpenLayers() {
@@ -227,7 +215,7 @@ TEST_F(SandboxRepoTest, OpaqueRefsDirectoryHidesLowerLooseRefs) {
   MakeSandboxCommits(true);
   std::string heads = upper_ + "/.git/refs/heads";
   fs::create_directories(heads);
-  Opaque(heads);
+  MakeOpaqueDir(heads);
   MakeFile(heads + "/solo", c2_ + "\n");
   Layers layers = OpenLayers();
   ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
@@ -238,7 +226,7 @@ TEST_F(SandboxRepoTest, OpaqueRefsDirectoryHidesLowerLooseRefs) {
 }
 
 TEST_F(SandboxRepoTest, WhitedOutPackedRefsHidesPackedBranches) {
-  Whiteout(upper_ + "/.git/packed-refs");
+  MakeWhiteoutAt(upper_ + "/.git/packed-refs");
   Layers layers = OpenLayers();
   ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   std::map<std::string, std::string> want = {{"gone", c1_}};
@@ -341,8 +329,8 @@ TEST_F(SandboxRepoTest, PacksInTheUpperAfterGcWithLowerObjectsWhitedOut) {
     std::string dn = d.path().filename().string();
     if (dn.size() != 2) continue;
     for (const auto& f : fs::directory_iterator(d.path()))
-      Whiteout(upper_ + "/.git/objects/" + dn + "/" +
-               f.path().filename().string());
+      MakeWhiteoutAt(upper_ + "/.git/objects/" + dn + "/" +
+                     f.path().filename().string());
   }
   MakeFile(upper_ + "/.git/refs/heads/agent", c2_ + "\n");
   Layers layers = OpenLayers();
@@ -358,7 +346,7 @@ TEST_F(SandboxRepoTest, PacksInTheUpperAfterGcWithLowerObjectsWhitedOut) {
 
 TEST_F(SandboxRepoTest, OpaqueObjectsDirectoryHidesLowerObjects) {
   MakeSandboxCommits(true);
-  Opaque(upper_ + "/.git/objects");
+  MakeOpaqueDir(upper_ + "/.git/objects");
   Layers layers = OpenLayers();
   ASSERT_OK_AND_ASSIGN(auto repo, SandboxRepo::Open(layers));
   EXPECT_TRUE(HasCommit(repo, c2_));
@@ -510,7 +498,7 @@ TEST_F(SandboxRepoTest, MalformedLooseObjectsAreRefused) {
        [&](const std::string& p) { MakeFile(p, "not zlib at all"); }},
       {"fifo",
        [&](const std::string& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0); }},
-      {"whiteout", [&](const std::string& p) { Whiteout(p); }},
+      {"whiteout", [&](const std::string& p) { MakeWhiteoutAt(p); }},
       {"directory", [&](const std::string& p) { fs::create_directory(p); }},
       {"bad type",
        [&](const std::string& p) {

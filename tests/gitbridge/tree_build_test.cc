@@ -12,6 +12,7 @@
 #include "common/git_ptr.h"
 #include "harness/deep_git.h"
 #include "harness/deep_tree.h"
+#include "harness/git_test_util.h"
 #include "harness/result_assert.h"
 #include "harness/temp_dir.h"
 
@@ -24,13 +25,6 @@ using ::acqfs::test::TempDir;
 
 constexpr char kEmptyTree[] = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
-using GitTreeEntry = GitPtr<git_tree_entry, git_tree_entry_free>;
-
-struct Entry {
-  git_filemode_t mode;
-  git_oid id;
-};
-
 class TreeBuildTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -42,11 +36,7 @@ class TreeBuildTest : public ::testing::Test {
   void TearDown() override { repo_.reset(); }
 
   git_oid Blob(const std::string& data) {
-    git_oid id;
-    EXPECT_EQ(
-        git_blob_create_from_buffer(&id, repo_.get(), data.data(), data.size()),
-        0);
-    return id;
+    return ::acqfs::test::MakeBlob(repo_.get(), data);
   }
   TreeEdit Put(const std::string& path, const std::string& data,
                git_filemode_t mode = GIT_FILEMODE_BLOB) {
@@ -56,24 +46,12 @@ class TreeBuildTest : public ::testing::Test {
     return TreeEdit{TreeEdit::kRemove, path};
   }
   // The entry at `path` of tree `tree`, or nullopt.
-  std::optional<Entry> At(const git_oid& tree, const std::string& path) {
-    git_tree* raw = nullptr;
-    EXPECT_EQ(git_tree_lookup(&raw, repo_.get(), &tree), 0);
-    GitTree t(raw);
-    git_tree_entry* e = nullptr;
-    if (git_tree_entry_bypath(&e, t.get(), path.c_str()) != 0)
-      return std::nullopt;
-    GitTreeEntry owned(e);
-    return Entry{git_tree_entry_filemode(e), *git_tree_entry_id(e)};
+  std::optional<::acqfs::test::TreeEntryAt> At(const git_oid& tree,
+                                               const std::string& path) {
+    return ::acqfs::test::EntryAt(repo_.get(), tree, path);
   }
   std::string Content(const git_oid& tree, const std::string& path) {
-    auto e = At(tree, path);
-    if (!e) return "<missing>";
-    git_blob* raw = nullptr;
-    if (git_blob_lookup(&raw, repo_.get(), &e->id) != 0) return "<not a blob>";
-    GitBlob b(raw);
-    return std::string(static_cast<const char*>(git_blob_rawcontent(raw)),
-                       git_blob_rawsize(raw));
+    return ::acqfs::test::BlobAt(repo_.get(), tree, path);
   }
   size_t EntryCount(const git_oid& tree) {
     git_tree* raw = nullptr;
@@ -83,13 +61,7 @@ class TreeBuildTest : public ::testing::Test {
   }
   // Number of loose objects in the repository.
   size_t LooseObjects() {
-    size_t n = 0;
-    for (const auto& e :
-         fs::recursive_directory_iterator(root_ + "/repo.git/objects")) {
-      std::string dir = e.path().parent_path().filename();
-      if (e.is_regular_file() && dir.size() == 2) ++n;
-    }
-    return n;
+    return ::acqfs::test::LooseObjects(root_ + "/repo.git/objects").size();
   }
   git_oid Apply(const git_oid* base, const std::vector<TreeEdit>& edits) {
     auto r = ApplyTreeEdits(repo_.get(), base, edits);

@@ -18,6 +18,7 @@
 #include "harness/deep_git.h"
 #include "harness/deep_tree.h"
 #include "harness/fs_util.h"
+#include "harness/git_test_util.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
@@ -26,12 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::acqfs::test::DeepContent;
 using ::acqfs::test::MakeFile;
+using ::acqfs::test::MakeOpaqueDir;
+using ::acqfs::test::MakeSymlinkAt;
+using ::acqfs::test::MakeWhiteoutAt;
 using ::acqfs::test::TempDir;
-
-struct Entry {
-  git_filemode_t mode;
-  git_oid id;
-};
 
 class WorktreeSnapshotTest : public ::testing::Test {
  protected:
@@ -51,24 +50,8 @@ class WorktreeSnapshotTest : public ::testing::Test {
 
   std::string L(const std::string& rel) { return root_ + "/lower/" + rel; }
   std::string U(const std::string& rel) { return root_ + "/upper/" + rel; }
-  static void Whiteout(const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0, 0), 0) << path;
-  }
-  static void Opaque(const std::string& dir) {
-    fs::create_directories(dir);
-    ASSERT_EQ(::setxattr(dir.c_str(), "user.overlay.opaque", "y", 1, 0), 0);
-  }
-  static void Symlink(const std::string& target, const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path;
-  }
   git_oid Blob(const std::string& data) {
-    git_oid id;
-    EXPECT_EQ(
-        git_blob_create_from_buffer(&id, repo_.get(), data.data(), data.size()),
-        0);
-    return id;
+    return ::acqfs::test::MakeBlob(repo_.get(), data);
   }
   // A tracked lower file: written to the lower and recorded in the base.
   void Tracked(const std::string& path, const std::string& data,
@@ -94,24 +77,12 @@ class WorktreeSnapshotTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.error().Message();
     return r.ok() ? *r : git_oid{};
   }
-  std::optional<Entry> At(const git_oid& tree, const std::string& path) {
-    git_tree* raw = nullptr;
-    EXPECT_EQ(git_tree_lookup(&raw, repo_.get(), &tree), 0);
-    GitTree t(raw);
-    git_tree_entry* e = nullptr;
-    if (git_tree_entry_bypath(&e, t.get(), path.c_str()) != 0)
-      return std::nullopt;
-    GitTreeEntry owned(e);
-    return Entry{git_tree_entry_filemode(e), *git_tree_entry_id(e)};
+  std::optional<::acqfs::test::TreeEntryAt> At(const git_oid& tree,
+                                               const std::string& path) {
+    return ::acqfs::test::EntryAt(repo_.get(), tree, path);
   }
   std::string Content(const git_oid& tree, const std::string& path) {
-    auto e = At(tree, path);
-    if (!e) return "<missing>";
-    git_blob* raw = nullptr;
-    if (git_blob_lookup(&raw, repo_.get(), &e->id) != 0) return "<not a blob>";
-    GitBlob b(raw);
-    return std::string(static_cast<const char*>(git_blob_rawcontent(raw)),
-                       git_blob_rawsize(raw));
+    return ::acqfs::test::BlobAt(repo_.get(), tree, path);
   }
 
   GitLibrary lib_;
@@ -164,9 +135,9 @@ TEST_F(WorktreeSnapshotTest, WhiteoutsRemoveFilesAndDirectories) {
   Tracked("part/a", "a");
   Tracked("part/b", "b");
   git_oid base = Base();
-  Whiteout(U("gone"));
-  Whiteout(U("dir"));
-  Whiteout(U("part/a"));
+  MakeWhiteoutAt(U("gone"));
+  MakeWhiteoutAt(U("dir"));
+  MakeWhiteoutAt(U("part/a"));
   git_oid t = Snapshot(&base);
   EXPECT_EQ(Content(t, "keep"), "k");
   EXPECT_FALSE(At(t, "gone"));
@@ -241,9 +212,9 @@ TEST_F(WorktreeSnapshotTest, ModesFollowTheOwnerExecuteBit) {
 TEST_F(WorktreeSnapshotTest, SymlinksAreRecordedAsLinksNeverFollowed) {
   Tracked("f", "file");
   git_oid base = Base();
-  Symlink("/etc/passwd", U("abs"));
-  Symlink("../outside", U("d/rel"));
-  Symlink("missing", U("f"));  // a tracked file replaced by a link
+  MakeSymlinkAt("/etc/passwd", U("abs"));
+  MakeSymlinkAt("../outside", U("d/rel"));
+  MakeSymlinkAt("missing", U("f"));  // a tracked file replaced by a link
   git_oid t = Snapshot(&base);
   EXPECT_EQ(At(t, "abs")->mode, GIT_FILEMODE_LINK);
   EXPECT_EQ(Content(t, "abs"), "/etc/passwd");
@@ -262,7 +233,7 @@ TEST_F(WorktreeSnapshotTest, GitlinksAreKeptAndNeverEntered) {
   git_oid base = Base();
   MakeFile(U("mods/sub/new.c"), "inside the submodule");
   MakeFile(U("mods/sib"), "beside it");
-  Whiteout(U("gone"));
+  MakeWhiteoutAt(U("gone"));
   git_oid t = Snapshot(&base);
   auto sub = At(t, "mods/sub");
   ASSERT_TRUE(sub);
@@ -280,7 +251,7 @@ TEST_F(WorktreeSnapshotTest, OpaqueDirectoryReplacesItsContent) {
   Tracked("d/sub/b", "b");
   Tracked("other", "o");
   git_oid base = Base();
-  Opaque(U("d"));
+  MakeOpaqueDir(U("d"));
   MakeFile(U("d/c"), "c");
   MakeFile(U("d/a"), "a");  // same bytes as before: recorded again, same blob
   git_oid t = Snapshot(&base);
@@ -315,7 +286,7 @@ TEST_F(WorktreeSnapshotTest, DirectoryReplacesFile) {
   Tracked("f", "file");
   Tracked("g", "file");
   git_oid base = Base();
-  Opaque(U("f"));  // rm f; mkdir f: an opaque directory over a whiteout
+  MakeOpaqueDir(U("f"));  // rm f; mkdir f: an opaque directory over a whiteout
   MakeFile(U("f/inner"), "i");
   fs::create_directory(U("g"));  // a plain upper dir over the lower file
   MakeFile(U("g/inner"), "j");
@@ -371,9 +342,9 @@ TEST_F(WorktreeSnapshotTest, NamesGitRefusesAreSkippedAndListed) {
   MakeFile(U(".git./x"), "x");
   MakeFile(U("sub/.GIT/x"), "x");
   MakeFile(U("sub/fine.txt"), "fine");
-  Symlink("target", U("GITMOD~1"));
-  Symlink("target", U(".gitmodules."));
-  Symlink("target", U(".gitmodules "));
+  MakeSymlinkAt("target", U("GITMOD~1"));
+  MakeSymlinkAt("target", U(".gitmodules."));
+  MakeSymlinkAt("target", U(".gitmodules "));
   MakeFile(U("ignored-dir/.GIT/x"), "x");
   MakeFile(U("a"), "2");
   SnapshotStats stats;

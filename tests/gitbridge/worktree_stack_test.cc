@@ -17,6 +17,7 @@
 #include "gitbridge/tree_build.h"
 #include "gitbridge/worktree_snapshot.h"
 #include "harness/fs_util.h"
+#include "harness/git_test_util.h"
 #include "harness/temp_dir.h"
 
 namespace acqfs::gitbridge {
@@ -46,27 +47,20 @@ class WorktreeStackTest : public ::testing::Test {
     MakeFile(P(layer, rel), data, mode);
   }
   void Whiteout(const std::string& layer, const std::string& rel) {
-    fs::create_directories(fs::path(P(layer, rel)).parent_path());
-    ASSERT_EQ(::mknod(P(layer, rel).c_str(), S_IFCHR | 0, 0), 0) << rel;
+    ::acqfs::test::MakeWhiteoutAt(P(layer, rel));
   }
   void Opaque(const std::string& layer, const std::string& rel) {
-    fs::create_directories(P(layer, rel));
-    ASSERT_EQ(
-        ::setxattr(P(layer, rel).c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+    ::acqfs::test::MakeOpaqueDir(P(layer, rel));
   }
   void Symlink(const std::string& layer, const std::string& target,
                const std::string& rel) {
-    fs::create_directories(fs::path(P(layer, rel)).parent_path());
-    ASSERT_EQ(::symlink(target.c_str(), P(layer, rel).c_str()), 0) << rel;
+    ::acqfs::test::MakeSymlinkAt(target, P(layer, rel));
   }
   // A host file recorded in the base tree.
   void Tracked(const std::string& rel, const std::string& data,
                mode_t mode = 0644) {
     File("host", rel, data, mode);
-    git_oid id;
-    ASSERT_EQ(
-        git_blob_create_from_buffer(&id, repo_.get(), data.data(), data.size()),
-        0);
+    git_oid id = ::acqfs::test::MakeBlob(repo_.get(), data);
     base_.push_back(TreeEdit{
         TreeEdit::kPut, rel,
         (mode & S_IXUSR) ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB,
@@ -90,20 +84,7 @@ class WorktreeStackTest : public ::testing::Test {
   }
   std::string Content(const git_oid& tree, const std::string& path,
                       git_filemode_t* mode = nullptr) {
-    git_tree* raw = nullptr;
-    EXPECT_EQ(git_tree_lookup(&raw, repo_.get(), &tree), 0);
-    GitTree t(raw);
-    git_tree_entry* e = nullptr;
-    if (git_tree_entry_bypath(&e, t.get(), path.c_str()) != 0)
-      return "<missing>";
-    GitTreeEntry owned(e);
-    if (mode) *mode = git_tree_entry_filemode(e);
-    git_blob* b = nullptr;
-    if (git_blob_lookup(&b, repo_.get(), git_tree_entry_id(e)) != 0)
-      return "<not a blob>";
-    GitBlob blob(b);
-    return std::string(static_cast<const char*>(git_blob_rawcontent(b)),
-                       git_blob_rawsize(b));
+    return ::acqfs::test::BlobAt(repo_.get(), tree, path, mode);
   }
 
   GitLibrary lib_;
