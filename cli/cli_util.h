@@ -13,8 +13,9 @@
 
 #include <string>
 
-#include "cli/state.h"
 #include "common/error.h"
+#include "state/paths.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 
@@ -25,12 +26,6 @@ constexpr int kExitRefused = 3;
 int Fail(int code, const std::string& what, const std::string& subject,
          const std::string& reason);
 int Fail(int code, const std::string& what, const Error& e);
-
-std::string Absolute(const std::string& p);
-bool IsDir(const std::string& p);
-bool Exists(const std::string& p);
-// Is `inner` equal to or below `outer`? Both canonical.
-bool Within(const std::string& inner, const std::string& outer);
 
 // A path as git prints it: unchanged, or C-quoted ("a\tb", "\377") when it
 // holds a control character, DEL, '"', '\' or bytes that are not UTF-8.

@@ -20,8 +20,8 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "gitbridge/apply.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

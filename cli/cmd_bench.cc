@@ -46,15 +46,17 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/daemon.h"
-#include "cli/liveness.h"
-#include "cli/process.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
-#include "cli/stack.h"
-#include "cli/state.h"
 #include "common/sys.h"
+#include "daemon/daemon.h"
 #include "gitbridge/remote.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
+#include "state/liveness.h"
+#include "state/process.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

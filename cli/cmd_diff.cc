@@ -46,12 +46,12 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "common/sys.h"
 #include "fs/change_scan.h"
 #include "fs/layer.h"
 #include "gitbridge/patch.h"
 #include "gitbridge/publish_rule.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 

@@ -9,8 +9,8 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "gitbridge/export.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -43,15 +43,17 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/liveness.h"
 #include "cli/sandbox.h"
-#include "cli/stack.h"
-#include "cli/state.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
 #include "fs/layer_format.h"
 #include "fs/quota.h"
 #include "gitbridge/export.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -15,24 +15,24 @@
 #include <sstream>
 #include <string>
 
-#include "cli/allow_other.h"
-#include "cli/as_owner.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/daemon.h"
-#include "cli/liveness.h"
 #include "cli/podman_namespace.h"
 #include "cli/policy_args.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
+#include "daemon/allow_other.h"
+#include "daemon/daemon.h"
 #include "fs/layer.h"
 #include "fs/layer_format.h"
 #include "gitbridge/export.h"
 #include "gitbridge/git_base.h"
 #include "gitbridge/index_objects.h"
 #include "gitbridge/remote.h"
+#include "state/as_owner.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -13,20 +13,22 @@
 #include <cstring>
 #include <string>
 
-#include "cli/as_owner.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/daemon.h"
-#include "cli/liveness.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
-#include "cli/stack.h"
-#include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
+#include "daemon/daemon.h"
 #include "fs/layer.h"
 #include "gitbridge/export.h"
 #include "gitbridge/remote.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
+#include "state/as_owner.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -50,17 +50,17 @@
 #include <string>
 #include <vector>
 
-#include "cli/allow_other.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/liveness.h"
 #include "cli/policy_args.h"
-#include "cli/process.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "common/handle.h"
 #include "common/sys.h"
+#include "daemon/allow_other.h"
 #include "gitbridge/export.h"
+#include "state/liveness.h"
+#include "state/process.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -36,11 +36,11 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "fs/change_scan.h"
 #include "fs/layer.h"
 #include "gitbridge/host_changes.h"
 #include "gitbridge/publish_rule.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 

@@ -15,12 +15,12 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/daemon.h"
-#include "cli/liveness.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
 #include "common/handle.h"
+#include "daemon/daemon.h"
 #include "gitbridge/export.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

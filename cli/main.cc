@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/as_owner.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/state.h"
+#include "state/as_owner.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/mountinfo.h"
 #include "common/handle.h"
+#include "state/mountinfo.h"
 
 namespace acqfs::cli {
 namespace {

@@ -4,8 +4,8 @@
 #define ACQFS_CLI_POLICY_ARGS_H_
 
 #include "cli/commands.h"
-#include "cli/state.h"
 #include "common/error.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 

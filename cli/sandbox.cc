@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "cli/cli_util.h"
-#include "cli/daemon.h"
 #include "common/git_ptr.h"
+#include "daemon/daemon.h"
 #include "gitbridge/bridge_repo.h"
 #include "gitbridge/git_base.h"
 #include "gitbridge/host_repo.h"

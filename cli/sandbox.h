@@ -11,13 +11,15 @@
 #include <optional>
 #include <string>
 
-#include "cli/liveness.h"
-#include "cli/stack.h"
-#include "cli/state.h"
 #include "common/error.h"
 #include "common/handle.h"
 #include "fs/layer.h"
 #include "gitbridge/export.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 

@@ -336,6 +336,38 @@ Status Renameat2(int olddir, const std::string& oldname, int newdir,
   return Ok();
 }
 
+Result<UniqueFd> OpenBelow(const std::string& anchor, const std::string& path,
+                           int flags, const std::string& what) {
+  std::string base = anchor;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  if (path.size() <= base.size() + 1 ||
+      path.compare(0, base.size(), base) != 0 || path[base.size()] != '/')
+    return Error::Of(EINVAL, what + " (not below " + base + ")", path);
+  auto root = OpenDirPath(base, O_PATH);
+  if (!root) return root.error();
+  auto fd =
+      OpenBeneath(root->get(), path.substr(base.size() + 1), flags, 0, path);
+  if (!fd) {
+    Error e = fd.error();
+    if (e.err == ELOOP || e.err == EXDEV)
+      e.op += " (" + what + ": a symlink on the way below " + base +
+              "; it is never reached through one)";
+    return e;
+  }
+  return fd;
+}
+
+Status Fsync(int fd, const std::string& shown) {
+  if (::fsync(fd) != 0) return Error::Errno("fsync", shown);
+  return Ok();
+}
+
+Status SyncDirPath(const std::string& dir) {
+  auto fd = OpenDirPath(dir, O_RDONLY);
+  if (!fd) return fd.error();
+  return Fsync(fd->get(), dir);
+}
+
 Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown) {
   std::string out;
   char buf[65536];

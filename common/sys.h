@@ -49,6 +49,14 @@ constexpr size_t kMaxPathChunk = 4000;
 Result<UniqueFd> OpenBeneath(int root, const std::string& rel, int flags,
                              mode_t mode, const std::string& shown);
 
+// Opens `path`, which must lie strictly below the directory `anchor` (both
+// absolute), walking from `anchor` with OpenBeneath's rules: no symlink
+// followed on the way. EINVAL (naming `anchor`) when `path` is not below
+// it; ELOOP/EXDEV say that a symlink stood on the way. `what` starts the
+// error's operation ("open a layer").
+Result<UniqueFd> OpenBelow(const std::string& anchor, const std::string& path,
+                           int flags, const std::string& what);
+
 // Opens a directory by absolute path, O_DIRECTORY|O_CLOEXEC plus `flags`.
 Result<UniqueFd> OpenDirPath(const std::string& path, int flags);
 
@@ -105,6 +113,12 @@ Status RemoveXattr(const std::string& xpath, const std::string& key,
 Status Renameat2(int olddir, const std::string& oldname, int newdir,
                  const std::string& newname, unsigned flags,
                  const std::string& shown);
+
+// fsync(fd), or an error naming `shown`.
+Status Fsync(int fd, const std::string& shown);
+// Opens the directory `dir` and fsyncs it (making the entries made or
+// removed in it durable).
+Status SyncDirPath(const std::string& dir);
 
 // Reads `fd` to its end; EFBIG when it holds more than `limit` bytes.
 Result<std::string> ReadAll(int fd, size_t limit, const std::string& shown);

@@ -32,25 +32,9 @@ Result<Layer> Layer::Open(const std::string& path) {
 Result<Layer> Layer::OpenUnder(const std::string& anchor,
                                const std::string& path) {
   if (anchor.empty()) return Open(path);
-  std::string base = anchor;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  if (path.size() <= base.size() + 1 ||
-      path.compare(0, base.size(), base) != 0 || path[base.size()] != '/')
-    return Error::Of(
-        EINVAL, "open a layer (not below the state directory " + base + ")",
-        path);
-  const std::string rel = path.substr(base.size() + 1);
-  auto root = sys::OpenDirPath(base, O_PATH);
-  if (!root) return root.error();
-  auto fd = sys::OpenBeneath(root->get(), rel, O_PATH | O_DIRECTORY, 0, path);
-  if (!fd) {
-    Error e = fd.error();
-    if (e.err == ELOOP || e.err == EXDEV)
-      e.op +=
-          " (a symlink on the way below the state directory: a "
-          "sandbox's layers are never reached through one)";
-    return e;
-  }
+  auto fd = sys::OpenBelow(anchor, path, O_PATH | O_DIRECTORY,
+                           "open a layer below the state directory");
+  if (!fd) return fd.error();
   return Layer(std::move(*fd), path);
 }
 

@@ -1,6 +1,6 @@
 // Who may use a mount (cli/allow_other.h): /etc/fuse.conf read as
 // fusermount3 reads it, the default by who mounts, and the options that ask.
-#include "cli/allow_other.h"
+#include "daemon/allow_other.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

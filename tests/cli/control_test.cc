@@ -1,6 +1,6 @@
 // Tests of cli/control: the control socket's server and client, on real
 // Unix sockets in temporary folders. Every wait is bounded.
-#include "cli/control.h"
+#include "daemon/control.h"
 
 #include <fcntl.h>
 #include <grp.h>

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "cli/cli_util.h"
-#include "cli/liveness.h"
+#include "state/liveness.h"
 #include "cli/sandbox.h"
-#include "cli/state.h"
+#include "state/state.h"
 #include "harness/layer_tree.h"
 
 namespace acqfs::cli {

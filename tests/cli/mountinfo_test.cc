@@ -4,7 +4,7 @@
 // real namespaces: a child that unshares a user and mount namespace and
 // names itself as Podman's pause process does, in a mount namespace of the
 // test's own (nothing is mounted in the machine's).
-#include "cli/mountinfo.h"
+#include "state/mountinfo.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>

@@ -2,7 +2,7 @@
 // working directory, an environment and a process group; wait statuses as
 // a shell reports them; signals taken while waiting and passed on; shell
 // quoting that /bin/sh reads back word for word; PATH lookup.
-#include "cli/process.h"
+#include "state/process.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

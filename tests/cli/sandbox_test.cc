@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "cli/liveness.h"
-#include "cli/state.h"
+#include "state/liveness.h"
+#include "state/state.h"
 #include "harness/layer_tree.h"
 
 namespace acqfs::cli {

@@ -4,7 +4,8 @@
 // checkpoint 1, and "kind": 7 a plain checkpoint), and a squash's merged
 // layer is recognised by the folder it is in, however the client spelled
 // its path (a relative state directory, one reached through a symlink).
-#include "cli/stack_ops.h"
+#include "daemon/serve_control.h"
+#include "stack/stack_ops.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

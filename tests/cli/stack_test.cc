@@ -3,7 +3,9 @@
 // (checkpoint, rewind, fork, squash and which checkpoints they keep), the
 // layer store (create, remove, stats and their cache), the store lock,
 // garbage collection and the legacy migration with a crash at each step.
-#include "cli/stack.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
