@@ -709,7 +709,7 @@ int RunMount(const MountArgs& a) {
   if (git) {
     {
       // The bridge is in the state folder: root writes it as the folder's
-      // owner (cli/as_owner.h), so a bridge.git the owner pointed at
+      // owner (state/as_owner.h), so a bridge.git the owner pointed at
       // another repository (a symlink) is not written as root.
       auto owner = AsOwner::Of(t.state);
       if (!owner)

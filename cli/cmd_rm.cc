@@ -170,7 +170,7 @@ int RunRm(const RmArgs& a) {
                  "(%s): removing it unread\n",
                  a.name.c_str(), st.error().Message().c_str());
   } else if (sandbox.IsGit()) {
-    // Read as the state folder's owner (cli/as_owner.h): its bridge.git is
+    // Read as the state folder's owner (state/as_owner.h): its bridge.git is
     // theirs to point anywhere, and libgit2 would create a repository there.
     auto pending = [&]() -> Result<gitbridge::PendingWork> {
       auto owner = AsOwner::Of(state);

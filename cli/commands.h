@@ -30,7 +30,7 @@ struct MountArgs {
   std::vector<std::string> options;
   bool foreground = false;
   // --allow-other, --no-allow-other; neither: the default for who mounts
-  // (cli/allow_other.h)
+  // (daemon/allow_other.h)
   bool allow_other = false, no_allow_other = false;
   bool name_given = false;  // --name was on the command line (even as "")
   // --ignore-podman-namespace: mount even though a rootless Podman
@@ -92,7 +92,7 @@ int RunDiff(const DiffArgs& a);
 
 // acqfs bench: times COMMAND in fresh acqfs sandboxes over a checkout and
 // in fresh git clones of it (cmd_bench.cc).
-// The layer stack (docs/stack.md, cli/cmd_stack.cc).
+// The layer stack (docs/stack.md, cli/cmd_checkpoint.cc ... cmd_gc.cc).
 struct CheckpointArgs {
   std::string name, state_dir, message;
   bool json = false;

@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
     return UsageError(app, err);
   }
   // Root on a state directory another user owns acts there as that user
-  // (cli/as_owner.h): the commands that read and change a sandbox's stack,
+  // (state/as_owner.h): the commands that read and change a sandbox's stack,
   // layers and bridge. (mount, umount, rm and run keep root's ids: they
   // mount, unmount and read other processes; each acts as the owner for
   // its own steps in the folder: the bridge.)

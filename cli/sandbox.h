@@ -67,7 +67,7 @@ class Sandbox {
   // stack() and paths().upper/frozen. A sandbox with neither stack.json nor
   // a legacy upper has an empty stack (has_stack() false).
   Status Load();
-  // Its layer stack (cli/stack.h), as Load read it.
+  // Its layer stack (stack/manifest.h), as Load read it.
   bool has_stack() const { return has_stack_; }
   // Why its stack.json could not be read (Load keeps going, so that `acqfs
   // rm --force` and `acqfs ls` still reach a sandbox whose stack.json was

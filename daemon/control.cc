@@ -200,7 +200,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   }
   // A root daemon in another user's folder: the socket is the folder
   // owner's, so that the owner's commands (and root's, which act as the
-  // owner there: cli/as_owner.h) reach it.
+  // owner there: state/as_owner.h) reach it.
   struct stat ds;
   if (::geteuid() == 0 && ::fstat(d, &ds) == 0 && ds.st_uid != 0 &&
       ::fchownat(d, name.c_str(), ds.st_uid, ds.st_gid, AT_SYMLINK_NOFOLLOW) !=

@@ -1,6 +1,6 @@
 // The control channel of a mounted sandbox: a Unix socket in the sandbox's
 // state folder through which the CLI asks the running daemon to act
-// (checkpoint, rewind, squash, ping: cli/stack_ops.h ServeControl). This
+// (checkpoint, rewind, squash, ping: daemon/serve_control.h ServeControl). This
 // unit is only the transport; it knows
 // nothing of FUSE or the filesystem engine. See docs/control.md.
 //

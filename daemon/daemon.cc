@@ -32,7 +32,7 @@ constexpr size_t kLogBytes = 8 << 20;  // per file; two files kept
 void SetUpLogging(const DaemonOptions& o) {
   std::vector<spdlog::sink_ptr> sinks;
   if (!o.log_path.empty()) {
-    // Beneath the sandbox's folder, no symlink followed (cli/log_sink.h).
+    // Beneath the sandbox's folder, no symlink followed (daemon/log_sink.h).
     if (auto sink = DirLogSink::Open(o.log_path, kLogBytes, 2))
       sinks.push_back(*sink);
     else

@@ -2,7 +2,7 @@
 //   mount.fuse.acqfs SOURCE MOUNTPOINT -o lowerdir=L,upperdir=U,workdir=W[,...]
 // the calling convention of fuse-overlayfs and the unionmount test suite.
 // It returns once the mount is usable, with the daemon in the background.
-// Who may use the mount is decided as for `acqfs mount` (cli/allow_other.h):
+// Who may use the mount is decided as for `acqfs mount` (daemon/allow_other.h):
 // every user as root unless -o noallow_other, else only the caller unless
 // -o allow_other (which needs user_allow_other in /etc/fuse.conf).
 #include <fcntl.h>
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       return Fail("mount: " + s.error().op, "-o " + o, std::strerror(s.err()));
   }
   // As `acqfs mount`: allow_other by default as root, never by default
-  // for an ordinary user (cli/allow_other.h).
+  // for an ordinary user (daemon/allow_other.h).
   auto allow = allow_other.Decide(::geteuid());
   if (!allow)
     return Fail("mount", allow.error().path,

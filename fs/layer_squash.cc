@@ -22,6 +22,9 @@ struct Level {
   std::string rel;
   std::vector<unsigned> chain;
   LowerMask xw = 0;
+  // The directory merges with a directory of its path in the layers below
+  // the squashed ones (so a child's lookup goes on down there).
+  bool below = true;
 };
 
 // A directory made, for its times to be set once it is filled.
@@ -33,6 +36,7 @@ struct Made {
 // What a squash writes and where, and what it has done so far.
 struct Squash {
   const Layers& layers;
+  unsigned bottom;  // the lowest squashed layer
   const std::string& out;
   int out_root;
   SquashStats stats;
@@ -79,7 +83,7 @@ Status PutWhiteout(Squash* sq, const Level& level, int dst,
   const std::string shown = sq->out + "/" + sys::Join(level.rel, name);
   ACQFS_TRY(LayerFormat::MakeWhiteout(dst, name, shown));
   // A root squash of a user's layers left root's whiteouts in them. One
-  // acting as the owner (cli/as_owner.h) made it the owner's already, and
+  // acting as the owner (state/as_owner.h) made it the owner's already, and
   // may not give it away (EPERM).
   if (sq->layers.privileged &&
       ::fchownat(dst, name.c_str(), st.st_uid, st.st_gid,
@@ -92,6 +96,28 @@ Status PutWhiteout(Squash* sq, const Level& level, int dst,
 
 // Makes the directory `name` of `level` in `dst` for `chain` (its top a
 // directory in the k-th layer of the level), to be filled later.
+// Does the first entry of `rel` (in the directory `parent_rel`) in the
+// layers below the squashed ones, from the highest down, say a directory?
+// (Then the directory of that name merges with it, and it gives the number
+// below the squash as it did above.) A layer whose parent directory is
+// missing there holds nothing of the name.
+Result<bool> DirectoryBelow(const Squash& sq, const std::string& parent_rel,
+                            const std::string& name) {
+  for (unsigned j = sq.bottom; j-- > 0;) {
+    const Layer& l = sq.layers.LowerLayer(j);
+    auto dir = l.OpenDir(parent_rel);
+    if (!dir && (dir.err() == ENOENT || dir.err() == ENOTDIR)) continue;
+    if (!dir) return dir.error();
+    EntryRead how{.plain = j == 0};
+    auto e = ReadLayerEntry(sq.layers.format, dir->get(), name, how,
+                            l.Shown(sys::Join(parent_rel, name)));
+    if (!e) return e.error();
+    if (e->kind == LayerEntry::kAbsent) continue;
+    return e->kind == LayerEntry::kDir;
+  }
+  return false;
+}
+
 Status PutDir(Squash* sq, const Level& level, int src, int dst,
               const std::string& name, const NameChain& chain) {
   const std::string rel = sys::Join(level.rel, name);
@@ -100,10 +126,16 @@ Status PutDir(Squash* sq, const Level& level, int src, int dst,
   if (::mkdirat(dst, name.c_str(), 0700) != 0)
     return Error::Errno("mkdir (squash)", shown);
   ACQFS_TRY(CopyAttrs(sq->layers, src, name, chain.top().st, dst, name, shown));
-  // The number it reported, where no layer below the squashed ones can
-  // change it (a marker, a chain stopped here); else the directories below
-  // give it, as they gave it before.
-  if (chain.number_known())
+  // The number it reported stays its number: given by a marker where no
+  // directory below the squashed layers merges with it (a marker, a chain
+  // stopped here, nothing there), else by the directory below, as before.
+  bool below = false;
+  if (level.below && !chain.stopped()) {
+    auto d = DirectoryBelow(*sq, level.rel, name);
+    if (!d) return d.error();
+    below = *d;
+  }
+  if (chain.number_known() || !below)
     ACQFS_TRY(f.SetOrigin(dst, name, chain.number(), shown));
   if (chain.stopped()) ACQFS_TRY(f.SetOpaque(dst, name, shown));
   sq->made.push_back(Made{rel, chain.top().st});
@@ -111,6 +143,7 @@ Status PutDir(Squash* sq, const Level& level, int src, int dst,
   Level child;
   child.rel = rel;
   child.xw = static_cast<LowerMask>(chain.xattr_whiteouts());
+  child.below = below;
   for (NameChain::LayerSet d = chain.dirs(); d;) {
     const unsigned j = 63 - static_cast<unsigned>(__builtin_clzll(d));
     d &= ~NameChain::Bit(j);
@@ -209,7 +242,8 @@ Result<SquashStats> SquashLayers(const Layers& layers, unsigned bottom,
     }
   }
   if (root_stopped) ACQFS_TRY(f.SetOpaque(out_root->get(), "", out));
-  Squash sq{layers, out, out_root->get(), {}, {std::move(root)}, {}};
+  root.below = !root_stopped;
+  Squash sq{layers, bottom, out, out_root->get(), {}, {std::move(root)}, {}};
   while (!sq.todo.empty()) {
     Level level = std::move(sq.todo.back());
     sq.todo.pop_back();

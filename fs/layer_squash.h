@@ -14,14 +14,15 @@
 // numbers are fs/layer_chain.h's: a directory's origin marker is the first
 // one down its chain; an opaque one without any gets the number it was
 // reported with (Layers::TagStore of the st_ino of the lowest directory of
-// its chain), so its st_ino survives too. A directory that merges with what
-// lies below and has no marker gets a new number (the one of the new
-// directory), as after a copy. An entry that vanishes while the squash
-// reads it (a name listed, then gone) is left out, as if it had not been
-// listed: the entry of that name below it decides; a squashed directory
-// gone before it is opened lists nothing.
-// Thread-safety: one thread; the layers must be frozen (nothing writes
-// them).
+// its chain), so its st_ino survives too; so does one whose chain ends in
+// the squashed layers with nothing below them (no directory of its path
+// under `bottom`: a directory the sandbox made). Only a directory that
+// merges with a directory below the squashed layers goes without a marker:
+// that one gives its number, before the squash and after. An entry that
+// vanishes while the squash reads it (a name listed, then gone) is left out, as
+// if it had not been listed: the entry of that name below it decides; a
+// squashed directory gone before it is opened lists nothing. Thread-safety: one
+// thread; the layers must be frozen (nothing writes them).
 #ifndef ACQFS_FS_LAYER_SQUASH_H_
 #define ACQFS_FS_LAYER_SQUASH_H_
 

@@ -216,7 +216,7 @@ class Overlay {
   // Freeze, runs `commit`, then serves the stack `frozen` (bottom first)
   // under the empty upper `new_upper`. Every name the table knows is
   // forgotten (the nodes become unlinked, with no data kept: a file open
-  // across the rewind reads and writes nothing any more, ENOENT): the names
+  // across the rewind reads and writes nothing any more, ESTALE): the names
   // and the nodes the kernel holds are returned, for the kernel to forget
   // and to drop their caches.
   struct Restacked {

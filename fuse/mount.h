@@ -95,7 +95,7 @@ Status ApplyMountOption(const std::string& option, MountConfig* config);
 // could not be made.
 using ReadyCallback = std::function<void(const Status&)>;
 
-// What the daemon's control channel (cli/control.h) may ask of the running
+// What the daemon's control channel (daemon/control.h) may ask of the running
 // filesystem. Its methods may be called from any thread but a request's.
 class MountControl {
  public:

@@ -48,7 +48,7 @@ inline constexpr size_t kLayerIdLen = 16;
 
 // ---------------------------------------------------------------- refs
 
-// The sandbox-name rule (cli/state.h's ValidSandboxName is this): letters,
+// The sandbox-name rule (state/state.h's ValidSandboxName is this): letters,
 // digits, '.', '_', '-'; 1..64 characters; not ".", ".." or ".layers" (the
 // store).
 bool ValidSandboxNameRule(std::string_view name);

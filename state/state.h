@@ -1,7 +1,7 @@
 // Sandbox state on disk: where the state directory is, the layout of one
 // sandbox's folder, and its metadata file (meta.json).
 //   <state>/<name>/stack.json its layer stack: the upper and frozen layers,
-//                             in <state>/.layers/ (cli/stack.h)
+//                             in <state>/.layers/ (stack/store.h)
 //   <state>/<name>/upper      the upper layer of a legacy sandbox (before
 //                             stacks; moved into the store by a mount)
 //   <state>/<name>/work       the overlay work directory

@@ -1,4 +1,4 @@
-// Who may use a mount (cli/allow_other.h): /etc/fuse.conf read as
+// Who may use a mount (daemon/allow_other.h): /etc/fuse.conf read as
 // fusermount3 reads it, the default by who mounts, and the options that ask.
 #include "daemon/allow_other.h"
 

@@ -1,4 +1,4 @@
-// The mount table as mountinfo shows it (cli/mountinfo.h), and rootless
+// The mount table as mountinfo shows it (state/mountinfo.h), and rootless
 // Podman's pause process with the question whether a mount made now would
 // reach its namespace (cli/podman_namespace.h). The namespace tests make
 // real namespaces: a child that unshares a user and mount namespace and

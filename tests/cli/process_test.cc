@@ -1,4 +1,4 @@
-// The CLI's process unit (cli/process.h): spawning with redirections, a
+// The CLI's process unit (state/process.h): spawning with redirections, a
 // working directory, an environment and a process group; wait statuses as
 // a shell reports them; signals taken while waiting and passed on; shell
 // quoting that /bin/sh reads back word for word; PATH lookup.

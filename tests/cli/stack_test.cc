@@ -1,4 +1,4 @@
-// The layer stack's on-disk unit (cli/stack.h), without FUSE or the engine:
+// The layer stack's on-disk unit (stack/: manifest, store, transform),
 // the manifest's JSON and its validation, the pure transformations
 // (checkpoint, rewind, fork, squash and which checkpoints they keep), the
 // layer store (create, remove, stats and their cache), the store lock,

@@ -836,8 +836,11 @@ TEST_F(OverlayStack, ADirectoryTheSandboxMadeKeepsItsNumberAcrossASquash) {
   EXPECT_EQ(st.st_ino, reported) << "the node the kernel holds";
   ForgetAll();
   ASSERT_OK_AND_ASSIGN(auto listed, ov_->ReadDir(root()));
-  for (const ListedEntry& e : listed)
-    if (e.name == "made") EXPECT_EQ(e.ino, reported) << "listing";
+  for (const ListedEntry& e : listed) {
+    if (e.name == "made") {
+      EXPECT_EQ(e.ino, reported) << "listing";
+    }
+  }
   Node* again = At("made");
   ASSERT_NE(again, nullptr);
   ASSERT_OK_AND_ASSIGN(st, ov_->GetAttr(again));

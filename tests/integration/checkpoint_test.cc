@@ -892,7 +892,7 @@ TEST_F(StackStore, WorkOnlyInAnUndoPointIsNeverLostToRm) {
 }
 
 // A root command on a state folder an ordinary user owns acts there as
-// that user (issue 32, cli/as_owner.h). Root's checkpoint left stack.json
+// that user (issue 32, state/as_owner.h). Root's checkpoint left stack.json
 // root:root 0600, and the user's next mount failed ("Permission denied");
 // root's squash left root-owned whiteouts in the user's merged layer; and
 // root's export read whatever meta.json named as the host, a repository
