@@ -183,7 +183,7 @@ void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
       ->check(CLI::PositiveNumber);
   c->add_option("--state-dir", fk.state_dir, "State directory");
   c = app.add_subcommand(
-      "squash", "Merge a sandbox's oldest frozen layers into one (unmounted)");
+      "squash", "Merge a sandbox's oldest frozen layers into one");
   c->add_option("name", sq.name, "The sandbox (name or mountpoint)")
       ->required();
   c->add_option("--keep", sq.keep,

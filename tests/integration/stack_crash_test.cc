@@ -495,6 +495,83 @@ TEST_F(StackCrash, AForkAtACheckpointKilledAnywhereLeavesNoDebris) {
   EXPECT_GT(points, 50);
 }
 
+// A squash killed anywhere (issue 33: one commit, CommitSquash) leaves the
+// old stack or the new one, never a stack naming a layer that is not
+// there; the next squash finishes and sweeps what the killed one left in the
+// sandbox's folder, and gc leaves no layer no stack names. A second sandbox
+// forked at checkpoint 2 keeps the old layers alive, so each run starts from
+// the same stack.
+TEST_F(StackCrash, ASquashKilledAnywhereLeavesTheOldStackOrTheNewOne) {
+  CommandResult c = Acqfs({"checkpoint", kParent, "-m", "two"});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  CommandResult f = Acqfs({"fork", kParent, "keeper", "--at", "2"});
+  ASSERT_TRUE(f.ok()) << f.Describe();
+  host_ = HostNow();  // the fork added its remote and refs
+  const std::string old_stack = Slurp(StackOf(kParent));
+  auto old_refs = Referenced(StackOf(kParent));
+  ASSERT_TRUE(old_refs.has_value());
+  nlohmann::json j = nlohmann::json::parse(old_stack);
+  ASSERT_EQ(j["frozen"].size(), 2u) << old_stack;
+  // The squashed stack's one frozen layer holds what the two held.
+  auto check_new = [&](const std::string& where, const nlohmann::json& now) {
+    ASSERT_EQ(now["frozen"].size(), 1u) << where;
+    const std::string merged =
+        state_ + "/" + now["frozen"][0].get<std::string>();
+    EXPECT_EQ(Slurp(merged + "/b.txt"), "agent\n") << where;
+    EXPECT_EQ(Slurp(merged + "/c.txt"), "more\n") << where;
+    EXPECT_EQ(now["upper"], j["upper"]) << where;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  int old_left = 0;
+  const int points = WalkKillPoints(
+      {"squash", kParent, "--keep", "0"},
+      [&] { ASSERT_TRUE(WriteFile(StackOf(kParent), old_stack)); },
+      [&](const std::string& where, bool finished) {
+        const std::string now_text = Slurp(StackOf(kParent));
+        auto refs = Referenced(StackOf(kParent));
+        ASSERT_TRUE(refs.has_value()) << where << ": " << now_text;
+        for (const auto& ref : *refs)
+          EXPECT_TRUE(IsDir(state_ + "/" + ref)) << where << ": " << ref;
+        if (now_text == old_stack) {
+          EXPECT_FALSE(finished) << where;
+          ++old_left;
+          CommandResult again = Acqfs({"squash", kParent, "--keep", "0"});
+          ASSERT_TRUE(again.ok()) << where << ": " << again.Describe();
+        }
+        check_new(where, nlohmann::json::parse(Slurp(StackOf(kParent))));
+        for (const auto& n : Entries(state_ + "/" + kParent)) {
+          if (now_text == old_stack || finished) {
+            EXPECT_NE(n.rfind("squash.", 0), 0u) << where << ": " << n;
+          }
+        }
+        CommandResult gc = Acqfs({"gc"});
+        ASSERT_TRUE(gc.ok()) << where << ": " << gc.Describe();
+        std::set<std::string> named = Referenced(StackOf(kParent)).value();
+        const std::set<std::string> kept =
+            Referenced(StackOf("keeper")).value();
+        named.insert(kept.begin(), kept.end());
+        for (const auto& id : StoreLayers())
+          EXPECT_TRUE(named.count(".layers/" + id)) << where << ": " << id;
+        ExpectHostAsBefore(where);
+      });
+  std::printf(
+      "squash: %d kill points, %d left the old stack, %.1f s\n", points,
+      old_left,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count());
+  EXPECT_GT(points, 10);
+  // The squashed sandbox mounts and shows what it showed.
+  SandboxOptions o;
+  o.name = kParent;
+  o.state_dir = state_;
+  Sandbox box(repo_, o);
+  ASSERT_TRUE(box.mounted()) << box.mount_failure();
+  EXPECT_EQ(Slurp(box.M("b.txt")), "agent\n");
+  EXPECT_EQ(Slurp(box.M("c.txt")), "more\n");
+  EXPECT_EQ(Slurp(box.M("a.txt")), "alpha\nlocal\n");
+  ASSERT_TRUE(box.Unmount());
+}
+
 TEST_F(StackCrash, AForkOfTheLiveStateKilledAnywhereLeavesNoDebris) {
   // The parent's own commit (its fork checkpoint) is undone by hand after
   // each run, so that every run starts from the same stack.
