@@ -304,12 +304,15 @@ class Overlay {
   // down to `keep` entries. Takes no lock but the cache's own.
   size_t ShrinkFiles(size_t keep) { return files_.Shrink(keep); }
 
-  // The gate: while it is closed, lookups in the root's directory `name`
-  // and listings of it wait until OpenGate() (the directory itself is
-  // looked up and listed at once). The daemon closes it before the mount
-  // for a file it then puts in that directory in the background, which the
-  // sandbox must never see missing (the base's copy of the host's index,
-  // gitbridge/git_base.h).
+  // The gate: while it is closed, the lookup of the root's directory
+  // `name` (its attributes: a READDIRPLUS of the root looks it up too),
+  // lookups in it and listings of it wait until OpenGate(). The daemon
+  // closes it before the mount for a file it then puts in that directory
+  // in the background, which the sandbox must never see missing (the base's
+  // copy of the host's index, gitbridge/git_base.h), nor the directory
+  // change under it (putting the file there changes the directory's
+  // ctime: a `tar` of the mount started at once said "file changed as we
+  // read it").
   void CloseGate(const std::string& name);
   void OpenGate();
   // Publishes a copy of the regular file `src_fd` (data, mode, owner,
@@ -334,6 +337,9 @@ class Overlay {
   explicit Overlay(Layers layers);
   // Waits while the gate is closed and `dir` is the gated directory.
   void WaitAtGate(Node* dir);
+  // Waits while the gate is closed and `name` in `parent` is the gated
+  // directory's name in the root.
+  void WaitAtGatedName(Node* parent, const std::string& name);
   // Notes the node a lookup of the gated name in the root gave (and the
   // object store's directories, NoteObjectStore).
   void NoteGatedDir(Node* parent, const std::string& name, Node* node);

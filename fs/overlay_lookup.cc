@@ -248,8 +248,17 @@ void Overlay::WaitAtGate(Node* dir) {
                 [&] { return !gate_closed_.load(std::memory_order_acquire); });
 }
 
+void Overlay::WaitAtGatedName(Node* parent, const std::string& name) {
+  if (!gate_closed_.load(std::memory_order_acquire) || parent != root()) return;
+  std::unique_lock<std::mutex> g(gate_mu_);
+  if (name != gate_name_) return;
+  gate_cv_.wait(g,
+                [&] { return !gate_closed_.load(std::memory_order_acquire); });
+}
+
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
   WaitAtGate(parent);
+  WaitAtGatedName(parent, name);
   SharedLock l(tree_mu_);
   auto node = LookupLocked(parent, name, true);
   if (node) NoteGatedDir(parent, name, *node);
@@ -259,6 +268,7 @@ Result<Node*> Overlay::Lookup(Node* parent, const std::string& name) {
 Result<Node*> Overlay::Lookup(Node* parent, const std::string& name,
                               struct stat* st, bool* host_object) {
   WaitAtGate(parent);
+  WaitAtGatedName(parent, name);
   // Notes what a found node is (tree_mu_ held).
   auto found = [&](const Result<Node*>& node) {
     if (!node) return;

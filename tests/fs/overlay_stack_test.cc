@@ -880,6 +880,42 @@ TEST_F(OverlayStack, HoldOffFreezeHoldsACheckpointOffUntilReleased) {
   EXPECT_EQ(ov_->UpperRootPath(), next);
 }
 
+// The gate (Overlay::CloseGate), as the daemon uses it for the base's
+// .git/index: the gated directory's own lookup waits too (the root's
+// READDIRPLUS looks it up the same way), so nothing sees its attributes
+// from before the install, which changes its ctime. Before, its lookup was
+// answered at once, and a `tar` of the mount started at once said ".git:
+// file changed as we read it".
+TEST_F(OverlayStack, TheGatedDirectoryIsLookedUpOnlyOnceItsFileIsInstalled) {
+  MakeDir(t_.L(".git"));
+  MakeFile(t_.L(".git/HEAD"), "ref: refs/heads/main\n");
+  MakeDir(t_.U(".git"));  // as the mount prepares it
+  MakeFile(t_.root() + "/index.src", "the base's index");
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ov_->CloseGate(".git");
+  auto looked = std::async(std::launch::async, [&] {
+    struct stat st {};
+    auto n = ov_->Lookup(root(), ".git", &st, nullptr);
+    return std::make_pair(n.ok(), st);
+  });
+  EXPECT_EQ(looked.wait_for(kHeld), std::future_status::timeout)
+      << ".git was looked up while its index was still to be installed";
+  UniqueFd src(::open((t_.root() + "/index.src").c_str(), O_RDONLY));
+  ASSERT_TRUE(src);
+  ASSERT_OK(ov_->InstallUpperFile(".git/index", src.get()));
+  ov_->OpenGate();
+  ASSERT_EQ(looked.wait_for(kGenerous), std::future_status::ready);
+  auto [found, st] = looked.get();
+  ASSERT_TRUE(found);
+  const struct stat now = Lstat(t_.U(".git"));
+  EXPECT_EQ(st.st_ctim.tv_sec, now.st_ctim.tv_sec);
+  EXPECT_EQ(st.st_ctim.tv_nsec, now.st_ctim.tv_nsec)
+      << "the lookup reported .git's attributes from before the install";
+  ASSERT_OK_AND_ASSIGN(Node * index, Walk(".git/index"));
+  ASSERT_OK_AND_ASSIGN(struct stat ist, ov_->GetAttr(index));
+  EXPECT_EQ(ist.st_size, 16);
+}
+
 TEST_F(OverlayStack, AWriteInFlightEndsInTheLayerItStartedIn) {
   MakeFile(t_.L("f"), "host f");
   ASSERT_NO_FATAL_FAILURE(Start());
