@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "cli/cli_util.h"
-#include "stack/store.h"
 #include "cli/commands.h"
 #include "cli/sandbox.h"
 #include "stack/manifest.h"

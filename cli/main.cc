@@ -182,8 +182,8 @@ void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
   c->add_option("--at", fk.at, "Fork at this checkpoint (default: now)")
       ->check(CLI::PositiveNumber);
   c->add_option("--state-dir", fk.state_dir, "State directory");
-  c = app.add_subcommand(
-      "squash", "Merge a sandbox's oldest frozen layers into one");
+  c = app.add_subcommand("squash",
+                         "Merge a sandbox's oldest frozen layers into one");
   c->add_option("name", sq.name, "The sandbox (name or mountpoint)")
       ->required();
   c->add_option("--keep", sq.keep,

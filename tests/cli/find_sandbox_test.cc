@@ -11,10 +11,10 @@
 #include <string>
 
 #include "cli/cli_util.h"
-#include "state/liveness.h"
 #include "cli/sandbox.h"
-#include "state/state.h"
 #include "harness/layer_tree.h"
+#include "state/liveness.h"
+#include "state/state.h"
 
 namespace acqfs::cli {
 namespace {

@@ -12,9 +12,9 @@
 
 #include <string>
 
+#include "harness/layer_tree.h"
 #include "state/liveness.h"
 #include "state/state.h"
-#include "harness/layer_tree.h"
 
 namespace acqfs::cli {
 namespace {

@@ -3,10 +3,6 @@
 // (checkpoint, rewind, fork, squash and which checkpoints they keep), the
 // layer store (create, remove, stats and their cache), the store lock,
 // garbage collection and the legacy migration with a crash at each step.
-#include "stack/manifest.h"
-#include "stack/store.h"
-#include "stack/transform.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -23,6 +19,9 @@
 #include <vector>
 
 #include "common/sys.h"
+#include "stack/manifest.h"
+#include "stack/store.h"
+#include "stack/transform.h"
 
 namespace acqfs::cli {
 namespace {
