@@ -104,6 +104,13 @@ Result<KeptData> KeptStore::Keep(int dirfd, const std::string& name,
   return k;
 }
 
+KeptData KeptStore::AdoptTmpName(std::string name) {
+  KeptData k;
+  k.where_ = KeptData::Where::kTmpName;
+  k.name_ = std::move(name);
+  return k;
+}
+
 KeptData KeptStore::KeepLower(std::string rel, unsigned layer) {
   KeptData k;
   k.where_ = KeptData::Where::kLower;

@@ -74,6 +74,11 @@ class KeptData {
   bool empty() const { return where_ == Where::kNowhere; }
   // The data is the lower file's (nothing was copied).
   bool in_lower() const { return where_ == Where::kLower; }
+  // kTmpName: the name in acqfs-tmp; "" otherwise.
+  const std::string& tmp_name() const {
+    static const std::string kNone;
+    return where_ == Where::kTmpName ? name_ : kNone;
+  }
 
  private:
   friend class KeptStore;
@@ -106,6 +111,9 @@ class KeptStore {
   // budget, else a hard link in acqfs-tmp. The name is left as it is.
   Result<KeptData> Keep(int dirfd, const std::string& name,
                         const std::string& shown);
+  // Keeps the file `name` of acqfs-tmp, which the caller made there (an
+  // O_TMPFILE's data, Overlay::CreateTmpfile), by that name.
+  KeptData AdoptTmpName(std::string name);
   // Keeps a lower file (`rel` from the layer roots, in lower layer `layer`):
   // by a descriptor of its inode within the budget, else by its path (a
   // frozen layer never changes; the host may).

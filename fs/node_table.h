@@ -93,7 +93,7 @@ struct Node : NameLink {
   uint32_t lower_xw = 0;
   const uint16_t type;  // S_IFMT bits
   std::atomic<bool> upper{false};
-  // The four flags share one byte (bit-fields): each is written only with
+  // The five flags share one byte (bit-fields): each is written only with
   // tree_mu_ exclusive, so no two writers ever meet.
   bool opaque : 1 = false;
   bool xwhiteouts : 1 = false;
@@ -104,6 +104,10 @@ struct Node : NameLink {
   // No name left (no position, no alias). Written with tree_mu_ exclusive
   // and table_mu_ held.
   bool unlinked : 1 = false;
+  // An open(O_TMPFILE) file without O_EXCL that never had a name: a link
+  // may give it its first (Overlay::Link), as the kernel's I_LINKABLE
+  // lets it. Written with tree_mu_ exclusive.
+  bool linkable : 1 = false;
   // Whether a data descriptor was ever opened for the node
   // (Overlay::OpenDataLocked; once one was, the kernel may hold its pages
   // and a process may map them), and which host inode a host file's node
@@ -162,6 +166,28 @@ struct Node : NameLink {
   // Upper st_ino for an upper hard link in the table's map, else 0.
   uint64_t upper_ino() const { return links_ ? links_->upper_ino : 0; }
 
+  // A directory that lost its last name (rmdir, or a rename over it): the
+  // attributes and xattrs it had then, with st_nlink 0, which it keeps
+  // while the kernel holds it (an open descriptor, a working directory),
+  // as a removed directory does on ext4; a chmod, chown, utimes or xattr
+  // change of it changes them (Overlay::SetAttr, SetXattr). Null for every
+  // other node. The pointer is set with tree_mu_ exclusive and table_mu_
+  // held, its contents changed with tree_mu_ exclusive; read with tree_mu_
+  // held.
+  struct RemovedDir {
+    struct stat st;
+    std::vector<std::pair<std::string, std::string>> xattrs;  // name, value
+  };
+  const RemovedDir* removed_dir() const {
+    return links_ ? links_->removed_dir.get() : nullptr;
+  }
+  RemovedDir* mutable_removed_dir() {
+    return links_ ? links_->removed_dir.get() : nullptr;
+  }
+  void set_removed_dir(RemovedDir d) {
+    MutableLinks().removed_dir = std::make_unique<RemovedDir>(std::move(d));
+  }
+
   // The node's kept data (below): what KeptStore keeps, opens, stats and
   // releases for it. tree_mu_ held (exclusive to change).
   bool has_kept() const { return kept_data_ != nullptr; }
@@ -185,6 +211,7 @@ struct Node : NameLink {
   struct Links {
     Aliases aliases;
     uint64_t upper_ino = 0;
+    std::unique_ptr<RemovedDir> removed_dir;  // removed_dir()
   };
   Links& MutableLinks() {
     if (!links_) links_ = std::make_unique<Links>();
@@ -193,7 +220,8 @@ struct Node : NameLink {
 
   static const KeptData kNoData;
   static const Aliases kNone;
-  // Made at a node's first alias or upper hard-link number. table_mu_.
+  // Made at a node's first alias or upper hard-link number, or when a
+  // directory is removed (removed_dir). table_mu_.
   std::unique_ptr<Links> links_;
   // Where the data lives once the node is unlinked while the kernel may
   // still use it (fs/kept_data.h); null while it has a name. Written with

@@ -156,6 +156,12 @@ class Overlay {
                                              const std::string& name,
                                              mode_t mode, int flags,
                                              Creds creds);
+  // open(O_TMPFILE) in `parent`: a regular file with no name, its data in
+  // acqfs-tmp (kept data, as an unlinked file's) until a link gives it one
+  // (Link), unless `flags` has O_EXCL. Returned opened and looked up once,
+  // as Create's.
+  Result<std::pair<Node*, FileLease>> CreateTmpfile(Node* parent, mode_t mode,
+                                                    int flags, Creds creds);
   Status Unlink(Node* parent, const std::string& name);
   Status Rmdir(Node* parent, const std::string& name);
   // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
@@ -243,11 +249,11 @@ class Overlay {
   // would pass the quota), settling the node's record to what the file
   // holds after. `op` returns a byte count or -errno, which is returned.
   // The caller moves the bytes only. For a writer the kernel did not check
-  // (an O_DIRECT handle, the truncate of an O_TRUNC open), `setid` says
+  // (the truncate of an O_TRUNC open), `setid` says
   // which set-id bits of a file with that mode and group it must lose
   // (the adapter knows the caller: fuse/setid.h); they are cleared first,
-  // behind the same gate. Null: the kernel cleared them (its page-cache
-  // write path does).
+  // behind the same gate. Null: the kernel cleared them (its write path
+  // does, O_DIRECT included: fuse/fuse_ops.cc's SetOpenInfo).
   enum class DataOp { kWrite, kFallocate, kCopyFileRange, kTruncate };
   Result<int64_t> WriteData(Node* node, DataOp what, Quota::Charge charge,
                             const std::function<int64_t(int fd)>& op,
@@ -452,6 +458,20 @@ class Overlay {
   // Unlink and Rmdir, which differ only as `how` says.
   struct Removal;
   Status Remove(Node* parent, const std::string& name, const Removal& how);
+  // What a directory about to lose its last name shows (its attributes and
+  // xattrs), for RemovedDirLocked (tree_mu_ exclusive).
+  Result<Node::RemovedDir> ReadRemovedDir(Node* node);
+  Result<Node*> LinkTmpfile(Node* node, Node* parent, const std::string& name,
+                            const std::string& shown);
+  // Records what the directory `node`, which a rmdir or a rename over it
+  // has just taken the last name of, keeps showing: `d`, read before, with
+  // st_nlink 0 (Node::removed_dir). Without it (the read failed), a stat of
+  // it fails with ENOENT. tree_mu_ exclusive, table_mu_ held.
+  void RemovedDirLocked(Node* node, Result<Node::RemovedDir> d);
+  // A chmod, chown or utimes of such a directory (tree_mu_ exclusive).
+  Result<struct stat> SetRemovedDirAttr(Node* node, const SetAttrRequest& req);
+  Status SetRemovedDirXattr(Node* node, const std::string& name,
+                            const std::string* value, int flags);
   // Does losing the name `parent`/`name` leave `node` without any name
   // while it may be open, so that its data must be kept?
   bool MustKeep(Node* node);

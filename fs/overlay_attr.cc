@@ -1,7 +1,9 @@
 // The Overlay's attribute changes and xattrs (fs/overlay.h).
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/owner_access.h"
@@ -22,9 +24,68 @@ Result<UniqueFd> Overlay::OpenAttrTarget(Node* node, int fh_fd) {
   return layers_.upper.Open(PathLocked(node), O_PATH | O_NOFOLLOW);
 }
 
+void Overlay::RemovedDirLocked(Node* node, Result<Node::RemovedDir> d) {
+  if (!node->unlinked) return;
+  if (!d) {
+    spdlog::warn("{}: a descriptor of the removed directory will not stat",
+                 d.error().Message());
+    return;
+  }
+  node->set_removed_dir(std::move(*d));
+}
+
+// As ext4 changes a removed directory's inode: the attributes asked for,
+// and the ctime, in memory (nothing of it is left on the disk).
+Result<struct stat> Overlay::SetRemovedDirAttr(Node* node,
+                                               const SetAttrRequest& req) {
+  struct stat* st = &node->mutable_removed_dir()->st;
+  if (req.set_size) return Error::Of(EISDIR, "truncate", "(removed)");
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  if (req.set_mode)
+    st->st_mode = (st->st_mode & S_IFMT) | (req.mode & 07777 & ~S_IFMT);
+  if (req.set_uid) st->st_uid = req.uid;
+  if (req.set_gid) st->st_gid = req.gid;
+  if (req.set_atime) st->st_atim = req.atime_now ? now : req.atime;
+  if (req.set_mtime) st->st_mtim = req.mtime_now ? now : req.mtime;
+  st->st_ctim = now;
+  return *st;
+}
+
+// An xattr set (`value`) or removed (null) on such a directory, with
+// setxattr(2)'s flags and ext4's limit of one block for them all.
+Status Overlay::SetRemovedDirXattr(Node* node, const std::string& name,
+                                   const std::string* value, int flags) {
+  Node::RemovedDir* d = node->mutable_removed_dir();
+  const std::string shown = "(removed) " + name;
+  auto it = d->xattrs.begin();
+  while (it != d->xattrs.end() && it->first != name) ++it;
+  const bool found = it != d->xattrs.end();
+  if (value == nullptr) {
+    if (!found) return Error::Of(ENODATA, "removexattr", shown);
+    d->xattrs.erase(it);
+  } else {
+    if (found && (flags & XATTR_CREATE))
+      return Error::Of(EEXIST, "setxattr", shown);
+    if (!found && (flags & XATTR_REPLACE))
+      return Error::Of(ENODATA, "setxattr", shown);
+    size_t total = name.size() + value->size();
+    for (const auto& x : d->xattrs)
+      if (x.first != name) total += x.first.size() + x.second.size();
+    if (total > 4096) return Error::Of(ENOSPC, "setxattr", shown);
+    if (found)
+      it->second = *value;
+    else
+      d->xattrs.emplace_back(name, *value);
+  }
+  ::clock_gettime(CLOCK_REALTIME, &d->st.st_ctim);
+  return Ok();
+}
+
 Result<struct stat> Overlay::SetAttr(Node* node, const SetAttrRequest& req,
                                      int fh_fd) {
   ExclusiveLock l(tree_mu_);
+  if (node->removed_dir()) return SetRemovedDirAttr(node, req);
   std::string shown =
       node->unlinked ? "(unlinked)" : layers_.upper.Shown(PathLocked(node));
   if (!node->unlinked)
@@ -184,6 +245,11 @@ Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "getxattr", name);
   SharedLock l(tree_mu_);
+  if (const Node::RemovedDir* d = node->removed_dir()) {
+    for (const auto& [n, v] : d->xattrs)
+      if (n == name) return v;
+    return Error::Of(ENODATA, "getxattr", "(removed) " + name);
+  }
   if (FileLease f = UpperFileOf(node))
     return sys::FGetXattr(f.get(), name, layers_.upper.Shown(PathLocked(node)));
   auto t = XattrTargetOf(node, LayerOf(node), /*borrow=*/true);
@@ -193,6 +259,11 @@ Result<std::string> Overlay::GetXattr(Node* node, const std::string& name) {
 
 Result<std::vector<std::string>> Overlay::ListXattr(Node* node) {
   SharedLock l(tree_mu_);
+  if (const Node::RemovedDir* d = node->removed_dir()) {
+    std::vector<std::string> out;
+    for (const auto& x : d->xattrs) out.push_back(x.first);
+    return out;
+  }
   auto t = XattrTargetOf(node, LayerOf(node), /*borrow=*/true);
   if (!t) return t.error();
   auto names = sys::ListXattrs(t->path, t->shown, t->follow);
@@ -208,6 +279,7 @@ Status Overlay::SetXattr(Node* node, const std::string& name,
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(EPERM, "setxattr", name);
   ExclusiveLock l(tree_mu_);
+  if (node->removed_dir()) return SetRemovedDirXattr(node, name, &value, flags);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "setxattr"));
   ACQFS_TRY(MakeChangeable(node));
@@ -245,6 +317,7 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
   if (layers_.format.IsPrivateXattr(name))
     return Error::Of(ENODATA, "removexattr", name);
   ExclusiveLock l(tree_mu_);
+  if (node->removed_dir()) return SetRemovedDirXattr(node, name, nullptr, 0);
   if (!node->unlinked)
     ACQFS_TRY(CheckWritable(PathLocked(node), node->is_dir(), "removexattr"));
   ACQFS_TRY(MakeChangeable(node));
@@ -259,6 +332,28 @@ Status Overlay::RemoveXattr(Node* node, const std::string& name) {
         return done ? 0 : -done.err();
       },
       &done);
+}
+
+// ------------------------------------------------- removed directories
+
+Result<Node::RemovedDir> Overlay::ReadRemovedDir(Node* node) {
+  Node::RemovedDir d;
+  auto st = StatLocked(node);
+  if (!st) return st.error();
+  d.st = *st;
+  d.st.st_nlink = 0;
+  auto t = XattrTargetOf(node, LayerOf(node));
+  if (!t) return t.error();
+  auto names = sys::ListXattrs(t->path, t->shown, t->follow);
+  if (!names) return names.error();
+  for (const std::string& n : *names) {
+    if (layers_.format.IsPrivateXattr(n)) continue;
+    auto v = sys::GetXattr(t->path, n, t->shown, t->follow);
+    if (!v && v.err() == ENODATA) continue;  // went meanwhile
+    if (!v) return v.error();
+    d.xattrs.emplace_back(n, std::move(*v));
+  }
+  return d;
 }
 
 }  // namespace acqfs

@@ -195,12 +195,93 @@ Result<std::pair<Node*, FileLease>> Overlay::Create(Node* parent,
   return std::make_pair(node, files_.Put(node, std::move(file)));
 }
 
+Result<std::pair<Node*, FileLease>> Overlay::CreateTmpfile(Node* parent,
+                                                           mode_t mode,
+                                                           int flags,
+                                                           Creds creds) {
+  Reaper reap(&table_);
+  Node* node = nullptr;
+  OpenFile file;
+  {
+    ExclusiveLock l(tree_mu_);
+    const std::string shown =
+        layers_.upper.Shown(sys::Join(PathLocked(parent), "(open O_TMPFILE)"));
+    if (!parent->is_dir()) return Error::Of(ENOTDIR, "open O_TMPFILE", shown);
+    if (parent->unlinked) return Error::Of(ENOENT, "open O_TMPFILE", shown);
+    auto pst = StatLocked(parent);  // for the set-group-id rule
+    if (!pst) return pst.error();
+    // Admitted while the quota is not passed, as a new file is (Publish).
+    const int tfd = layers_.tmp.get();
+    Quota::Change ch(quota_.get());
+    ACQFS_TRY(ch.Reserve(0, shown));
+    ACQFS_TRY(ch.Watch(tfd, layers_.tmp_path));
+    const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    int f = ::openat(tfd, tmp.c_str(),
+                     O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     mode & 07777);
+    if (f < 0) return Error::Errno("open O_TMPFILE", shown);
+    file.fd.reset(f);
+    auto st = [&]() -> Result<struct stat> {
+      if (layers_.privileged) {
+        gid_t gid = (pst->st_mode & S_ISGID) ? pst->st_gid : creds.gid;
+        if (::fchown(f, creds.uid, gid) != 0)
+          return Error::Errno("chown", shown);
+      }
+      ACQFS_TRY(FixNewMode(tfd, tmp, mode, shown));
+      return sys::Fstat(f, shown);
+    }
+    ();
+    if (!st) {
+      (void)::unlinkat(tfd, tmp.c_str(), 0);
+      return st.error();
+    }
+    const uint64_t made = ch.AddNew(tfd, tmp, shown);
+    auto n = std::make_unique<Node>(TagUpper(st->st_ino), S_IFREG);
+    n->upper = true;
+    n->unlinked = true;
+    n->linkable = !(flags & O_EXCL);
+    n->nlookup = 1;
+    n->opens = 1;
+    n->set_kept(kept_.AdoptTmpName(tmp));
+    node = n.get();
+    TableLock t(table_mu_);
+    table_.AddNodeLocked(std::move(n));
+    if (quota_) quota_->Seen(&node->charged, made);
+  }
+  file.readable = file.writable = true;
+  return std::make_pair(node, files_.Put(node, std::move(file)));
+}
+
+// A link of an O_TMPFILE file (Node::linkable) gives it its first name: its
+// acqfs-tmp entry is linked there, and then dropped (its kept data goes).
+Result<Node*> Overlay::LinkTmpfile(Node* node, Node* parent,
+                                   const std::string& name,
+                                   const std::string& shown) {
+  const std::string tmp = node->kept().tmp_name();
+  if (!node->linkable || tmp.empty()) return Error::Of(ENOENT, "link", shown);
+  ACQFS_TRY(
+      CheckWritable(sys::Join(PathLocked(parent), name), false, "link to"));
+  ACQFS_TRY(Publish(
+      parent, name, false, nullptr, 0, [&](int d, const std::string& n) {
+        return MakeCall(
+            ::linkat(layers_.tmp.get(), tmp.c_str(), d, n.c_str(), 0), "link",
+            shown);
+      }));
+  TableLock t(table_mu_);
+  node->unlinked = false;
+  node->linkable = false;
+  table_.AttachLocked(node, parent, name);
+  table_.AddLookupLocked(node);
+  kept_.Release(node->take_kept());
+  return node;
+}
+
 Result<Node*> Overlay::Link(Node* node, Node* parent, const std::string& name) {
   Reaper reap(&table_);
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
   if (node->is_dir()) return Error::Of(EPERM, "link", shown);
-  if (node->unlinked) return Error::Of(ENOENT, "link", shown);
+  if (node->unlinked) return LinkTmpfile(node, parent, name, shown);
   ACQFS_TRY(CheckWritable(PathLocked(node), false, "link from"));
   ACQFS_TRY(
       CheckWritable(sys::Join(PathLocked(parent), name), false, "link to"));

@@ -314,6 +314,7 @@ Result<struct stat> Overlay::StatCachedData(Node* node,
 
 Result<struct stat> Overlay::StatLocked(Node* node, StatFor who) {
   struct stat st;
+  if (const Node::RemovedDir* gone = node->removed_dir()) return gone->st;
   if (node->unlinked) {
     // No name, and no kept data when the host took the name away (the
     // node's data then lives only in the file cache's descriptor).

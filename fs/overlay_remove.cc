@@ -57,6 +57,7 @@ Status Overlay::Remove(Node* parent, const std::string& name,
   if (!child) return child.error();
   Node* node = *child;
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
+  Result<Node::RemovedDir> removed = Error::Of(ENOENT, how.op, shown);
   Status s = [&]() -> Status {
     if (node->is_dir() != how.dir)
       return Error::Of(how.dir ? ENOTDIR : EISDIR, how.op, shown);
@@ -66,6 +67,7 @@ Status Overlay::Remove(Node* parent, const std::string& name,
       auto entries = ListMerged(layers_, ViewOf(node));
       if (!entries) return entries.error();
       if (!entries->empty()) return Error::Of(ENOTEMPTY, how.op, shown);
+      removed = ReadRemovedDir(node);  // what it keeps showing
     }
     bool lower_is_dir;
     auto has_lower = LowerHas(parent, name, &lower_is_dir);
@@ -133,6 +135,7 @@ Status Overlay::Remove(Node* parent, const std::string& name,
   }();
   TableLock t(table_mu_);
   if (s) table_.DetachNameLocked(node, parent, name);
+  if (s && how.dir) RemovedDirLocked(node, std::move(removed));
   table_.MaybeFreeLocked(node);
   return s;
 }

@@ -185,6 +185,8 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   else if (dst.err() != ENOENT)
     return dst.error();
 
+  // What a directory renamed over keeps showing (RemovedDirLocked).
+  Result<Node::RemovedDir> over_dir = Error::Of(ENOENT, "rename", op.shown);
   Status s = [&]() -> Status {
     ACQFS_TRY(CheckRename(op));
     if (op.a == op.b) return Ok();  // two names of one file: nothing to do
@@ -239,6 +241,7 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
       over = *st;
       frees = true;
     }
+    if (op.b && op.b->is_dir() && !op.exchange) over_dir = ReadRemovedDir(op.b);
     Status moved = PrepareRename(&ch, op, pfd->get(), npfd->get());
     if (moved && frees && op.b->is_dir()) {
       // ClearUpperDir left an empty directory there, which the move frees.
@@ -261,6 +264,8 @@ Status Overlay::Rename(Node* parent, const std::string& name, Node* new_parent,
   }();
   TableLock t(table_mu_);
   if (s && op.a != op.b) RecordRenameLocked(op);
+  if (s && op.b && op.b != op.a && !op.exchange && op.b->is_dir())
+    RemovedDirLocked(op.b, std::move(over_dir));
   table_.MaybeFreeLocked(op.a);
   if (op.b) table_.MaybeFreeLocked(op.b);
   return s;

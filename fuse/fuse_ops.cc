@@ -138,10 +138,17 @@ int OpenFlags(fuse_req_t req, int flags) {
   return flags;
 }
 
+// Never FOPEN_DIRECT_IO, not even for O_DIRECT: the kernel then serves an
+// O_DIRECT open as ext4 does (its generic direct I/O path, through the
+// daemon's WRITE and READ), which writes back and drops the page cache
+// around each direct write, clears set-id bits first (file_remove_privs:
+// a SETATTR the daemon answers), and lets the file be mapped. With
+// FOPEN_DIRECT_IO the kernel refused mmap (ENODEV) of a file made by
+// open(O_CREAT|O_DIRECT), and of any O_DIRECT open with -o handles, and
+// left the page cache to whatever invalidation the FUSE path does.
 void SetOpenInfo(fuse_file_info* fi, uint64_t fh) {
   fi->fh = fh;
   fi->keep_cache = 1;
-  if (fi->flags & O_DIRECT) fi->direct_io = 1;
 }
 
 // ---------------------------------------------------------------- callbacks
@@ -152,7 +159,13 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
     if (conn->capable & cap) conn->want |= cap;
   };
   if (ctx->writeback_cache) want(FUSE_CAP_WRITEBACK_CACHE);
-  want(FUSE_CAP_SPLICE_READ);
+  // Every request read with read(2), never spliced: the session's read
+  // hook must see each request's opcode (an O_TMPFILE's FUSE_TMPFILE,
+  // which libfuse 3.14 does not know, is handed on as a CREATE; see
+  // fuse/mount.cc). libfuse asks for splicing by default; what it saved,
+  // one copy of a large WRITE's data, is measured in docs/architecture.md
+  // (choice 8).
+  conn->want &= ~FUSE_CAP_SPLICE_READ;
   want(FUSE_CAP_SPLICE_WRITE);
   want(FUSE_CAP_SPLICE_MOVE);
   want(FUSE_CAP_PARALLEL_DIROPS);
@@ -418,13 +431,21 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 // the kernel RELEASEs it (until it has seen an OPEN answered ENOSYS,
 // after which it sends no RELEASE at all), and a RELEASE of fh 0 is a
 // no-op (OpRelease).
+//
+// An open(O_TMPFILE) arrives here too: libfuse 3.14 knows no FUSE_TMPFILE,
+// so the session's read hook hands it on as a CREATE of the name
+// kTmpfileName ("/", which no real name can be; fuse/mount.cc), whose
+// request and reply have the same shape.
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               struct fuse_file_info* fi) {
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
     const bool counted = !HandleLess(Ctx(req));
-    auto r = ov->Create(NodeOf(req, parent), name, mode,
-                        OpenFlags(req, fi->flags), CredsOf(req));
+    const bool tmpfile = std::strcmp(name, kTmpfileName) == 0;
+    auto r = tmpfile ? ov->CreateTmpfile(NodeOf(req, parent), mode, fi->flags,
+                                         CredsOf(req))
+                     : ov->Create(NodeOf(req, parent), name, mode,
+                                  OpenFlags(req, fi->flags), CredsOf(req));
     if (!r) return ReplyError(req, r.error());
     Node* node = r->first;
     if (!counted) ov->ReleaseOpen(node);
@@ -498,10 +519,6 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
   };
   Guard(req, [&] {
     Overlay* ov = Ctx(req)->overlay;
-    // An O_DIRECT handle (-o handles) writes around the kernel's page cache
-    // path, which would have dropped the set-id bits first.
-    const bool unchecked =
-        fi && !fi->writepage && (fi->flags & O_DIRECT) && !HandleLess(Ctx(req));
     size_t len = fuse_buf_size(in_buf);
     auto copy = [&](int fd) -> int64_t {
       struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
@@ -513,7 +530,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
     };
     auto r = ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kWrite,
                            Quota::Charge::Span(off, static_cast<off_t>(len)),
-                           copy, unchecked ? SetIdRuleOf(req) : nullptr);
+                           copy, nullptr);
     if (!r) return refuse(r.error());
     int64_t n = *r;
     if (n < 0) {

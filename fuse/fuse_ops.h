@@ -55,6 +55,10 @@ struct FuseContext {
   std::atomic<bool> init_replied{false};
 };
 
+// The name an open(O_TMPFILE) (FUSE_TMPFILE) reaches OpCreate with: "/",
+// which no CREATE can carry (the VFS never passes a name with a slash).
+inline constexpr char kTmpfileName[] = "/";
+
 // Is the mount in the handle-less mode (no OPEN/RELEASE for files)?
 inline bool HandleLess(const FuseContext* ctx) {
   return ctx->listings != nullptr;

@@ -159,9 +159,29 @@ struct PressureHandlerScope {
 // the daemon then clears set-id bits itself (fuse/setid.h). Every other
 // request and reply passes untouched.
 //
-// The INIT request is the first the kernel sends, and it always comes
-// through `read` (libfuse splices only once INIT is done); libfuse answers
-// it on the thread that read it, before any other request is read.
+// The INIT request is the first the kernel sends; every request comes
+// through `read` (the daemon does not let libfuse splice requests, see
+// OpInit); libfuse answers INIT on the thread that read it, before any
+// other request is read.
+
+// FUSE_TMPFILE (Linux 6.3+, open(O_TMPFILE)) is unknown to libfuse 3.14,
+// which would answer ENOSYS, and the kernel then EOPNOTSUPP for good. Its
+// body is a CREATE's (fuse_create_in, then the dentry's name, "/"), and so
+// is its reply (entry, then open): the request goes on as a CREATE whose
+// name is kTmpfileName, which OpCreate tells apart. `n` is the request's
+// length; returns the new one.
+ssize_t TmpfileAsCreate(char* buf, size_t len, ssize_t n) {
+  const size_t body = sizeof(fuse_in_header) + sizeof(fuse_create_in);
+  if (static_cast<size_t>(n) < body || body + sizeof kTmpfileName > len)
+    return n;  // malformed: libfuse answers it (ENOSYS)
+  std::memcpy(buf + body, kTmpfileName, sizeof kTmpfileName);
+  fuse_in_header h;
+  std::memcpy(&h, buf, sizeof h);
+  h.opcode = FUSE_CREATE;
+  h.len = static_cast<uint32_t>(body + sizeof kTmpfileName);
+  std::memcpy(buf, &h, sizeof h);
+  return static_cast<ssize_t>(h.len);
+}
 
 ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
   ssize_t n = ::read(fd, buf, len);
@@ -169,6 +189,10 @@ ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   fuse_in_header h;
   std::memcpy(&h, buf, sizeof h);
+  if (h.opcode == FUSE_TMPFILE) {
+    if (ctx->warm) ctx->warm->NoteWrite();
+    return TmpfileAsCreate(static_cast<char*>(buf), len, n);
+  }
   // Only the agent changes anything (the walk only lists and looks up).
   if (ctx->warm && ChangesTheFileSystem(h.opcode)) ctx->warm->NoteWrite();
   if (!ctx->init_replied.load(std::memory_order_relaxed)) {
