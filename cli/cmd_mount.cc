@@ -744,6 +744,10 @@ int RunMount(const MountArgs& a) {
   config.frozen = paths.frozen;
   config.work = paths.work;
   config.mountpoint = t.mountpoint;
+  // A source that tells this sandbox's mount from another's (findmnt,
+  // `umount acqfs:NAME`); the fstype, fuse.acqfs, is what acqfs itself
+  // finds its mounts by (state/liveness.h).
+  config.fsname = "acqfs:" + t.name;
   DaemonOptions d;
   d.config = config;
   d.log_path = paths.log;
@@ -757,6 +761,26 @@ int RunMount(const MountArgs& a) {
     const int code = s.err() == EBUSY ? kExitBadInput : kExitFailed;
     return fail(Fail(code, "mount", t.mountpoint, s.error().op));
   }
+  return 0;
+}
+
+int RunRemount(const RemountArgs& a) {
+  std::string mnt = CanonicalPath(a.mountpoint);
+  std::vector<std::string> options;
+  for (const auto& list : a.options) {
+    std::stringstream ss(list);
+    for (std::string o; std::getline(ss, o, ',');) options.push_back(o);
+  }
+  if (options.empty())
+    return Fail(kExitBadInput, "remount", mnt,
+                "nothing to change (give -o ro, -o rw, ...)");
+  if (Status s = Remount(mnt, options, ::geteuid() == 0); !s)
+    return Fail(
+        s.err() == EINVAL || s.err() == EPERM ? kExitBadInput : kExitFailed,
+        "remount: " + s.error().op,
+        s.error().path.rfind('/', 0) == 0 ? s.error().path
+                                          : "-o " + s.error().path,
+        std::strerror(s.err()));
   return 0;
 }
 

@@ -40,6 +40,15 @@ struct MountArgs {
 };
 int RunMount(const MountArgs& a);
 
+// acqfs remount MOUNTPOINT -o OPTS: changes the VFS flags of a running
+// acqfs mount (ro, rw, noexec, ...), as `mount -o remount,OPTS` does
+// (fuse/vfs_options.h, Remount). Root only.
+struct RemountArgs {
+  std::string mountpoint;
+  std::vector<std::string> options;
+};
+int RunRemount(const RemountArgs& a);
+
 struct UmountArgs {
   std::string target, state_dir;
   bool no_export = false, json = false;

@@ -68,13 +68,26 @@ void AddMount(CLI::App& app, MountArgs& m) {
       "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
       "handles, nosync_copyup, nowarm, nohost_watch, warm_limit=ENTRIES, "
       "warm_threads=N, warm_nice=N, noparallel_dirops, debug, "
-      "allow_other, noallow_other");
+      "allow_other, noallow_other; and mount flags: ro, rw, noexec, "
+      "noatime, nodiratime, dev, suid, fsname=NAME");
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(
       "-v,--verbose", [&m] { m.log_level = "debug"; },
       "Log every failed request");
   AddPolicyOptions(c, m.policy);
+}
+
+void AddRemount(CLI::App& app, RemountArgs& r) {
+  auto* c = app.add_subcommand(
+      "remount",
+      "Change a running mount's flags (ro, rw, noexec, ...), as mount -o "
+      "remount does (root only)");
+  c->add_option("mountpoint", r.mountpoint, "The sandbox's mountpoint")
+      ->required();
+  c->add_option("-o", r.options,
+                "ro, rw, exec, noexec, nodiratime, dev, suid, nodev, nosuid")
+      ->required();
 }
 
 void AddUmount(CLI::App& app, UmountArgs& u) {
@@ -291,6 +304,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   MountArgs m;
   UmountArgs u;
+  RemountArgs rmt;
   ExportArgs e;
   RmArgs r;
   ApplyArgs ap;
@@ -308,6 +322,7 @@ int main(int argc, char** argv) {
   AddMount(app, m);
   AddStack(app, cp, cps, rw, fk, sq, gc);
   AddUmount(app, u);
+  AddRemount(app, rmt);
   AddExport(app, e);
   AddRm(app, r);
   AddApply(app, ap);
@@ -351,6 +366,7 @@ int main(int argc, char** argv) {
                 owner->error());
   if (app.got_subcommand("mount")) return RunMount(m);
   if (app.got_subcommand("umount")) return RunUmount(u);
+  if (app.got_subcommand("remount")) return RunRemount(rmt);
   if (app.got_subcommand("export")) return RunExport(e);
   if (app.got_subcommand("rm")) return RunRm(r);
   if (app.got_subcommand("apply")) return RunApply(ap);

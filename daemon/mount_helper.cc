@@ -2,12 +2,17 @@
 //   mount.fuse.acqfs SOURCE MOUNTPOINT -o lowerdir=L,upperdir=U,workdir=W[,...]
 // the calling convention of fuse-overlayfs and the unionmount test suite.
 // It returns once the mount is usable, with the daemon in the background.
+// SOURCE becomes the mount's source (as findmnt and `umount SOURCE` see it)
+// unless -o fsname= names another. With -o remount (`mount -o remount,ro
+// MNT` runs `mount.fuse.acqfs SOURCE MNT -o ro,...,remount -t fuse.acqfs`)
+// it changes the running mount's flags instead (fuse/vfs_options.h).
 // Who may use the mount is decided as for `acqfs mount` (daemon/allow_other.h):
 // every user as root unless -o noallow_other, else only the caller unless
 // -o allow_other (which needs user_allow_other in /etc/fuse.conf).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,8 +35,13 @@ int Usage() {
       stderr,
       "usage: mount.fuse.acqfs SOURCE MOUNTPOINT -o "
       "lowerdir=DIR,upperdir=DIR,workdir=DIR[,userxattr][,allow_other|,"
-      "noallow_other]"
-      "\n");
+      "noallow_other][,ro][,noexec][,nodiratime][,dev][,suid][,fsname=NAME]"
+      "[,ACQFS OPTION...]\n"
+      "       mount.fuse.acqfs SOURCE MOUNTPOINT -o remount,ro|rw[,noexec|"
+      "exec][,...]\n"
+      "Refused, with the reason: atime, relatime, strictatime, lazytime "
+      "(every mount is noatime), sync, dirsync; dev, suid and nodiratime for "
+      "an ordinary user.\n");
   return 1;
 }
 
@@ -42,13 +52,11 @@ int Fail(const std::string& what, const std::string& subject,
   return 1;
 }
 
-// Generic mount(8) options that carry no meaning for acqfs (nosuid and nodev
-// are always on).
+// mount(8)'s own options, which fstab lines carry and which ask nothing of
+// the file system (the VFS flags are applied: ApplyMountOption).
 bool Ignorable(const std::string& o) {
-  static const char* kIgnored[] = {"rw",      "defaults", "nosuid",  "nodev",
-                                   "noatime", "relatime", "_netdev", "auto",
-                                   "noauto",  "nofail",   "user",    "users",
-                                   "exec",    "noexec",   "suid",    "dev"};
+  static const char* kIgnored[] = {"defaults", "_netdev", "auto", "noauto",
+                                   "nofail",   "user",    "users"};
   for (const char* i : kIgnored)
     if (o == i) return true;
   return o.rfind("x-", 0) == 0;
@@ -71,6 +79,9 @@ int main(int argc, char** argv) {
       opts += a.substr(2);
     } else if (a == "-f") {
       foreground = true;
+    } else if (a == "-t" && i + 1 < argc) {
+      // mount(8) names the type (fuse.acqfs) on a remount
+      ++i;
     } else if (a == "-n" || a == "-s" || a == "-v") {
       // mount(8) flags: no mtab, sloppy, verbose
     } else if (a == "-h" || a == "--help") {
@@ -80,12 +91,35 @@ int main(int argc, char** argv) {
     }
   }
   if (pos.size() != 2) return Usage();
+  std::vector<std::string> options;
+  {
+    std::stringstream ss(opts);
+    for (std::string o; std::getline(ss, o, ',');) options.push_back(o);
+  }
+  if (std::find(options.begin(), options.end(), "remount") != options.end()) {
+    auto mnt = cli::RealPath(pos[1]);
+    if (!mnt) return Fail("remount: mountpoint", pos[1], mnt.error().Message());
+    std::vector<std::string> vfs;
+    for (const auto& o : options)
+      if (!Ignorable(o)) vfs.push_back(o);
+    // The error names a path (the mountpoint) or the option it refuses.
+    if (Status s = Remount(*mnt, vfs, ::geteuid() == 0); !s)
+      return Fail("remount: " + s.error().op,
+                  s.error().path.rfind('/', 0) == 0 ? s.error().path
+                                                    : "-o " + s.error().path,
+                  std::strerror(s.err()));
+    return 0;
+  }
   cli::DaemonOptions d;
   MountConfig& c = d.config;
-  std::stringstream ss(opts);
-  std::string o;
+  // The source names the mount, as for the kernel overlayfs and
+  // fuse-overlayfs; -o fsname= below overrides it.
+  if (Status s = CheckFsname(pos[0], pos[0]); !s)
+    return Fail("mount: " + s.error().op, s.error().path,
+                std::strerror(s.err()));
+  c.fsname = pos[0];
   cli::AllowOtherRequest allow_other;
-  while (std::getline(ss, o, ',')) {
+  for (const std::string& o : options) {
     if (o.empty() || Ignorable(o)) continue;
     bool taken = false;
     if (Status s = allow_other.TakeOption(o, &taken); !s)

@@ -83,9 +83,11 @@ class SessionMount {
   fuse_session* se_ = nullptr;
 };
 
-// Every mount made with the same layers shows the same tree.
+// Every mount made with the same layers shows the same tree. The fsname was
+// checked (CheckFsname): it holds no comma that libfuse would split at.
 std::string MountOptions(const MountConfig& c) {
-  std::string o = "fsname=acqfs,subtype=acqfs,default_permissions,nosuid,nodev";
+  std::string o = "fsname=" + c.fsname + ",subtype=acqfs,default_permissions," +
+                  c.vfs.LibfuseOptions();
   if (c.allow_other) o += ",allow_other";
   return o;
 }
@@ -272,6 +274,14 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     return o.compare(0, n, key) == 0 ? o.c_str() + n : nullptr;
   };
   double v = 0;
+  bool vfs = false;
+  ACQFS_TRY(TakeVfsOption(o, ::geteuid() == 0, &c->vfs, &vfs));
+  if (vfs) return Ok();
+  if (const char* name = value("fsname=")) {
+    ACQFS_TRY(CheckFsname(name, o));
+    c->fsname = name;
+    return Ok();
+  }
   if (o == "userxattr") {
     c->force_userxattr = true;
   } else if (o == "allow_other") {
@@ -502,6 +512,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (!mounted.Mount(se.get(), config.mountpoint))
     return fail(
         Error::Of(EIO, "mount (see the daemon log)", config.mountpoint));
+  // libfuse 3.14 cannot pass nodiratime; the kernel takes it in a remount
+  // of the mount's own flags (which sends the daemon nothing).
+  if (config.vfs.nodiratime)
+    if (Status s = SetMountFlags(config.mountpoint, config.vfs); !s)
+      return fail_mounted(s.error());
+  // Never a flag asked for and silently not applied: fusermount3 (an
+  // ordinary user's mounts) drops what it deems unsafe without failing.
+  if (Status s = CheckMountedAs(config.mountpoint, config.vfs, config.fsname);
+      !s)
+    return fail_mounted(s.error());
   {
     struct fuse_custom_io io;
     std::memset(&io, 0, sizeof io);

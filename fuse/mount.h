@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "fs/policy.h"
 #include "fs/quota.h"
+#include "fuse/vfs_options.h"
 
 namespace acqfs {
 
@@ -27,6 +28,10 @@ struct MountConfig {
   // for the mount helper's layers, given by path.
   std::string anchor;
   bool allow_other = false;
+  // The mount's VFS flags (ro, dev, suid, noexec, nodiratime; always
+  // noatime) and its source as mountinfo shows it (fuse/vfs_options.h).
+  VfsFlags vfs;
+  std::string fsname = "acqfs";
   bool force_userxattr = false;  // use user.overlay.* even when privileged
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds
   bool writeback_cache = false;  // see docs/architecture.md: mtimes diverge
@@ -86,9 +91,12 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
 // "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
-// "warm_nice=N", "parallel_dirops", "noparallel_dirops") to `config`.
-// EINVAL, naming the option, when it is unknown or its value is not a valid
-// number.
+// "warm_nice=N", "parallel_dirops", "noparallel_dirops"), a VFS option
+// (TakeVfsOption: ro, rw, noatime, noexec, ...; dev, suid and nodiratime
+// only for root, judged by the caller's effective uid) or "fsname=NAME"
+// (CheckFsname) to `config`. EINVAL, naming the option, when it is unknown,
+// refused or its value is not a valid number; EPERM for a root-only option
+// asked by an ordinary user.
 Status ApplyMountOption(const std::string& option, MountConfig* config);
 
 // Called once: with Ok() when the mount is usable, or with the reason it

@@ -31,7 +31,9 @@ TEST_F(MountCli, MountIsFuseAcqfsWithNosuidNodev) {
   auto m = FindMount(sandbox().mountpoint());
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->fs_type, "fuse.acqfs");
-  EXPECT_EQ(m->source, "acqfs");
+  // Named for its sandbox, so findmnt and `umount acqfs:NAME` tell it apart.
+  EXPECT_EQ(m->source, "acqfs:" + sandbox().name());
+  EXPECT_TRUE(m->HasMountOption("noatime")) << m->mount_options;
   EXPECT_TRUE(m->HasMountOption("nosuid")) << m->mount_options;
   EXPECT_TRUE(m->HasMountOption("nodev")) << m->mount_options;
 }
