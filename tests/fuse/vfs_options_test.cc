@@ -87,7 +87,7 @@ TEST(VfsOptions, FsnameIsCheckedByteForByte) {
   EXPECT_TRUE(CheckFsname("acqfs:sbx-1", "x"));
   EXPECT_TRUE(CheckFsname("/srv/layers/one", "x"));
   EXPECT_TRUE(CheckFsname(std::string(255, 'a'), "x"));
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string(), std::string(256, 'a'), std::string("a b"),
         std::string("a,b"), std::string("a\\b"), std::string("a\tb"),
         std::string("a\nb"), std::string("a\x7f")}) {
