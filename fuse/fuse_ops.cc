@@ -178,6 +178,15 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   want(FUSE_CAP_AUTO_INVAL_DATA);
   want(FUSE_CAP_ASYNC_READ);
+  // An io_submit(2) of an O_DIRECT write is carried out before io_submit
+  // returns, not in the background. The kernel drops the page cache over a
+  // direct write's range before the write and, for a write that completes
+  // in the call, again after it; an asynchronous one (FUSE_ASYNC_DIO,
+  // which libfuse asks for by default) gets no second drop, so a buffered
+  // read racing it could cache the old bytes for good, and with -o
+  // writeback (which trusts the kernel's own mtime, so nothing else drops
+  // them) read them back after the write (DirectIoWriteback.*).
+  conn->want &= ~FUSE_CAP_ASYNC_DIO;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
     ctx->listings = std::make_unique<ListingCache>();
