@@ -221,7 +221,7 @@ Result<std::pair<Node*, FileLease>> Overlay::CreateTmpfile(Node* parent,
                      mode & 07777);
     if (f < 0) return Error::Errno("open O_TMPFILE", shown);
     file.fd.reset(f);
-    auto st = [&]() -> Result<struct stat> {
+    auto finish = [&]() -> Result<struct stat> {
       if (layers_.privileged) {
         gid_t gid = (pst->st_mode & S_ISGID) ? pst->st_gid : creds.gid;
         if (::fchown(f, creds.uid, gid) != 0)
@@ -229,8 +229,8 @@ Result<std::pair<Node*, FileLease>> Overlay::CreateTmpfile(Node* parent,
       }
       ACQFS_TRY(FixNewMode(tfd, tmp, mode, shown));
       return sys::Fstat(f, shown);
-    }
-    ();
+    };
+    auto st = finish();
     if (!st) {
       (void)::unlinkat(tfd, tmp.c_str(), 0);
       return st.error();
