@@ -12,7 +12,6 @@
 //   - file handles: open_by_handle_at of what the kernel still knows.
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -468,52 +467,6 @@ def forged():
 t("forged", forged)
 )",
        kRoot);
-}
-
-// What the kernel holds outlives a drop of its caches: the handle of a
-// file and of a directory held open still opens afterwards, while one
-// whose inode the kernel let go answers ESTALE (docs/architecture.md,
-// choice 16); never a crash of the daemon, nor another file.
-TEST_P(FileHandles, HeldInodesOutliveADropOfTheCaches) {
-  CommandResult r = Py(R"(
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-class FH(ctypes.Structure):
-    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int),
-                ("f", ctypes.c_ubyte * 128)]
-def handle(p):
-    h = FH(); h.bytes = 128; mid = ctypes.c_int()
-    if libc.name_to_handle_at(-100, p.encode(), ctypes.byref(h),
-                              ctypes.byref(mid), 0) != 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
-    return h
-root = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
-def by_handle(h, flags=os.O_RDONLY):
-    r = libc.open_by_handle_at(root, ctypes.byref(h), flags)
-    if r < 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
-    data = os.read(r, 10) if not flags & os.O_DIRECTORY else b"dir"
-    os.close(r)
-    return data
-os.mkdir("t/d"); open("t/held", "w").write("held"); open("t/let", "w").write("let")
-held = os.open("t/held", os.O_RDONLY); dheld = os.open("t/d", os.O_RDONLY)
-hh, hd, hl = handle("t/held"), handle("t/d"), handle("t/let")
-os.sync()
-with open("/proc/sys/vm/drop_caches", "w") as f:
-    f.write("2")
-t("held file", lambda: by_handle(hh))
-t("held directory", lambda: by_handle(hd, os.O_RDONLY | os.O_DIRECTORY))
-t("let go", lambda: by_handle(hl))
-t("by name", lambda: open("t/let").read())
-)",
-                       sandbox().mountpoint(), kRoot);
-  ASSERT_TRUE(r.ok()) << r.Describe();
-  EXPECT_NE(r.out.find("held file: ok b'held'"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("held directory: ok b'dir'"), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("let go: ESTALE"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("by name: ok let"), std::string::npos) << r.out;
-  EXPECT_EQ(::kill(sandbox().daemon_pid(), 0), 0) << "the daemon is gone";
 }
 
 ACQFS_IN_BOTH_FILE_MODES(FileHandles);
