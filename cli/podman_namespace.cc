@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/handle.h"
-#include "state/mountinfo.h"
+#include "common/mountinfo.h"
 
 namespace acqfs::cli {
 namespace {

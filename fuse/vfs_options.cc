@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
-#include <sstream>
 
 namespace acqfs {
 namespace {
@@ -22,29 +20,6 @@ const char kNoAtimeWhy[] =
     "mount option (acqfs never updates access times: the kernel leaves "
     "them to the daemon, which reads the layers with O_NOATIME; every "
     "acqfs mount is noatime)";
-
-std::vector<std::string> Split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  for (std::string o; std::getline(ss, o, ',');) out.push_back(o);
-  return out;
-}
-
-// A mountinfo field with its octal escapes (\040 for a blank...) undone.
-std::string Unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' &&
-        s[i + 1] <= '3') {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 +
-                               (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 
 bool StartsWith(const std::string& s, const char* prefix) {
   return s.rfind(prefix, 0) == 0;
@@ -149,36 +124,14 @@ Status CheckFsname(const std::string& fsname, const std::string& what) {
   return Ok();
 }
 
-bool MountedAs::Has(const std::string& option) const {
-  return std::find(options.begin(), options.end(), option) != options.end();
-}
-
-Result<MountedAs> ReadMountedAs(const std::string& mountpoint) {
-  const std::string path = "/proc/self/mountinfo";
-  std::ifstream in(path);
-  if (!in) return Error::Errno("open", path);
-  std::optional<MountedAs> found;
-  for (std::string line; std::getline(in, line);) {
-    // id parent maj:min root mountpoint opts [optional...] - fstype source
-    // super-opts
-    const size_t dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream head(line.substr(0, dash));
-    std::string id, parent, dev, root, mp, opts;
-    if (!(head >> id >> parent >> dev >> root >> mp >> opts)) continue;
-    if (Unescape(mp) != mountpoint) continue;
-    std::istringstream tail(line.substr(dash + 3));
-    MountedAs m;
-    std::string source, super;
-    if (!(tail >> m.fstype >> source >> super)) continue;
-    m.source = Unescape(source);
-    m.options = Split(opts);
-    m.super_options = Split(super);
-    found = std::move(m);  // the last one is on top
-  }
-  if (in.bad()) return Error::Of(EIO, "read", path);
+Result<MountEntry> ReadMountedAs(const std::string& mountpoint) {
+  auto table = ReadMountInfo("/proc/self/mountinfo");
+  if (!table) return table.error();
+  const MountEntry* found = nullptr;
+  for (const MountEntry& e : *table)
+    if (e.mountpoint == mountpoint) found = &e;  // the last one is on top
   if (!found) return Error::Of(EINVAL, "not a mount point", mountpoint);
-  return std::move(*found);
+  return *found;
 }
 
 Status CheckMountedAs(const std::string& mountpoint, const VfsFlags& flags,
@@ -189,7 +142,7 @@ Status CheckMountedAs(const std::string& mountpoint, const VfsFlags& flags,
     return Error::Of(EINVAL, "not an acqfs mount (" + m->fstype + ")",
                      mountpoint);
   for (const auto& [option, wanted] : flags.Expected())
-    if (m->Has(option) != wanted)
+    if (m->HasOption(option) != wanted)
       return Error::Of(EPERM,
                        "mount (the kernel mounted it " +
                            std::string(wanted ? "without " : "with ") + option +
@@ -217,21 +170,17 @@ Status Remount(const std::string& mountpoint,
     return Error::Of(EINVAL, "remount: not an acqfs mount (" + m->fstype + ")",
                      mountpoint);
   VfsFlags f;
-  f.read_only = m->Has("ro");
-  f.dev = !m->Has("nodev");
-  f.suid = !m->Has("nosuid");
-  f.noexec = m->Has("noexec");
-  f.nodiratime = m->Has("nodiratime");
-  auto in_super = [&](const std::string& o) {
-    return std::find(m->super_options.begin(), m->super_options.end(), o) !=
-           m->super_options.end();
-  };
+  f.read_only = m->HasOption("ro");
+  f.dev = !m->HasOption("nodev");
+  f.suid = !m->HasOption("nosuid");
+  f.noexec = m->HasOption("noexec");
+  f.nodiratime = m->HasOption("nodiratime");
   for (const std::string& o : options) {
     if (o.empty() || o == "remount" || o == "defaults") continue;
     // mount(8) repeats the mount's own super block options; they stay.
     if (StartsWith(o, "user_id=") || StartsWith(o, "group_id=") ||
         o == "default_permissions" || o == "allow_other") {
-      if (in_super(o)) continue;
+      if (m->HasSuperOption(o)) continue;
       return Error::Of(EINVAL,
                        "remount option (set when the mount is made; only a "
                        "new mount changes it)",

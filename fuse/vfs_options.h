@@ -10,11 +10,11 @@
 #ifndef ACQFS_FUSE_VFS_OPTIONS_H_
 #define ACQFS_FUSE_VFS_OPTIONS_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/mountinfo.h"
 
 namespace acqfs {
 
@@ -56,14 +56,8 @@ Status TakeVfsOption(const std::string& option, bool privileged,
 Status CheckFsname(const std::string& fsname, const std::string& what);
 
 // What /proc/self/mountinfo says of the topmost mount at `mountpoint`
-// (absolute, canonical).
-struct MountedAs {
-  std::string fstype, source;
-  std::vector<std::string> options;        // per mount: "rw", "nosuid", ...
-  std::vector<std::string> super_options;  // per super block
-  bool Has(const std::string& option) const;
-};
-Result<MountedAs> ReadMountedAs(const std::string& mountpoint);
+// (absolute, canonical); EINVAL when nothing is mounted there.
+Result<MountEntry> ReadMountedAs(const std::string& mountpoint);
 
 // Checks that the fuse.acqfs mount at `mountpoint` has `flags` and the
 // source `fsname`; EPERM naming the option the kernel did not apply.

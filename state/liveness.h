@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "state/mountinfo.h"
+#include "common/mountinfo.h"
 #include "state/state.h"
 
 namespace acqfs::cli {

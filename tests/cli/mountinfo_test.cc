@@ -1,10 +1,10 @@
-// The mount table as mountinfo shows it (state/mountinfo.h), and rootless
+// The mount table as mountinfo shows it (common/mountinfo.h), and rootless
 // Podman's pause process with the question whether a mount made now would
 // reach its namespace (cli/podman_namespace.h). The namespace tests make
 // real namespaces: a child that unshares a user and mount namespace and
 // names itself as Podman's pause process does, in a mount namespace of the
 // test's own (nothing is mounted in the machine's).
-#include "state/mountinfo.h"
+#include "common/mountinfo.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -38,6 +38,18 @@ TEST(MountInfo, ParsesFieldsTagsAndEscapes) {
   EXPECT_EQ(major(e->dev), 98u);
   EXPECT_EQ(minor(e->dev), 0u);
   EXPECT_EQ(e->tags, (std::vector<std::string>{"master:1", "shared:7"}));
+  EXPECT_EQ(e->source, "/dev/root");
+  EXPECT_EQ(e->options, (std::vector<std::string>{"rw", "noatime"}));
+  EXPECT_EQ(e->super_options,
+            (std::vector<std::string>{"rw", "errors=continue"}));
+  EXPECT_TRUE(e->HasOption("noatime"));
+  EXPECT_FALSE(e->HasOption("ro"));
+  EXPECT_TRUE(e->HasSuperOption("errors=continue"));
+  const auto acqfs = ParseMountInfoLine(
+      "70 27 0:52 / /tmp/m rw,nosuid,nodev,noatime - fuse.acqfs "
+      "acqfs:a\\040b rw,user_id=0,allow_other");
+  ASSERT_TRUE(acqfs.has_value());
+  EXPECT_EQ(acqfs->source, "acqfs:a b");
   const auto plain =
       ParseMountInfoLine("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw");
   ASSERT_TRUE(plain.has_value());

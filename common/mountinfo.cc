@@ -1,4 +1,4 @@
-#include "state/mountinfo.h"
+#include "common/mountinfo.h"
 
 #include <sys/sysmacros.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace acqfs::cli {
+namespace acqfs {
 namespace {
 
 // mountinfo escapes space, tab, newline and backslash as \ooo.
@@ -34,13 +34,32 @@ bool Covers(const std::string& dir, const std::string& path) {
   return path.size() == dir.size() || path[dir.size()] == '/';
 }
 
-bool HasTag(const MountEntry& e, const std::string& tag) {
-  for (const auto& t : e.tags)
-    if (t == tag) return true;
+bool Contains(const std::vector<std::string>& list, const std::string& s) {
+  for (const auto& x : list)
+    if (x == s) return true;
   return false;
 }
 
+bool HasTag(const MountEntry& e, const std::string& tag) {
+  return Contains(e.tags, tag);
+}
+
+std::vector<std::string> SplitOptions(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string o; std::getline(ss, o, ',');) out.push_back(o);
+  return out;
+}
+
 }  // namespace
+
+bool MountEntry::HasOption(const std::string& option) const {
+  return Contains(options, option);
+}
+
+bool MountEntry::HasSuperOption(const std::string& option) const {
+  return Contains(super_options, option);
+}
 
 bool ParseMajorMinor(const std::string& text, int base, dev_t* out) {
   auto colon = text.find(':');
@@ -66,9 +85,14 @@ std::optional<MountEntry> ParseMountInfoLine(const std::string& line) {
     return std::nullopt;
   while (ss >> tag) e.tags.push_back(tag);
   std::istringstream rest(line.substr(dash + 3));
+  std::string source, super;
   if (!(rest >> e.fstype)) return std::nullopt;
+  rest >> source >> super;  // absent from some synthetic tables
   if (!ParseMajorMinor(dev, 10, &e.dev)) return std::nullopt;
   e.mountpoint = UnescapeMountField(mp);
+  e.source = UnescapeMountField(source);
+  e.options = SplitOptions(opts);
+  e.super_options = SplitOptions(super);
   return e;
 }
 
@@ -116,4 +140,4 @@ bool MountPropagates(const std::vector<MountEntry>& ours,
   return false;
 }
 
-}  // namespace acqfs::cli
+}  // namespace acqfs

@@ -3,8 +3,8 @@
 // that tell whether a mount made later in one mount namespace appears in
 // another (mount_namespaces(7)).
 // Thread-safety: plain functions and values.
-#ifndef ACQFS_STATE_MOUNTINFO_H_
-#define ACQFS_STATE_MOUNTINFO_H_
+#ifndef ACQFS_COMMON_MOUNTINFO_H_
+#define ACQFS_COMMON_MOUNTINFO_H_
 
 #include <sys/types.h>
 
@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 
-namespace acqfs::cli {
+namespace acqfs {
 
 // One line of a mountinfo file.
 struct MountEntry {
@@ -22,10 +22,17 @@ struct MountEntry {
   int parent = 0;          // the id of the mount it is mounted on
   std::string mountpoint;  // unescaped
   std::string fstype;      // e.g. "fuse.acqfs"
-  dev_t dev = 0;           // st_dev of the mounted filesystem
+  std::string source;      // unescaped, e.g. "acqfs:NAME"
+  // The per-mount options ("rw", "nosuid", ...) and the super block's
+  // ("user_id=0", "allow_other", ...).
+  std::vector<std::string> options, super_options;
+  dev_t dev = 0;  // st_dev of the mounted filesystem
   // The optional fields before " - ": "shared:N", "master:N",
   // "propagate_from:N", "unbindable".
   std::vector<std::string> tags;
+
+  bool HasOption(const std::string& option) const;
+  bool HasSuperOption(const std::string& option) const;
 };
 
 // "maj:min" (numbers in `base`; mountinfo writes decimal) into a dev_t.
@@ -56,6 +63,6 @@ bool MountPropagates(const std::vector<MountEntry>& ours,
                      const std::vector<MountEntry>& theirs,
                      const std::string& path);
 
-}  // namespace acqfs::cli
+}  // namespace acqfs
 
-#endif  // ACQFS_STATE_MOUNTINFO_H_
+#endif  // ACQFS_COMMON_MOUNTINFO_H_
