@@ -42,8 +42,7 @@ Result<struct stat> Overlay::SetRemovedDirAttr(Node* node,
   if (req.set_size) return Error::Of(EISDIR, "truncate", "(removed)");
   struct timespec now;
   ::clock_gettime(CLOCK_REALTIME, &now);
-  if (req.set_mode)
-    st->st_mode = (st->st_mode & S_IFMT) | (req.mode & 07777 & ~S_IFMT);
+  if (req.set_mode) st->st_mode = (st->st_mode & S_IFMT) | (req.mode & 07777);
   if (req.set_uid) st->st_uid = req.uid;
   if (req.set_gid) st->st_gid = req.gid;
   if (req.set_atime) st->st_atim = req.atime_now ? now : req.atime;
@@ -342,7 +341,9 @@ Result<Node::RemovedDir> Overlay::ReadRemovedDir(Node* node) {
   if (!st) return st.error();
   d.st = *st;
   d.st.st_nlink = 0;
-  auto t = XattrTargetOf(node, LayerOf(node));
+  // The parent's descriptor from the thread's cache, as GetXattr's: no
+  // open and close more per rmdir.
+  auto t = XattrTargetOf(node, LayerOf(node), /*borrow=*/true);
   if (!t) return t.error();
   auto names = sys::ListXattrs(t->path, t->shown, t->follow);
   if (!names) return names.error();

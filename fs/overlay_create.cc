@@ -14,13 +14,22 @@ namespace acqfs {
 
 // ---------------------------------------------------------------- creation
 
+namespace {
+
+// A new entry's group: a set-group-id parent's, else the caller's.
+gid_t NewEntryGid(const struct stat& parent, const Creds& creds) {
+  return (parent.st_mode & S_ISGID) ? parent.st_gid : creds.gid;
+}
+
+}  // namespace
+
 Status Overlay::ChownNew(int dirfd, const std::string& name, int pfd,
                          const Creds& creds, const std::string& shown) {
   if (!layers_.privileged) return Ok();
   auto pst = sys::Fstat(pfd, shown);
   if (!pst) return pst.error();
-  gid_t gid = (pst->st_mode & S_ISGID) ? pst->st_gid : creds.gid;
-  if (::fchownat(dirfd, name.c_str(), creds.uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+  if (::fchownat(dirfd, name.c_str(), creds.uid, NewEntryGid(*pst, creds),
+                 AT_SYMLINK_NOFOLLOW) != 0)
     return Error::Errno("chown", shown);
   return Ok();
 }
@@ -208,8 +217,6 @@ Result<std::pair<Node*, FileLease>> Overlay::CreateTmpfile(Node* parent,
         layers_.upper.Shown(sys::Join(PathLocked(parent), "(open O_TMPFILE)"));
     if (!parent->is_dir()) return Error::Of(ENOTDIR, "open O_TMPFILE", shown);
     if (parent->unlinked) return Error::Of(ENOENT, "open O_TMPFILE", shown);
-    auto pst = StatLocked(parent);  // for the set-group-id rule
-    if (!pst) return pst.error();
     // Admitted while the quota is not passed, as a new file is (Publish).
     const int tfd = layers_.tmp.get();
     Quota::Change ch(quota_.get());
@@ -223,8 +230,9 @@ Result<std::pair<Node*, FileLease>> Overlay::CreateTmpfile(Node* parent,
     file.fd.reset(f);
     auto finish = [&]() -> Result<struct stat> {
       if (layers_.privileged) {
-        gid_t gid = (pst->st_mode & S_ISGID) ? pst->st_gid : creds.gid;
-        if (::fchown(f, creds.uid, gid) != 0)
+        auto pst = StatLocked(parent);  // for the set-group-id rule
+        if (!pst) return pst.error();
+        if (::fchown(f, creds.uid, NewEntryGid(*pst, creds)) != 0)
           return Error::Errno("chown", shown);
       }
       ACQFS_TRY(FixNewMode(tfd, tmp, mode, shown));

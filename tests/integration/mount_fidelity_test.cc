@@ -267,6 +267,8 @@ def battery(tag, fd, ino):
     t(tag + " setxattr create", lambda: os.setxattr(fd, "user.a", b"2",
                                                     os.XATTR_CREATE))
     t(tag + " removexattr", lambda: os.removexattr(fd, "user.kept"))
+    t(tag + " setxattr 64 KiB", lambda: os.setxattr(fd, "user.big",
+                                                    b"x" * 65536))
     t(tag + " listxattr", lambda: sorted(x for x in os.listxattr(fd)
                                           if x.startswith("user.")))
     t(tag + " listdir", lambda: os.listdir(fd))
