@@ -346,11 +346,14 @@ ACQFS_IN_BOTH_FILE_MODES(DevSuid);
 using MountSource = HelperOptions;
 
 TEST_P(MountSource, IsTheHelpersSourceOrFsnameAsOnTheKernelOverlay) {
-  ASSERT_TRUE(MountAcqfs("", "sandbox-one").ok());
+  // A source of this test's alone: `umount SOURCE` below must not meet the
+  // mount of the same test in the other file mode, running alongside.
+  const std::string source = "sandbox-" + std::to_string(::getpid());
+  ASSERT_TRUE(MountAcqfs("", source).ok());
   ASSERT_TRUE(MountKernel("").ok());
-  EXPECT_EQ(FindMount(mnt_)->source, "sandbox-one");
+  EXPECT_EQ(FindMount(mnt_)->source, source);
   // `umount SOURCE` finds it, as for the kernel overlayfs ("overlay").
-  CommandResult u = RunCommand({"umount", "sandbox-one"}, 30);
+  CommandResult u = RunCommand({"umount", source}, 30);
   EXPECT_TRUE(u.ok()) << u.Describe();
   EXPECT_FALSE(FindMount(mnt_).has_value());
   acqfs_->Unmount();
