@@ -16,7 +16,9 @@
 //    "upper_bytes": n, "changed_paths": n,
 //    "last_export": unix seconds (0: never),
 //    "last_export_utc": "YYYY-MM-DDTHH:MM:SSZ" or null,
-//    "unfetched": true | false | null (not a git checkout)}.
+//    "unfetched": true | false | null (not a git checkout),
+//    "transport": "io_uring" | "/dev/fuse" | null (not mounted, or its
+//    daemon did not answer), the FUSE transport its daemon serves on}.
 // A value that cannot be found out shows as "?" (text) or null (JSON); it
 // never stops the listing. Folders that hold no sandbox (one of a sandbox's
 // name without meta.json whose lock is free; a fork's .fork+NAME or an
@@ -44,6 +46,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/sandbox.h"
+#include "cli/stack_command.h"
 #include "common/handle.h"
 #include "fs/change_scan.h"
 #include "fs/layer_format.h"
@@ -67,7 +70,8 @@ struct Row {
   bool git = false;
   std::optional<bool> unfetched;  // when git
   PolicyRecord policy;
-  std::optional<uint64_t> quota_used;  // when the policy sets a quota
+  std::optional<uint64_t> quota_used;    // when the policy sets a quota
+  std::optional<std::string> transport;  // the daemon's, when mounted
   gitbridge::GitBase base;
 };
 
@@ -127,7 +131,16 @@ Row Describe(const Sandbox& sandbox) {
   r.lower = meta.lower;
   r.mountpoint = meta.mountpoint;
   r.last_export = meta.last_export;
-  if (auto live = sandbox.Probe()) r.state = live->state;
+  if (auto live = sandbox.Probe()) {
+    r.state = live->state;
+    // The daemon's FUSE transport, from its control socket.
+    if (live->state == MountState::kMounted)
+      if (auto info = AskDaemon(sandbox, {{"op", "info"}});
+          info && info->contains("transport") &&
+          (*info)["transport"].is_string() &&
+          !(*info)["transport"].get<std::string>().empty())
+        r.transport = (*info)["transport"].get<std::string>();
+  }
   UpperScan scan = ScanUpperOnce(sandbox);
   r.changed_paths = scan.changed_paths;
   r.upper_bytes = scan.own;
@@ -267,6 +280,7 @@ void PrintJson(const std::vector<Row>& rows) {
                      {"hide_secrets", r.policy.hide_secrets}};
     }
     j["quota_used_bytes"] = r.quota_used ? Json(*r.quota_used) : Json();
+    j["transport"] = r.transport ? Json(*r.transport) : Json();
     // What the sandbox started from (docs/git-bridge.md, "The base").
     j["base"] = r.base.recorded() ? Json(BaseJson(r.base)) : Json();
     out.push_back(std::move(j));

@@ -163,6 +163,7 @@ nlohmann::json ServeControl(const std::string& state, const std::string& name,
                              ? request["op"].get<std::string>()
                              : "";
   if (op == "ping") return nlohmann::json{{"ok", true}};
+  if (op == "info") return nlohmann::json{{"transport", mc->Transport()}};
   if (op == "checkpoint") {
     auto r = ServeCheckpoint(state, name, mc, request);
     if (!r) return ErrorReply(r.error());

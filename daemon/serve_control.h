@@ -16,9 +16,10 @@ namespace acqfs::cli {
 // What the daemon of the sandbox `name` in `state` answers on its control
 // socket, `mc` being its filesystem (docs/control.md): {"op": "checkpoint",
 // "message": M, "kind": K}, {"op": "rewind", "number": N}, {"op":
-// "squash", "merge": [refs], "id": ID, "building": DIR} and {"op":
-// "ping"}. Every field is checked for type and range; an unknown request,
-// or a field out of range, gets EINVAL.
+// "squash", "merge": [refs], "id": ID, "building": DIR}, {"op": "ping"}
+// and {"op": "info"} (the FUSE transport: {"transport": "io_uring" |
+// "/dev/fuse"}). Every field is checked for type and range; an unknown
+// request, or a field out of range, gets EINVAL.
 nlohmann::json ServeControl(const std::string& state, const std::string& name,
                             MountControl* mc, const nlohmann::json& request);
 

@@ -9,23 +9,30 @@ namespace acqfs {
 std::string FdBudget::Describe() const {
   return "limit " + std::to_string(limit) + ", bound " +
          std::to_string(bound()) + ": " + std::to_string(kFixed) + " fixed + " +
-         std::to_string(threads) + " threads x " +
-         std::to_string(per_thread()) + " (" + std::to_string(dir_cache) +
-         " cached directories, " + std::to_string(kPerRequest) +
-         " for a request, " + std::to_string(kLeases) + " leases) + " +
+         std::to_string(serving()) + " serving threads x " +
+         std::to_string(kPerRequest + kLeases) + " (" +
+         std::to_string(kPerRequest) + " for a request, " +
+         std::to_string(kLeases) + " leases) + " +
+         std::to_string(threads + ring_workers) + " threads x " +
+         std::to_string(dir_cache) + " cached directories + " +
+         (ring_workers ? std::to_string(ring_workers) + " ring workers x " +
+                             std::to_string(kPerRing) + " + "
+                       : std::string()) +
          std::to_string(files) + " file cache + " + std::to_string(pinned) +
          " pinned object-store files + 2 x " + std::to_string(kept) +
          " kept unlinked files (half a reserve for a full disk)";
 }
 
-Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads) {
+Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads,
+                                size_t ring_workers) {
   FdBudget b;
   b.limit = limit;
+  b.ring_workers = ring_workers;
   b.threads = std::max<size_t>(threads, 1);
   constexpr size_t kMinFiles = 4;
   for (size_t dir_cache : {kDirCache, size_t{0}}) {
     b.dir_cache = dir_cache;
-    size_t taken = kFixed + b.threads * b.per_thread();
+    size_t taken = b.bound_without_caches();
     if (limit < taken + 2 * kMinFiles) continue;
     // Half of the rest is shared out, half left as a margin.
     size_t share = (limit - taken) / 4;
@@ -34,7 +41,8 @@ Result<FdBudget> FdBudget::Plan(size_t limit, size_t threads) {
     b.pinned = std::min(share / 4, kMaxPinned);
     return b;
   }
-  size_t needed = kFixed + b.threads * (kPerRequest + kLeases) + 2 * kMinFiles;
+  b.dir_cache = 0;
+  size_t needed = b.bound_without_caches() + 2 * kMinFiles;
   return Error::Of(
       EMFILE,
       "plan descriptors (the open-files limit is " + std::to_string(limit) +

@@ -21,6 +21,7 @@
 
 #include "fs/fd_budget.h"
 #include "fuse/setid.h"
+#include "fuse/uring_transport.h"
 
 namespace acqfs {
 namespace {
@@ -505,6 +506,24 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         drop_after = true;
       else
         ov->DropCachedAttrs(node);
+    }
+    // On a ring worker the data is read straight into the entry's payload
+    // buffer, which the reply then is (fuse/uring_transport.h).
+    size_t room = 0;
+    if (char* into = UringTransport::ReplyBuffer(&room);
+        into != nullptr && size <= room) {
+      size_t got = 0;
+      while (got < size) {
+        ssize_t r =
+            ::pread(fd, into + got, size - got, off + static_cast<off_t>(got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ReplyError(req, Error::Errno("read", ""));
+        if (r == 0) break;
+        got += static_cast<size_t>(r);
+      }
+      fuse_reply_buf(req, into, got);
+      if (drop_after) ov->DropCachedAttrs(node);
+      return;
     }
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags =

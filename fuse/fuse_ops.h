@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "fs/overlay.h"
 #include "fuse/dir_listings.h"
@@ -22,6 +23,8 @@
 #include "fuse/warm_walk.h"
 
 namespace acqfs {
+
+class UringTransport;
 
 // The state every callback reaches through fuse_req_userdata().
 struct FuseContext {
@@ -51,7 +54,13 @@ struct FuseContext {
   // `init_flags_added` holds FUSE_HANDLE_KILLPRIV(_V2) (fuse/setid.h).
   uint64_t init_unique = 0;
   uint32_t init_offered = 0;
+  uint32_t init_offered2 = 0;  // flags2, when the kernel sent FUSE_INIT_EXT
   uint32_t init_flags_added = 0;
+  // The io_uring transport waiting for INIT's outcome (fuse/uring_transport.h),
+  // or null when the mount runs on /dev/fuse alone (-o nouring); then
+  // `uring_off` says why, for the log. Set before the loop starts.
+  UringTransport* uring = nullptr;
+  std::string uring_off;
   std::atomic<bool> init_replied{false};
 };
 

@@ -23,7 +23,9 @@
 #include "fs/layer.h"
 #include "fs/overlay.h"
 #include "fuse/fuse_ops.h"
+#include "fuse/fuse_uapi.h"
 #include "fuse/kernel_notify.h"
+#include "fuse/uring_transport.h"
 #include "fuse/warm_walk.h"
 
 namespace acqfs {
@@ -185,35 +187,93 @@ ssize_t TmpfileAsCreate(char* buf, size_t len, ssize_t n) {
   return static_cast<ssize_t>(h.len);
 }
 
-ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
-  ssize_t n = ::read(fd, buf, len);
-  auto* ctx = static_cast<FuseContext*>(userdata);
-  if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
+// What every request goes through before libfuse sees it, on either
+// transport (the /dev/fuse read hook below, the ring's RequestHook): an
+// O_TMPFILE's FUSE_TMPFILE becomes a CREATE, the warm walk hears of a
+// change, and INIT's offered flags are kept. `buf` holds `n` bytes, room
+// for `len`; returns the request's new length.
+size_t PrepareRequest(FuseContext* ctx, char* buf, size_t len, size_t n) {
+  if (n < sizeof(fuse_in_header)) return n;
   fuse_in_header h;
   std::memcpy(&h, buf, sizeof h);
   if (h.opcode == FUSE_TMPFILE) {
     if (ctx->warm) ctx->warm->NoteWrite();
-    return TmpfileAsCreate(static_cast<char*>(buf), len, n);
+    return static_cast<size_t>(
+        TmpfileAsCreate(buf, len, static_cast<ssize_t>(n)));
   }
   // Only the agent changes anything (the walk only lists and looks up).
   if (ctx->warm && ChangesTheFileSystem(h.opcode)) ctx->warm->NoteWrite();
   if (!ctx->init_replied.load(std::memory_order_relaxed)) {
     if (h.opcode == FUSE_INIT &&
-        n >= static_cast<ssize_t>(sizeof h + offsetof(fuse_init_in, flags) +
-                                  sizeof(uint32_t))) {
+        n >= sizeof h + offsetof(fuse_init_in, flags) + sizeof(uint32_t)) {
       fuse_init_in in;
       std::memset(&in, 0, sizeof in);
-      std::memcpy(&in, static_cast<char*>(buf) + sizeof h,
-                  std::min(sizeof in, static_cast<size_t>(n) - sizeof h));
+      std::memcpy(&in, buf + sizeof h, std::min(sizeof in, n - sizeof h));
       ctx->init_unique = h.unique;
       ctx->init_offered = in.flags;
+      // flags2 is there only in the extended request.
+      if ((in.flags & FUSE_INIT_EXT) &&
+          n >= sizeof h + offsetof(fuse_init_in, flags2) + sizeof(uint32_t))
+        ctx->init_offered2 = in.flags2;
     }
   }
   return n;
 }
 
+size_t RingRequestHook(void* arg, char* buf, size_t cap, size_t n) {
+  return PrepareRequest(static_cast<FuseContext*>(arg), buf, cap, n);
+}
+
+ssize_t SessionRead(int fd, void* buf, size_t len, void* userdata) {
+  ssize_t n = ::read(fd, buf, len);
+  if (n <= 0) return n;
+  return static_cast<ssize_t>(
+      PrepareRequest(static_cast<FuseContext*>(userdata),
+                     static_cast<char*>(buf), len, static_cast<size_t>(n)));
+}
+
+// Adds FUSE_OVER_IO_URING to the INIT reply `out` when the kernel offered
+// it and the mount wants it; otherwise tells the transport why not.
+// Returns whether it was added.
+bool AskForRing(FuseContext* ctx, fuse_uapi::InitOut* out, size_t out_len) {
+  if (ctx->uring == nullptr) return false;
+  std::string why;
+  if (!(ctx->init_offered & FUSE_INIT_EXT) ||
+      !(ctx->init_offered2 & fuse_uapi::kOverIoUring2)) {
+    const std::string p = EnableUringParameter();
+    why = p.empty()  ? "the kernel has no FUSE over io_uring (Linux 6.14+)"
+          : p == "N" ? "the kernel offers no ring: "
+                       "/sys/module/fuse/parameters/enable_uring is N"
+                     : "the kernel did not offer FUSE_OVER_IO_URING";
+  } else if (out_len <
+             offsetof(fuse_uapi::InitOut, flags2) + sizeof(uint32_t)) {
+    why = "libfuse's INIT reply has no flags2";
+  }
+  if (!why.empty()) {
+    ctx->uring_off = why;
+    ctx->uring->Decline(why);
+    return false;
+  }
+  out->flags |= FUSE_INIT_EXT;
+  out->flags2 |= fuse_uapi::kOverIoUring2;
+  return true;
+}
+
+// The size of a ring entry's payload buffer the kernel asks for
+// (fuse_uring_create: the largest of 8 KiB, max_write and max_pages
+// pages), from the INIT reply.
+size_t RingPayloadSize(const fuse_uapi::InitOut& out) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t pages = (out.flags & FUSE_MAX_PAGES) ? out.max_pages : 32;
+  return std::max(
+      {size_t{8192}, size_t{out.max_write}, size_t{4096}, pages * page});
+}
+
 ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
   auto* ctx = static_cast<FuseContext*>(userdata);
+  // A ring worker's reply goes into its entry.
+  ssize_t captured = 0;
+  if (UringTransport::CaptureReply(iov, count, &captured)) return captured;
   if (ctx->init_replied.load(std::memory_order_relaxed) || count < 2 ||
       iov[0].iov_len != sizeof(fuse_out_header))
     return ::writev(fd, iov, count);
@@ -248,6 +308,11 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
   if (ctx->parallel_dirops && (ctx->init_offered & FUSE_PARALLEL_DIROPS))
     ctx->init_flags_added |= FUSE_PARALLEL_DIROPS & ~out.flags;
   out.flags |= ctx->init_flags_added;
+  fuse_uapi::InitOut ext;
+  static_assert(sizeof ext == sizeof out);
+  std::memcpy(&ext, &out, sizeof ext);
+  const bool ring = AskForRing(ctx, &ext, iov[1].iov_len);
+  std::memcpy(&out, &ext, sizeof out);
   spdlog::info(
       "fuse init: the reply gains flags {:#x} (the kernel offered {:#x}); "
       "set-id bits are cleared by {}; lookups in one directory {}",
@@ -257,12 +322,30 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
                                          : "are serialized by the kernel");
   std::vector<struct iovec> patched(iov, iov + count);
   patched[1].iov_base = &out;
-  return ::writev(fd, patched.data(), count);
+  if (ring)
+    patched[1].iov_len = std::max(
+        patched[1].iov_len, offsetof(fuse_init_out, flags2) + sizeof(uint32_t));
+  ssize_t n = ::writev(fd, patched.data(), count);
+  // The kernel has taken the reply (its connection is initialized): the
+  // ring's entries may be registered now.
+  if (ring) {
+    if (n >= 0)
+      ctx->uring->Begin(fd, RingPayloadSize(ext));
+    else
+      ctx->uring->Decline(std::string("the INIT reply failed: ") +
+                          std::strerror(errno));
+  }
+  return n;
 }
 
 ssize_t SessionSplice(int fdin, off_t* offin, int fdout, off_t* offout,
                       size_t len, unsigned int flags, void* userdata) {
   (void)userdata;
+  // A ring worker's spliced reply (a READ's data) goes into its entry.
+  ssize_t captured = 0;
+  if (offin == nullptr && offout == nullptr &&
+      UringTransport::CaptureSplice(fdin, len, &captured))
+    return captured;
   return ::splice(fdin, offin, fdout, offout, len, flags);
 }
 
@@ -302,6 +385,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->warm = true;
   } else if (o == "nowarm") {
     c->warm = false;
+  } else if (o == "uring") {
+    c->uring = true;
+  } else if (o == "nouring") {
+    c->uring = false;
   } else if (o == "host_watch") {
     c->host_watch = true;
   } else if (o == "nohost_watch") {
@@ -353,7 +440,8 @@ namespace {
 
 class SessionControl : public MountControl {
  public:
-  SessionControl(Overlay* ov, fuse_session* se) : ov_(ov), se_(se) {}
+  SessionControl(Overlay* ov, fuse_session* se, const FuseContext* ctx)
+      : ov_(ov), se_(se), ctx_(ctx) {}
 
   Status Checkpoint(const std::string& new_upper,
                     const std::function<Status()>& commit) override {
@@ -396,6 +484,11 @@ class SessionControl : public MountControl {
     return Ok();
   }
   std::string UpperPath() override { return ov_->UpperRootPath(); }
+  // ctx_->uring is set before the control channel starts and cleared after
+  // it stops (RunFilesystem).
+  std::string Transport() override {
+    return ctx_->uring != nullptr ? ctx_->uring->Transport() : "/dev/fuse";
+  }
 
  private:
   fuse_ino_t IdOf(Node* n) const {
@@ -404,6 +497,7 @@ class SessionControl : public MountControl {
 
   Overlay* ov_;
   fuse_session* se_;
+  const FuseContext* ctx_;
 };
 
 }  // namespace
@@ -465,7 +559,26 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   }
   auto limit = RaiseFdLimit();
   if (!limit) return fail(limit.error());
-  auto budget = FdBudget::Plan(*limit, config.max_threads);
+  // The ring's workers (fuse/uring_transport.h): as many per CPU queue as
+  // spreads the session's threads over the queues, at least one each.
+  unsigned ring_queues = 0, ring_per_queue = 0;
+  if (config.uring) {
+    auto cpus = PossibleCpus();
+    if (!cpus) return fail(cpus.error());
+    ring_queues = *cpus;
+    ring_per_queue = std::max(1u, config.max_threads / ring_queues);
+  }
+  auto budget =
+      FdBudget::Plan(*limit, config.max_threads, ring_queues * ring_per_queue);
+  std::string ring_refused;
+  if (!budget && ring_queues > 0) {
+    // A limit too low for the ring's workers too: /dev/fuse alone.
+    ring_refused = "the open-files limit of " + std::to_string(*limit) +
+                   " leaves no room for the ring's " +
+                   std::to_string(ring_queues * ring_per_queue) + " workers";
+    ring_queues = ring_per_queue = 0;
+    budget = FdBudget::Plan(*limit, config.max_threads);
+  }
   if (!budget) return fail(budget.error());
   auto overlay = Overlay::Create(std::move(*layers));
   if (!overlay) return fail(overlay.error());
@@ -605,7 +718,29 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     spdlog::info("host watch: off ({})",
                  config.timeout > 0 ? "-o nohost_watch" : "timeout=0");
   }
-  SessionControl session_control(overlay->get(), se.get());
+  // The ring's workers wait for INIT's outcome (started after the warm
+  // walk's fork, like every thread).
+  std::unique_ptr<UringTransport> uring;
+  if (!ring_refused.empty()) {
+    ctx.uring_off = ring_refused;
+  } else if (config.uring) {
+    UringOptions uo;
+    uo.queues = ring_queues;
+    uo.workers_per_queue = ring_per_queue;
+    uo.hook = RingRequestHook;
+    uo.hook_arg = &ctx;
+    auto t = UringTransport::Create(se.get(), uo);
+    if (t) {
+      uring = std::move(*t);
+      ctx.uring = uring.get();
+    } else {
+      ctx.uring_off = t.error().Message();
+    }
+  } else {
+    ctx.uring_off = "-o nouring";
+  }
+  if (!uring) spdlog::info("fuse transport: /dev/fuse ({})", ctx.uring_off);
+  SessionControl session_control(overlay->get(), se.get(), &ctx);
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);
   ready(Ok());
@@ -636,6 +771,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (warm) warm->Stop();
   if (stop_control) stop_control();
   mounted.Unmount();
+  // The ring's workers end once the unmount ends the connection; a lazy
+  // unmount (files still open) leaves it up, and they are stopped. Their
+  // rings go before the session's /dev/fuse descriptor.
+  if (uring) {
+    spdlog::info("fuse transport: {}; {} requests served on the ring",
+                 uring->Describe(), uring->served());
+    uring->Stop();
+    ctx.uring = nullptr;
+    uring.reset();
+  }
   // The notifier's copy of the /dev/fuse descriptor goes too (the page
   // dropper's and the host watch's holds are gone by now, unless one of
   // them was left waiting in the kernel): only then does the kernel end

@@ -55,6 +55,9 @@ struct MountConfig {
   // as it lands (fs/host_watch.h); `-o nohost_watch`: host edits show
   // after the timeout.
   bool host_watch = true;
+  // FUSE over io_uring when the kernel offers it (fuse/uring_transport.h);
+  // `-o nouring`: /dev/fuse alone.
+  bool uring = true;
   uint64_t warm_limit = 1000000;
   // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
   // walk's listings are not queued behind a parallel `git status`'s
@@ -91,7 +94,8 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // Applies one daemon option ("userxattr", "allow_other", "writeback",
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
 // "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
-// "warm_nice=N", "parallel_dirops", "noparallel_dirops"), a VFS option
+// "warm_nice=N", "parallel_dirops", "noparallel_dirops", "uring",
+// "nouring"), a VFS option
 // (TakeVfsOption: ro, rw, noatime, noexec, ...; dev, suid and nodiratime
 // only for root, judged by the caller's effective uid) or "fsname=NAME"
 // (CheckFsname) to `config`. EINVAL, naming the option, when it is unknown,
@@ -126,6 +130,9 @@ class MountControl {
                         const std::function<Status()>& commit) = 0;
   // The upper layer's directory now.
   virtual std::string UpperPath() = 0;
+  // The FUSE transport the daemon serves requests on now: "io_uring" or
+  // "/dev/fuse" (fuse/uring_transport.h); "" when unknown.
+  virtual std::string Transport() { return ""; }
 };
 // Called once the mount is usable; what it returns is called before the
 // session ends (to stop what it started). Null: no control channel.

@@ -32,6 +32,7 @@ packages=(
   build-essential cmake pkg-config         # compiler, build
   git ca-certificates                      # git: the bridge's remote, the demo
   libfuse3-dev fuse3                       # FUSE low-level API, fusermount3
+  liburing-dev                             # FUSE over io_uring (fuse/uring_transport)
   libgit2-dev zlib1g-dev                   # git bridge, loose objects
   libspdlog-dev libfmt-dev                 # logging
   libcli11-dev nlohmann-json3-dev          # command line, state files

@@ -50,5 +50,33 @@ TEST(FdBudget, ALimitTooLowForTheThreadsIsRefusedWithWhatToChange) {
   EXPECT_NE(m.find("threads"), std::string::npos) << m;
 }
 
+// The io_uring transport's workers: each keeps a directory cache and holds
+// an io_uring and an eventfd, but requests are served by the ring's workers
+// or by the /dev/fuse ones, not both, so the per-request shares count the
+// larger set once.
+TEST(FdBudget, RingWorkersShareTheRequestBudgetWithTheDevFuseWorkers) {
+  auto dev = FdBudget::Plan(20000, 4);
+  auto ring = FdBudget::Plan(20000, 4, 4);
+  ASSERT_TRUE(dev.ok() && ring.ok());
+  EXPECT_EQ(ring->bound(),
+            dev->bound() + 4 * FdBudget::kDirCache + 4 * FdBudget::kPerRing);
+  auto more = FdBudget::Plan(20000, 4, 16);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->serving(), 16u);
+  EXPECT_EQ(more->bound(),
+            FdBudget::kFixed +
+                16 * (FdBudget::kPerRequest + FdBudget::kLeases) +
+                20 * FdBudget::kDirCache + 16 * FdBudget::kPerRing + 512 + 256 +
+                2 * 1024);
+  EXPECT_NE(more->Describe().find("16 ring workers"), std::string::npos)
+      << more->Describe();
+  // A limit the ring's workers do not fit in is refused, naming the limit;
+  // the daemon then plans without them (/dev/fuse alone).
+  auto tight = FdBudget::Plan(64, 1, 64);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_EQ(tight.err(), EMFILE);
+  EXPECT_TRUE(FdBudget::Plan(64, 1).ok());
+}
+
 }  // namespace
 }  // namespace acqfs

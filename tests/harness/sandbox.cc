@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,11 @@ std::string DescribeMountsAt(const std::string& path) {
 }
 
 }  // namespace
+
+std::string TestTransport() {
+  const char* t = std::getenv("ACQFS_TEST_TRANSPORT");
+  return t != nullptr && *t != '\0' ? t : "dev";
+}
 
 Sandbox::Sandbox(std::string lower, SandboxOptions options)
     : lower_(std::move(lower)), options_(std::move(options)) {
@@ -74,6 +80,12 @@ void Sandbox::Mount() {
                                    state_dir_};
   args.insert(args.end(), options_.extra_mount_args.begin(),
               options_.extra_mount_args.end());
+  const std::string transport =
+      options_.transport.empty() ? TestTransport() : options_.transport;
+  if (transport == "dev") {
+    args.push_back("-o");
+    args.push_back("nouring");
+  }
   CommandResult r =
       RunCommand(AcqfsCommand(args), options_.mount_timeout_seconds);
   mounted_ = FindMount(mountpoint_).has_value();  // so cleanup knows
@@ -91,6 +103,18 @@ void Sandbox::Mount() {
   if (daemon_pid_ == 0) {
     ADD_FAILURE() << "acqfs mount succeeded but " << pid_file()
                   << " holds no pid";
+  }
+  if (transport == "uring") {
+    std::string line;
+    auto said = WaitForWarmWalk(options_.mount_timeout_seconds, log_before,
+                                &line, "fuse transport: ");
+    if (!said)
+      ADD_FAILURE() << said.message();
+    else if (line.find("fuse transport: io_uring") == std::string::npos)
+      ADD_FAILURE() << "the test runs on the io_uring transport, but the "
+                       "daemon says: "
+                    << line << "\n--- daemon.log ---\n"
+                    << DaemonLog();
   }
   if (options_.wait_for_warm_walk) {
     auto walked =

@@ -33,6 +33,11 @@ struct SandboxOptions {
   gid_t owner_gid = static_cast<gid_t>(-1);
   std::string acqfs_bin;  // "" means AcqfsBinary()
   std::vector<std::string> extra_mount_args;
+  // The FUSE transport the daemon must run on (fuse/uring_transport.h):
+  // "dev" (`-o nouring` is added), "uring" (the mount fails unless the
+  // daemon log says the ring took over) or "auto" (whatever the kernel
+  // offers, unchecked). "": TestTransport().
+  std::string transport;
   // An existing directory to mount on ("" makes "mnt" in the sandbox's
   // TempDir, owned by owner_uid:owner_gid).
   std::string mountpoint;
@@ -56,6 +61,11 @@ struct SandboxOptions {
   int mount_timeout_seconds = 30;
   int umount_timeout_seconds = 60;
 };
+
+// The transport the tests of this process run on: $ACQFS_TEST_TRANSPORT
+// ("dev" or "uring"; CTest runs the mounted tests once with each, see
+// tests/CMakeLists.txt), "dev" when unset.
+std::string TestTransport();
 
 // The upper layer of the sandbox `name` of the state directory `state`, as
 // its stack.json names it (else the legacy <state>/<name>/upper).

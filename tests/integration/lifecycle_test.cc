@@ -1493,6 +1493,10 @@ TEST_F(LifecycleLs, LsJsonMatchesWhatTheSandboxDid) {
   EXPECT_EQ(e["lower"], RealPath(lower_));
   EXPECT_EQ(e["mountpoint"], s.mountpoint());
   EXPECT_EQ(e["state"], "mounted");
+  // The daemon's FUSE transport, the one this run's tests use.
+  EXPECT_EQ(e["transport"],
+            TestTransport() == "uring" ? "io_uring" : "/dev/fuse")
+      << e.dump();
   EXPECT_EQ(e["changed_paths"], 0) << e.dump();
   EXPECT_EQ(e["last_export"], 0);
   EXPECT_TRUE(e["last_export_utc"].is_null());
