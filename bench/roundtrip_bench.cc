@@ -9,9 +9,12 @@
 //     the per-file requests of W5 (LOOKUP, CREATE, then UNLINK; and in the
 //     handles mode a RELEASE, in the default mode a FLUSH answered ENOSYS
 //     once).
-// Each is run in both file modes (the default, and `-o handles`), with the
-// transport the daemon chose (its log says which). Reported: time per call
-// (wall clock: the round trip includes the daemon's CPU).
+// Each is run in both file modes (the default, and `-o handles`; the first
+// argument) and on both FUSE transports (the second: 0 is /dev/fuse, `-o
+// nouring`; 1 is FUSE over io_uring, for which the benchmark sets
+// /sys/module/fuse/parameters/enable_uring to Y while it runs, and puts
+// back the value it found at exit). Reported: time per call (wall clock:
+// the round trip includes the daemon's CPU).
 //
 // Needs root (or /dev/fuse usable and fusermount3) and the helper:
 //   cmake --build build -j2 --target acqfs_roundtrip_bench mount.fuse.acqfs
@@ -70,8 +73,8 @@ class BenchMount {
     ::close(fd);
     const char* env = std::getenv("ACQFS_MOUNT_HELPER");
     std::string opts = "lowerdir=" + root + "/lower,upperdir=" + root +
-                       "/upper,workdir=" + root + "/work,timeout=0,nowarm";
-    if (!mode.empty()) opts += "," + mode;
+                       "/upper,workdir=" + root + "/work,timeout=0,nowarm," +
+                       mode;
     if (!Run({env ? env : ACQFS_BENCH_MOUNT_HELPER, "acqfs-bench",
               root + "/mnt", "-o", opts}))
       return nullptr;
@@ -93,21 +96,58 @@ class BenchMount {
   bool mounted_ = false;
 };
 
-// One mount per file mode for the whole run (made on first use).
-BenchMount* MountFor(const std::string& mode) {
-  static std::unique_ptr<BenchMount> plain, handles;
-  std::unique_ptr<BenchMount>& m = mode.empty() ? plain : handles;
-  if (!m) m = BenchMount::Make(mode);
+constexpr char kEnableUring[] = "/sys/module/fuse/parameters/enable_uring";
+
+// The parameter's value before the benchmark set it ("" until then).
+std::string& FoundEnableUring() {
+  static std::string found;
+  return found;
+}
+
+void RestoreEnableUring() {
+  if (FoundEnableUring().empty()) return;
+  if (FILE* f = std::fopen(kEnableUring, "w")) {
+    std::fputs(FoundEnableUring().c_str(), f);
+    std::fclose(f);
+  }
+}
+
+// Lets the kernel offer FUSE over io_uring to the mounts made from now on.
+bool EnableUring() {
+  if (!FoundEnableUring().empty()) return true;
+  FILE* f = std::fopen(kEnableUring, "r");
+  if (f == nullptr) return false;
+  char v[8] = {0};
+  bool read = std::fgets(v, sizeof v, f) != nullptr;
+  std::fclose(f);
+  if (!read) return false;
+  FoundEnableUring() = std::string(1, v[0]);
+  std::atexit(RestoreEnableUring);
+  f = std::fopen(kEnableUring, "w");
+  if (f == nullptr) return false;
+  bool ok = std::fputs("Y", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+// One mount per file mode and transport for the whole run (made on first
+// use).
+BenchMount* MountFor(const benchmark::State& state) {
+  static std::unique_ptr<BenchMount> mounts[2][2];
+  const bool handles = state.range(0) != 0, uring = state.range(1) != 0;
+  std::unique_ptr<BenchMount>& m = mounts[handles][uring];
+  if (!m) {
+    if (uring && !EnableUring()) return nullptr;
+    std::string opts = uring ? "uring" : "nouring";
+    if (handles) opts += ",handles";
+    m = BenchMount::Make(opts);
+  }
   return m.get();
 }
 
-std::string ModeOf(const benchmark::State& state) {
-  return state.range(0) ? "handles" : "";
-}
-
 void BM_Getattr(benchmark::State& state) {
-  BenchMount* m = MountFor(ModeOf(state));
-  if (m == nullptr) return state.SkipWithError("mount failed (root?)");
+  BenchMount* m = MountFor(state);
+  if (m == nullptr)
+    return state.SkipWithError("mount failed (root? io_uring: Linux 6.14+)");
   const std::string p = m->Path("");
   struct stat st;
   for (auto _ : state)
@@ -115,8 +155,9 @@ void BM_Getattr(benchmark::State& state) {
 }
 
 void BM_LookupGetattr(benchmark::State& state) {
-  BenchMount* m = MountFor(ModeOf(state));
-  if (m == nullptr) return state.SkipWithError("mount failed (root?)");
+  BenchMount* m = MountFor(state);
+  if (m == nullptr)
+    return state.SkipWithError("mount failed (root? io_uring: Linux 6.14+)");
   const std::string p = m->Path("f");
   struct stat st;
   for (auto _ : state)
@@ -124,8 +165,9 @@ void BM_LookupGetattr(benchmark::State& state) {
 }
 
 void BM_CreateUnlink(benchmark::State& state) {
-  BenchMount* m = MountFor(ModeOf(state));
-  if (m == nullptr) return state.SkipWithError("mount failed (root?)");
+  BenchMount* m = MountFor(state);
+  if (m == nullptr)
+    return state.SkipWithError("mount failed (root? io_uring: Linux 6.14+)");
   const std::string p = m->Path("new");
   for (auto _ : state) {
     int fd = ::open(p.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
@@ -135,10 +177,15 @@ void BM_CreateUnlink(benchmark::State& state) {
   }
 }
 
-// Arg 0: the default (handle-less) mode; 1: -o handles.
-BENCHMARK(BM_Getattr)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_LookupGetattr)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_CreateUnlink)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+// Arguments: file mode (0: the default, handle-less; 1: -o handles) and
+// transport (0: /dev/fuse; 1: io_uring).
+#define ACQFS_ROUNDTRIP_ARGS                                 \
+  ArgNames({"handles", "uring"})                             \
+      ->ArgsProduct({{0, 1}, {0, 1}})                        \
+      ->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_Getattr)->ACQFS_ROUNDTRIP_ARGS;
+BENCHMARK(BM_LookupGetattr)->ACQFS_ROUNDTRIP_ARGS;
+BENCHMARK(BM_CreateUnlink)->ACQFS_ROUNDTRIP_ARGS;
 
 }  // namespace
 }  // namespace acqfs

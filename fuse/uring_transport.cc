@@ -362,6 +362,18 @@ void UringTransport::Worker::Serve(fuse_session* se, const UringOptions& o) {
         PrepareCommand(last_cmd_);  // the kernel asks for it again
         continue;
       }
+      if (res == -ENOENT && last_cmd_ == fuse_uapi::kCmdCommitAndFetch) {
+        // The kernel knows no request by the id committed (it ended it
+        // already): the reply is dropped, and the entry, which the kernel
+        // did not take back, is registered afresh so that the queue keeps
+        // its workers.
+        spdlog::error(
+            "fuse ring: queue {}: the kernel knows no request {}; the "
+            "entry is registered again",
+            qid_, commit_id_);
+        PrepareCommand(fuse_uapi::kCmdRegister);
+        continue;
+      }
       if (res < 0) {
         // The connection ended (unmount, abort): the entry is gone.
         if (res != -ENOTCONN && res != -ECONNABORTED && res != -ENODEV &&

@@ -39,6 +39,11 @@ Usage: tests/soak/run.sh [options]
   --only LIST       workloads among python,npm,cxx (default: all three)
   --targets LIST    among native,acqfs,acqfs-handles (default: all three)
   --acqfs PATH      the acqfs binary (default: build/bin/acqfs here)
+  --transport T     the daemon's FUSE transport: dev (-o nouring, the
+                    default) or uring (FUSE over io_uring: the run fails
+                    unless each daemon says it runs on the ring, which needs
+                    /sys/module/fuse/parameters/enable_uring at Y; the
+                    script does not set it)
   --out DIR         where results.tsv, summary.md and the logs go
                     (default /tmp/acqfs-soak-<date>)
   --work DIR        where the sources and sandboxes live (default: a new
@@ -120,6 +125,7 @@ checkpoint_loop() {
 }
 
 QUICK=0 KEEP=0 ONLY="" TARGETS="native,acqfs,acqfs-handles" CHECKPOINT_EVERY="" HOST_CHURN=""
+TRANSPORT=dev
 ACQFS="$SRC_ROOT/build/bin/acqfs" OUT="" WORK=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -127,6 +133,7 @@ while [[ $# -gt 0 ]]; do
     --only) [[ $# -ge 2 ]] || die "--only needs a value"; ONLY=$2; shift 2 ;;
     --targets) [[ $# -ge 2 ]] || die "--targets needs a value"; TARGETS=$2; shift 2 ;;
     --acqfs) [[ $# -ge 2 ]] || die "--acqfs needs a value"; ACQFS=$2; shift 2 ;;
+    --transport) [[ $# -ge 2 ]] || die "--transport needs a value"; TRANSPORT=$2; shift 2 ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a value"; OUT=$2; shift 2 ;;
     --work) [[ $# -ge 2 ]] || die "--work needs a value"; WORK=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
@@ -146,6 +153,7 @@ for t in "${TARGET_LIST[@]}"; do
   case $t in native|acqfs|acqfs-handles) ;; *) die "unknown target '$t' (native, acqfs, acqfs-handles)" ;; esac
 done
 [[ " ${TARGET_LIST[*]} " == *" native "* ]] || die "--targets must include native (the results are compared with it)"
+case $TRANSPORT in dev|uring) ;; *) die "unknown transport '$TRANSPORT' (dev, uring)" ;; esac
 [[ -x $ACQFS ]] || die "no acqfs binary at $ACQFS (build first, or pass --acqfs)"
 ACQFS=$(realpath "$ACQFS")
 [[ -n $OUT ]] || OUT="/tmp/acqfs-soak-$(date +%Y%m%d-%H%M%S)"
@@ -336,6 +344,21 @@ RESULTS="$OUT/results.tsv"
 printf 'workload\ttarget\tpass\tfail\tskip\tseconds\tpeak_fds\tbound\tvmhwm_kib\twarnings\tdetail\n' >"$RESULTS"
 FAILED=0
 
+# Dies unless the daemon whose log is $1 says it runs on $TRANSPORT (its
+# "fuse transport:" line comes once the ring's entries are registered).
+check_transport() {
+  local log=$1 what=$2 line="" i
+  for ((i = 0; i < 100; i++)); do
+    line=$(grep -m1 'fuse transport: ' "$log" || true)
+    [[ -n $line ]] && break
+    sleep 0.05
+  done
+  case $TRANSPORT in
+    dev) [[ $line == *"fuse transport: /dev/fuse"* ]] ;;
+    uring) [[ $line == *"fuse transport: io_uring"* ]] ;;
+  esac || die "$what: the daemon does not run on the $TRANSPORT transport: ${line:-no 'fuse transport' line in $log}"
+}
+
 run_target() {
   local w=$1 t=$2 dir mnt="" name pid="" bound="" opts=() t0 t1 secs
   local lf="$LOGS/$w-$t.log" samples="$LOGS/$w-$t.fds"
@@ -348,10 +371,12 @@ run_target() {
     mnt="$WORK/mnt/$name"
     mkdir -p "$mnt"
     [[ $t == acqfs-handles ]] && opts=(-o handles)
+    [[ $TRANSPORT == dev ]] && opts+=(-o nouring)
     MOUNTS+=("$mnt")
     "$ACQFS" mount "$WORK/src/$w" "$mnt" --name "$name" --state-dir "$STATE" "${opts[@]}" \
       >>"$lf" 2>&1 || die "acqfs mount for $w/$t failed: $(tail -n 3 "$lf")"
     dir=$mnt
+    check_transport "$STATE/$name/daemon.log" "$w/$t"
     pid=$(head -n1 "$STATE/$name/daemon.pid" | cut -d' ' -f1)
     bound=$(grep -oE 'bound [0-9]+' "$STATE/$name/daemon.log" | head -n1 | cut -d' ' -f2)
     monitor "$pid" "$samples" &

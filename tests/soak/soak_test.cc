@@ -17,6 +17,7 @@
 
 #include "harness/binaries.h"
 #include "harness/command.h"
+#include "harness/sandbox.h"
 #include "harness/temp_dir.h"
 
 #ifndef ACQFS_SOAK_SCRIPT
@@ -38,7 +39,8 @@ TEST(Soak, PythonsOwnFileSystemTestsEndAsOnNativeDiskInBothModes) {
   TempDir tmp;
   CommandResult r = RunCommand(
       {"bash", ACQFS_SOAK_SCRIPT, "--quick", "--host-churn", "1", "--acqfs",
-       AcqfsBinary(), "--work", tmp.Sub("work"), "--out", tmp.Sub("out")},
+       AcqfsBinary(), "--transport", TestTransport(), "--work",
+       tmp.Sub("work"), "--out", tmp.Sub("out")},
       840);
   std::cout << r.out;
   ASSERT_TRUE(r.ok()) << r.Describe();
