@@ -1,5 +1,6 @@
 # Plots acqfs's ratios per workload (bench/workloads/run.sh writes the data).
 # Run as: gnuplot -e "datafile='ratios.dat'; outfile='ratios.svg'; subtitle='...'" plot.gp
+# (who='acqfs-uring' names the column plotted, for the io_uring transport's plot).
 # The data file has a comment line (#), then one line per workload: a label (no
 # spaces) and acqfs's slowdown against native disk, the kernel overlayfs and
 # fuse-overlayfs ("?" where there is no value). Slowdown is acqfs's time over
@@ -8,14 +9,15 @@
 if (!exists("datafile")) datafile = 'ratios.dat'
 if (!exists("outfile")) outfile = 'ratios.svg'
 if (!exists("subtitle")) subtitle = ''
+if (!exists("who")) who = 'acqfs'
 
 set terminal svg size 1000,520 dynamic font 'sans,12' background '#ffffff'
 set output outfile
 set datafile missing '?'
-set title "acqfs slowdown per workload (log scale; above 1 = acqfs slower)\n{/*0.8 ".subtitle."}"
+set title who." slowdown per workload (log scale; above 1 = ".who." slower)\n{/*0.8 ".subtitle."}"
 set logscale y 10
 set yrange [*<0.5:2<*]
-set ylabel 'acqfs time / peer time (W7: peer speed / acqfs speed)'
+set ylabel who.' time / peer time (W7: peer speed / '.who.' speed)'
 set grid ytics
 set style data histogram
 set style histogram clustered gap 1

@@ -21,7 +21,8 @@ Usage: bench/workloads/run.sh [options]
 
 Runs the agent workloads W1-W8 on native disk, the kernel overlayfs,
 fuse-overlayfs and acqfs (plus a git clone for W1), and prints one markdown
-table of medians and acqfs's ratios.
+table of medians and acqfs's ratios. acqfs runs on one FUSE transport or on
+each in turn (--transport), one column per transport.
 
   --runs N            runs per workload, the median is reported (default 5; 1 with --quick)
   --quick             small sizes (5,000-file checkout, 3,000 small files,
@@ -31,9 +32,20 @@ table of medians and acqfs's ratios.
   --agent-delay S     W2's delayed first status waits S seconds after the
                       mount, as an agent starting up does (default 2)
   --only LIST         workloads to run, e.g. W3,W5 (default W1,...,W8)
-  --targets LIST      among native,kernel,fuse-overlayfs,acqfs,clone (default all)
+  --targets LIST      among native,kernel,fuse-overlayfs,acqfs,acqfs-uring,clone
+                      (default native,kernel,fuse-overlayfs,acqfs,clone);
+                      acqfs stands for the transports --transport picks,
+                      acqfs-uring names the io_uring column alone
+  --transport T       acqfs's FUSE transport: dev (column acqfs, mounted
+                      with -o nouring: /dev/fuse), uring (column acqfs-uring:
+                      FUSE over io_uring) or both (two columns and a uring/dev
+                      ratio). Default: both when run as root on a kernel with
+                      /sys/module/fuse/parameters/enable_uring, else dev.
+                      uring sets that parameter to Y for the run and puts the
+                      value it found back on every exit
   --acqfs PATH        the acqfs binary (default: build/bin/acqfs of this checkout)
-  --mount-opts OPTS   extra options for acqfs mount -o (e.g. timeout=60)
+  --mount-opts OPTS   extra options for acqfs mount -o (e.g. timeout=60), on
+                      both transports
   --out DIR           where the table, results.tsv, the plot and logs go
                       (default /tmp/acqfs-bench-<date>)
   --work DIR          where data and sandboxes live (default: a new directory
@@ -49,6 +61,10 @@ C project; W5 extract then rm -rf many small files; W6 copy-up: append to
 lower files and a 1-byte write into a big lower file; W7 fio sequential
 read/write and 4 KiB random reads (MiB/s); W8 git add+commit, and acqfs export.
 The kernel overlayfs needs root; without root it is skipped with a note.
+So does acqfs-uring (it sets enable_uring): without root, or on a kernel
+without FUSE over io_uring, --transport uring fails and --transport both
+drops it with a note. Each acqfs mount is checked to run on its column's
+transport (the daemon log's "fuse transport:" line), or the run stops.
 EOF
 }
 
@@ -65,6 +81,7 @@ MOUNT_OPTS=""
 OUT=""
 WORK=""
 SCALE="" AGENT_DELAY=2
+TRANSPORT=""   # dev, uring or both; empty: the default, chosen below
 while [[ $# -gt 0 ]]; do
   case $1 in
     --runs) [[ $# -ge 2 ]] || die "--runs needs a value"; RUNS=$2; RUNS_SET=1; shift 2 ;;
@@ -80,6 +97,8 @@ while [[ $# -gt 0 ]]; do
     --targets=*) TARGETS_ARG=${1#*=}; shift ;;
     --acqfs) [[ $# -ge 2 ]] || die "--acqfs needs a value"; ACQFS=$2; shift 2 ;;
     --acqfs=*) ACQFS=${1#*=}; shift ;;
+    --transport) [[ $# -ge 2 ]] || die "--transport needs a value"; TRANSPORT=$2; shift 2 ;;
+    --transport=*) TRANSPORT=${1#*=}; shift ;;
     --mount-opts) [[ $# -ge 2 ]] || die "--mount-opts needs a value"; MOUNT_OPTS=$2; shift 2 ;;
     --mount-opts=*) MOUNT_OPTS=${1#*=}; shift ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a value"; OUT=$2; shift 2 ;;
@@ -116,19 +135,50 @@ for w in "${_w[@]}"; do
 done
 ((${#WANT[@]})) || die "--only selects no workload"
 
+# FUSE over io_uring: the kernel offers it only while this parameter is Y,
+# and only root can set it. The acqfs-uring target needs both.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+uring_possible() { [[ $(id -u) -eq 0 && -f $URING_PARAM ]]; }
+uring_why_not() {
+  if [[ $(id -u) -ne 0 ]]; then echo "it must set $URING_PARAM to Y, which needs root (run as root)"
+  else echo "this kernel ($(uname -r)) has no $URING_PARAM (FUSE over io_uring needs Linux 6.14+ with CONFIG_FUSE_IO_URING)"; fi
+}
+TRANSPORT_SET=1
+if [[ -z $TRANSPORT ]]; then
+  TRANSPORT_SET=0
+  if uring_possible; then TRANSPORT=both; else TRANSPORT=dev; fi
+fi
+case $TRANSPORT in
+  dev|fuse|/dev/fuse|nouring) TRANSPORT=dev ;;
+  uring|io_uring|io-uring) TRANSPORT=uring ;;
+  both|all) TRANSPORT=both ;;
+  *) die "--transport must be dev, uring or both, not '$TRANSPORT'" ;;
+esac
+
+# acqfs (column acqfs) runs on /dev/fuse, mounted with -o nouring; acqfs-uring
+# on FUSE over io_uring. In --targets, "acqfs" stands for the transports
+# --transport picks, "acqfs-uring" for the io_uring one alone.
 TARGETS=()
+URING_NAMED=0
+add_target() { [[ " ${TARGETS[*]} " == *" $1 "* ]] || TARGETS+=("$1"); }
 IFS=, read -ra _t <<<"$TARGETS_ARG"
 for t in "${_t[@]}"; do
   t=${t// /}
   case $t in
-    native) t=native ;;
-    kernel|kernel-overlay|kernel-overlayfs|overlay|overlayfs) t=kernel ;;
-    fuse-overlayfs|fuse|fuse-overlay) t=fuse ;;
-    acqfs) t=acqfs ;;
-    clone|git-clone) t=clone ;;
-    *) die "--targets: unknown target '$t' (native, kernel, fuse-overlayfs, acqfs, clone)" ;;
+    native) add_target native ;;
+    kernel|kernel-overlay|kernel-overlayfs|overlay|overlayfs) add_target kernel ;;
+    fuse-overlayfs|fuse|fuse-overlay) add_target fuse ;;
+    acqfs)
+      [[ $TRANSPORT == uring ]] || add_target acqfs
+      [[ $TRANSPORT == dev ]] || add_target acqfs-uring ;;
+    acqfs-uring|acqfs-io_uring)
+      ((TRANSPORT_SET)) && [[ $TRANSPORT == dev ]] &&
+        die "--targets $t contradicts --transport dev (acqfs-uring is the io_uring column)"
+      URING_NAMED=1
+      add_target acqfs-uring ;;
+    clone|git-clone) add_target clone ;;
+    *) die "--targets: unknown target '$t' (native, kernel, fuse-overlayfs, acqfs, acqfs-uring, clone)" ;;
   esac
-  [[ " ${TARGETS[*]} " == *" $t "* ]] || TARGETS+=("$t")
 done
 ((${#TARGETS[@]})) || die "--targets selects no target"
 has_target() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
@@ -137,6 +187,8 @@ drop_target() {
   for t in "${TARGETS[@]}"; do [[ $t == "$1" ]] || keep+=("$t"); done
   TARGETS=("${keep[@]}")
 }
+is_acqfs() { [[ $1 == acqfs || $1 == acqfs-uring ]]; }
+has_acqfs() { has_target acqfs || has_target acqfs-uring; }
 
 NOTES=()
 STAMP=$(date +%Y%m%d-%H%M%S)
@@ -149,7 +201,7 @@ need awk "package mawk or gawk"
 need tar "package tar"
 need du "package coreutils"
 need mount "package mount"
-has_target acqfs || has_target fuse && need fusermount3 "package fuse3"
+if has_acqfs || has_target fuse; then need fusermount3 "package fuse3"; fi
 
 if has_target kernel; then
   if [[ $(id -u) -ne 0 ]]; then
@@ -163,7 +215,14 @@ if has_target fuse; then
   need fuse-overlayfs "package fuse-overlayfs"
   [[ -c /dev/fuse ]] || die "/dev/fuse is missing"
 fi
-if has_target acqfs; then
+if has_target acqfs-uring && ! uring_possible; then
+  if ((URING_NAMED)) || [[ $TRANSPORT == uring ]]; then
+    die "acqfs-uring (FUSE over io_uring) cannot run: $(uring_why_not); use --transport dev"
+  fi
+  drop_target acqfs-uring
+  note "acqfs-uring (FUSE over io_uring) skipped: $(uring_why_not); acqfs ran on /dev/fuse only"
+fi
+if has_acqfs; then
   [[ $ACQFS == */* ]] || ACQFS=$(command -v "$ACQFS" || true)
   [[ -x $ACQFS ]] || die "acqfs binary '$ACQFS' is not executable; build it (cmake --build build --target acqfs) or pass --acqfs PATH"
   ACQFS=$(realpath "$ACQFS")
@@ -174,8 +233,22 @@ fi
 HAVE_GNUPLOT=0
 if command -v gnuplot >/dev/null 2>&1; then HAVE_GNUPLOT=1; else note "gnuplot is missing (package gnuplot-nox): no plot"; fi
 
+# The mount options of each acqfs target: acqfs adds nouring (/dev/fuse),
+# acqfs-uring takes the default transport, io_uring while enable_uring is Y.
+has_opt() { [[ ,$1, == *",$2,"* ]]; }
+if has_target acqfs-uring && has_opt "$MOUNT_OPTS" nouring; then
+  die "--mount-opts $MOUNT_OPTS has nouring, which contradicts the io_uring target acqfs-uring; use --transport dev"
+fi
 ACQFS_O=()
 [[ -n $MOUNT_OPTS ]] && ACQFS_O=(-o "$MOUNT_OPTS")
+if has_opt "$MOUNT_OPTS" nouring; then ACQFS_DEV_OPTS=$MOUNT_OPTS; else ACQFS_DEV_OPTS="${MOUNT_OPTS:+$MOUNT_OPTS,}nouring"; fi
+ACQFS_DEV_O=(-o "$ACQFS_DEV_OPTS")
+acqfs_mount_opts() {  # acqfs_mount_opts TARGET: its -o, for the report
+  case $1 in
+    acqfs) echo "-o $ACQFS_DEV_OPTS" ;;
+    *) if [[ -n $MOUNT_OPTS ]]; then echo "-o $MOUNT_OPTS"; else echo "no -o"; fi ;;
+  esac
+}
 
 # Git must not read the user's configuration, and commits need an identity.
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
@@ -269,7 +342,7 @@ unmount_sb() {
   local log="$LOGS/unmount-$id.log"
   if is_mounted "$mnt"; then
     case $kind in
-      acqfs)
+      acqfs|acqfs-uring)
         timeout 120 "$ACQFS" umount "${SB_NAME[$id]}" --state-dir "${SB_STATE[$id]}" --no-export >>"$log" 2>&1 ||
           echo "acqfs umount failed: exit $?" >>"$log" ;;
       fuse) fusermount3 -u "$mnt" >>"$log" 2>&1 || true ;;
@@ -280,7 +353,7 @@ unmount_sb() {
     is_mounted "$mnt" || break
     msleep 0.5
     case $kind in
-      acqfs|fuse) fusermount3 -u "$mnt" >>"$log" 2>&1 || umount "$mnt" >>"$log" 2>&1 || true ;;
+      acqfs|acqfs-uring|fuse) fusermount3 -u "$mnt" >>"$log" 2>&1 || umount "$mnt" >>"$log" 2>&1 || true ;;
       kernel) umount "$mnt" >>"$log" 2>&1 || true ;;
     esac
   done
@@ -290,7 +363,7 @@ unmount_sb() {
   if is_mounted "$mnt"; then
     echo "$PROG: warning: $mnt is busy; detaching it lazily" >&2
     case $kind in
-      acqfs|fuse) fusermount3 -u -z "$mnt" >>"$log" 2>&1 || umount -l "$mnt" >>"$log" 2>&1 || true ;;
+      acqfs|acqfs-uring|fuse) fusermount3 -u -z "$mnt" >>"$log" 2>&1 || umount -l "$mnt" >>"$log" 2>&1 || true ;;
       kernel) umount -l "$mnt" >>"$log" 2>&1 || true ;;
     esac
   fi
@@ -323,6 +396,69 @@ forget_sb() {
 remove_tree() {
   [[ -e $1 ]] || return 0
   rm -rf --one-file-system -- "$1" 2>/dev/null || { chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"; }
+}
+
+# ------------------------------------------------------ acqfs's transports
+# enable_uring is set to Y only when acqfs-uring runs; URING_FOUND keeps the
+# value found (set before the write, so a signal in between still restores
+# it), and the cleanup puts it back on every exit.
+URING_FOUND="" URING_AT_START=""
+declare -A TRANSPORT_SEEN=()
+uring_enable() {
+  local v
+  read -r v <"$URING_PARAM" || die "cannot read $URING_PARAM"
+  URING_AT_START=$v
+  [[ $v == Y ]] && { log "$URING_PARAM is Y already; left as it is"; return 0; }
+  URING_FOUND=$v
+  { echo Y >"$URING_PARAM"; } 2>/dev/null || die "cannot set $URING_PARAM to Y"
+  read -r v <"$URING_PARAM" || die "cannot read $URING_PARAM"
+  [[ $v == Y ]] || die "$URING_PARAM reads $v after writing Y"
+  log "set $URING_PARAM to Y for acqfs-uring (it was $URING_FOUND; put back on exit)"
+}
+uring_restore() {
+  [[ -n $URING_FOUND ]] || return 0
+  local v=""
+  { echo "$URING_FOUND" >"$URING_PARAM"; } 2>/dev/null || true
+  { read -r v <"$URING_PARAM"; } 2>/dev/null || true
+  if [[ $v == "$URING_FOUND" ]]; then
+    log "restored $URING_PARAM to $URING_FOUND"
+    URING_FOUND=""
+    return 0
+  fi
+  echo "$PROG: ERROR: could not restore $URING_PARAM to $URING_FOUND (it reads '$v'); do it by hand: echo $URING_FOUND > $URING_PARAM" >&2
+  return 1
+}
+uring_still_on() {  # someone else may write the parameter meanwhile
+  local v=""
+  { read -r v <"$URING_PARAM"; } 2>/dev/null || true
+  [[ $v == Y ]] || die "$URING_PARAM reads '$v' (set by something else during the run): acqfs-uring would run on /dev/fuse"
+}
+
+# check_transport ID: the daemon of acqfs sandbox ID must say (in its log,
+# within 5 s of the mount) that it runs on its target's transport; a number
+# measured on the other one must never reach the table.
+check_transport() {
+  local id=$1 target=${SB_KIND[$1]} want line="" l end
+  local dlog="${SB_STATE[$1]}/${SB_NAME[$1]}/daemon.log"
+  want="fuse transport: /dev/fuse ("
+  [[ $target == acqfs-uring ]] && want="fuse transport: io_uring ("
+  end=$((EPOCHSECONDS + 5))
+  while :; do
+    if [[ -f $dlog ]]; then
+      while IFS= read -r l; do
+        [[ $l == *"fuse transport: "* ]] && { line=$l; break; }
+      done <"$dlog"
+    fi
+    [[ -n $line ]] && break
+    ((EPOCHSECONDS <= end)) || die "$target: the daemon log $dlog has no 'fuse transport:' line 5 s after the mount (is $ACQFS older than the io_uring transport?)"
+    msleep 0.01
+  done
+  [[ $line == *"$want"* ]] || die "$target must run on ${want#fuse transport: }...), but its daemon log says: $line"
+  [[ -n ${TRANSPORT_SEEN[$target]:-} ]] || {
+    TRANSPORT_SEEN[$target]=${line#*fuse transport: }
+    log "$target: fuse transport: ${TRANSPORT_SEEN[$target]}"
+  }
+  return 0
 }
 
 # sb_create TARGET LOWER MODE TAG: a fresh sandbox over LOWER; sets SB (its
@@ -382,18 +518,23 @@ sb_create() {
       done
       entries=("$MNT"/*)
       t1=$EPOCHREALTIME ;;
-    acqfs)
-      local name="$TAG-$id" state="$base/state"
+    acqfs|acqfs-uring)
+      local name="$TAG-$id" state="$base/state" opts=("${ACQFS_DEV_O[@]}")
       ((${#name} <= 64)) || name="$TAG-$RANDOM$RANDOM"
       SB_NAME[$id]=$name SB_STATE[$id]=$state
+      if [[ $target == acqfs-uring ]]; then
+        opts=("${ACQFS_O[@]}")
+        uring_still_on
+      fi
       t0=$EPOCHREALTIME
-      "$ACQFS" mount "$lower" "$MNT" --name "$name" --state-dir "$state" "${ACQFS_O[@]}" \
-        >"$LOGS/mount-$id.log" 2>&1 || die "acqfs mount on $MNT failed: $(cat "$LOGS/mount-$id.log")"
+      "$ACQFS" mount "$lower" "$MNT" --name "$name" --state-dir "$state" "${opts[@]}" \
+        >"$LOGS/mount-$id.log" 2>&1 || die "$target mount on $MNT failed: $(cat "$LOGS/mount-$id.log")"
       entries=("$MNT"/*)
       t1=$EPOCHREALTIME
       read -r pid _ <"$state/$name/daemon.pid" || die "no daemon.pid for sandbox $name"
       [[ $pid =~ ^[0-9]+$ ]] || die "bad daemon.pid for sandbox $name"
-      SB_PID[$id]=$pid ;;
+      SB_PID[$id]=$pid
+      check_transport "$id" ;;
     *) die "internal: target $target" ;;
   esac
   ((${#entries[@]})) || die "$target mount $MNT lists nothing after mounting"
@@ -403,7 +544,7 @@ sb_create() {
 sb_disk_kib() {  # disk the sandbox uses: its upper and work, or acqfs's sandbox folder
   local id=$1
   case ${SB_KIND[$id]} in
-    acqfs) du -sk "${SB_STATE[$id]}" | awk '{print $1}' ;;
+    acqfs|acqfs-uring) du -sk "${SB_STATE[$id]}" | awk '{print $1}' ;;
     kernel|fuse) du -sck "${SB_BASE[$id]}/upper" "${SB_BASE[$id]}/work" | awk 'END{print $1}' ;;
     *) echo 0 ;;
   esac
@@ -414,7 +555,7 @@ sb_destroy() {
   [[ -n ${SB_KIND[$id]:-} ]] || return 0
   unmount_sb "$id" 1
   if ((!KEEP)); then
-    if [[ ${SB_KIND[$id]} == acqfs ]]; then
+    if is_acqfs "${SB_KIND[$id]}"; then
       # Removes the state folder and the sandbox-<name> remote from the lower.
       "$ACQFS" rm --force "${SB_NAME[$id]}" --state-dir "${SB_STATE[$id]}" >>"$LOGS/rm-$id.log" 2>&1 ||
         die "acqfs rm --force ${SB_NAME[$id]} failed: $(tail -n 3 "$LOGS/rm-$id.log")"
@@ -443,7 +584,7 @@ cleanup() {
   for ((i = n - 1; i >= 0; i--)); do
     id=${SB_ORDER[$i]}
     unmount_sb "$id" 0 || left+=("${SB_MNT[$id]}")
-    if ((!KEEP)) && [[ ${SB_KIND[$id]} == acqfs && -d ${SB_STATE[$id]} ]]; then
+    if ((!KEEP)) && is_acqfs "${SB_KIND[$id]}" && [[ -d ${SB_STATE[$id]} ]]; then
       timeout 60 "$ACQFS" rm --force "${SB_NAME[$id]}" --state-dir "${SB_STATE[$id]}" >/dev/null 2>&1 || true
     fi
   done
@@ -458,6 +599,11 @@ cleanup() {
     done </proc/self/mountinfo
   fi
   [[ -n $SLEEP_FD ]] && { exec {SLEEP_FD}>&-; } 2>/dev/null
+  # Only once no acqfs-uring daemon is left: theirs needs the ring to unmount.
+  if [[ -n $URING_FOUND ]]; then
+    ((${#left[@]})) && echo "$PROG: warning: restoring $URING_PARAM while mounts are left; an io_uring daemon among them may stall" >&2
+    uring_restore || status=1
+  fi
   if ((${#left[@]})); then
     echo "$PROG: ERROR: could not unmount: ${left[*]}; the work directory $WORK is kept" >&2
     status=1
@@ -573,6 +719,18 @@ make_small_tar() {
 }
 
 # ---------------------------------------------------------------- versions
+transport_lines() {  # a line per acqfs column, each after a newline: its transport and -o
+  local v=""
+  if has_target acqfs; then
+    printf '\n%s' "- acqfs column: FUSE over /dev/fuse (the read/writev loop), mounted with $(acqfs_mount_opts acqfs)"
+  fi
+  if has_target acqfs-uring; then
+    if [[ -n $URING_FOUND ]]; then v="$URING_PARAM was $URING_FOUND at the start, set to Y for the run and put back at the end"
+    else v="$URING_PARAM was ${URING_AT_START:-?} at the start and left as it was"; fi
+    printf '\n%s' "- acqfs-uring column: FUSE over io_uring, mounted with $(acqfs_mount_opts acqfs-uring) ($v)"
+  fi
+  return 0
+}
 commas() { local n=$1 r=""; while ((${#n} > 3)); do r=",${n: -3}$r"; n=${n:0:${#n}-3}; done; echo "$n$r"; }
 first_line() { "$@" 2>&1 | head -n 1 || true; }
 print_header() {
@@ -598,7 +756,7 @@ print_header() {
 
 - machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start
 - work directory: $WORK, on $fs
-- acqfs: $( [[ -x $ACQFS ]] && first_line "$ACQFS" --version || echo "not used") ($ACQFS; this checkout is at $src)${MOUNT_OPTS:+, mounted with -o $MOUNT_OPTS}
+- acqfs: $( [[ -x $ACQFS ]] && first_line "$ACQFS" --version || echo "not used") ($ACQFS; this checkout is at $src)${MOUNT_OPTS:+, mounted with -o $MOUNT_OPTS}$(transport_lines)
 - fuse-overlayfs: ${fo:-not installed}${fov:+ ($fov)}; $(first_line fusermount3 --version)
 - kernel overlayfs module defaults: ${ovl:-unknown}
 - $(first_line git --version); $(command -v fio >/dev/null && first_line fio --version || echo "fio not installed"); $(first_line gcc --version); $(first_line make --version); $(first_line tar --version); $(command -v gnuplot >/dev/null && first_line gnuplot --version || echo "gnuplot not installed")
@@ -625,23 +783,24 @@ if ext4_without_journal && [[ -n ${WANT[W5]:-} || -n ${WANT[W6]:-} ]]; then
   note "the work directory is on ext4 without a journal: creating files soon after many were deleted is slowed by ext4's allocator (up to ~1 ms a file on this disk), so W5 and W6 read the order of the targets; run them with --work on tmpfs or a journaled ext4 (docs/benchmarks.md, \"W5 on an ext4 without a journal\")"
 fi
 
+has_target acqfs-uring && uring_enable
 HEADER=$(print_header)
 printf '%s\n\n' "$HEADER"
 START_S=$EPOCHSECONDS
 
 # ---------------------------------------------------------------- workloads
 # Targets that live in a sandbox, in mount order when several are mounted at
-# once (acqfs first: its mount adds a remote to the lower's .git/config, which
-# must not change under a mounted kernel overlay).
+# once (acqfs and acqfs-uring first: their mounts add a remote to the lower's
+# .git/config, which must not change under a mounted kernel overlay).
 sandbox_targets() {
   local t
-  for t in acqfs fuse kernel native; do has_target "$t" && echo "$t"; done
+  for t in acqfs acqfs-uring fuse kernel native; do has_target "$t" && echo "$t"; done
   return 0
 }
 mapfile -t SBT < <(sandbox_targets)
 # The same, in the order runs take them.
 RUN_T=()
-for t in native kernel fuse acqfs; do has_target "$t" && RUN_T+=("$t"); done
+for t in native kernel fuse acqfs acqfs-uring; do has_target "$t" && RUN_T+=("$t"); done
 # run_order R: RUN_T turned by R-1 places, so that over the runs each target
 # follows each other one. A target that runs after another's deletes can
 # find the disk slower for it (see work_fs_note), and a fixed order would
@@ -685,7 +844,7 @@ w2() {
       record W2.first "$t" "$r" "$ELAPSED"
       timed "w2-r$r-$t-second" "$MNT" git_status
       record W2.warm "$t" "$r" "$ELAPSED"
-      if [[ $t == acqfs || $t == fuse ]]; then
+      if is_acqfs "$t" || [[ $t == fuse ]]; then
         # The daemon's memory once every entry's attributes were read twice.
         timed "w2-r$r-$t-find" "$MNT" find_ls_twice
         record W2.rss "$t" "$r" "$(awk '/^VmRSS:/ {print $2}' "/proc/${SB_PID[$SB]}/status")"
@@ -704,7 +863,7 @@ find_ls_twice() { find . -ls >/dev/null && find . -ls >/dev/null; }
 read_all() { tar -cf - . | wc -c; }
 
 w3() {
-  local r t
+  local r t hwm
   declare -A id=() mnt=()
   for t in "${SBT[@]}"; do
     sb_create "$t" "$REPO" ro "w3"
@@ -717,11 +876,11 @@ w3() {
       record W3.read "$t" "$r" "$ELAPSED"
     done
   done
-  if [[ -n ${id[acqfs]:-} ]]; then
-    local hwm
-    hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/${SB_PID[${id[acqfs]}]}/status")
-    record acqfs.VmHWM acqfs 1 "$hwm"
-  fi
+  for t in acqfs acqfs-uring; do
+    [[ -n ${id[$t]:-} ]] || continue
+    hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/${SB_PID[${id[$t]}]}/status")
+    record acqfs.VmHWM "$t" 1 "$hwm"
+  done
   for ((i = ${#SBT[@]} - 1; i >= 0; i--)); do sb_destroy "${id[${SBT[$i]}]}"; done
 }
 
@@ -857,9 +1016,9 @@ w8() {
       (cd "$MNT" && small_change) || die "W8: could not change files in $MNT"
       timed "w8-r$r-$t-commit" "$MNT" commit_change
       record W8.commit "$t" "$r" "$ELAPSED"
-      if [[ $t == acqfs ]]; then
+      if is_acqfs "$t"; then
         timed "w8-r$r-$t-export" "$RUN_DIR" "$ACQFS" export "${SB_NAME[$SB]}" --state-dir "${SB_STATE[$SB]}"
-        record W8.export acqfs "$r" "$ELAPSED"
+        record W8.export "$t" "$r" "$ELAPSED"
       fi
       if [[ $t == native ]]; then
         git -C "$MNT" reset -q --hard HEAD~1
@@ -906,7 +1065,7 @@ fi
 
 for w in W1 W2 W3 W4 W5 W6 W7 W8; do
   want "$w" || continue
-  if [[ $w == W1 ]] && ! has_target kernel && ! has_target fuse && ! has_target acqfs && ! has_target clone; then continue; fi
+  if [[ $w == W1 ]] && ! has_target kernel && ! has_target fuse && ! has_acqfs && ! has_target clone; then continue; fi
   log "=== $w"
   "${w,,}"
 done
@@ -962,7 +1121,7 @@ applies() {  # does METRIC apply to TARGET at all?
     clone) [[ $m == W1.* ]] ;;
     native) [[ $m != W1.* && $m != W8.export && $m != W2.rss ]] ;;
     kernel) [[ $m != W8.export && $m != W2.rss ]] ;;
-    *) [[ $m != W8.export || $t == acqfs ]] ;;
+    *) [[ $m != W8.export ]] || is_acqfs "$t" ;;
   esac
 }
 fmt() {  # fmt UNIT VALUE
@@ -980,33 +1139,68 @@ cell() {  # cell METRIC TARGET UNIT
   elif [[ -n ${MED["$1|$2"]:-} ]]; then fmt "$3" "${MED["$1|$2"]}"
   else echo "-"; fi
 }
-rcell() {  # ratio of acqfs to PEER
-  local m=$1 peer=$2 a=${MED["$1|acqfs"]:-} b=${MED["$1|$2"]:-}
-  if ! applies "$m" "$peer" || ! applies "$m" acqfs; then echo "n/a"
+rcell() {  # rcell METRIC A PEER: ratio of target A to PEER
+  local m=$1 t=$2 peer=$3 a=${MED["$1|$2"]:-} b=${MED["$1|$3"]:-}
+  if ! applies "$m" "$peer" || ! applies "$m" "$t"; then echo "n/a"
   elif [[ -n $a && -n $b ]]; then ratio "$a" "$b"
   else echo "-"; fi
 }
 
+# The acqfs columns: one per transport that ran (acqfs alone, as before the
+# transports, when neither did), and uring/dev when both ran.
+ACQ_COLS=()
+has_target acqfs && ACQ_COLS+=(acqfs)
+has_target acqfs-uring && ACQ_COLS+=(acqfs-uring)
+((${#ACQ_COLS[@]})) || ACQ_COLS=(acqfs)
+BOTH_T=0
+has_target acqfs && has_target acqfs-uring && BOTH_T=1
+declare -A PEER_NAME=([native]=native [kernel]=kernel [fuse]=fuse-overlayfs)
+
 TABLE=$(
-  echo "| workload | unit | native | kernel overlayfs | fuse-overlayfs | acqfs | git clone | acqfs/native | acqfs/kernel | acqfs/fuse-overlayfs |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  head="| workload | unit | native | kernel overlayfs | fuse-overlayfs |"
+  rule="| --- | --- | ---: | ---: | ---: |"
+  for a in "${ACQ_COLS[@]}"; do head+=" $a |"; rule+=" ---: |"; done
+  head+=" git clone |"; rule+=" ---: |"
+  for a in "${ACQ_COLS[@]}"; do
+    for peer in native kernel fuse; do head+=" $a/${PEER_NAME[$peer]} |"; rule+=" ---: |"; done
+  done
+  ((BOTH_T)) && { head+=" uring/dev |"; rule+=" ---: |"; }
+  echo "$head"
+  echo "$rule"
   for def in "${METRICS[@]}"; do
     IFS='|' read -r m label unit kind <<<"$def"
     want "${m%%.*}" || continue
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$unit" \
-      "$(cell "$m" native "$unit")" "$(cell "$m" kernel "$unit")" "$(cell "$m" fuse "$unit")" \
-      "$(cell "$m" acqfs "$unit")" "$(cell "$m" clone "$unit")" \
-      "$(rcell "$m" native)" "$(rcell "$m" kernel)" "$(rcell "$m" fuse)"
+    row="| $label | $unit | $(cell "$m" native "$unit") | $(cell "$m" kernel "$unit") | $(cell "$m" fuse "$unit") |"
+    for a in "${ACQ_COLS[@]}"; do row+=" $(cell "$m" "$a" "$unit") |"; done
+    row+=" $(cell "$m" clone "$unit") |"
+    for a in "${ACQ_COLS[@]}"; do
+      for peer in native kernel fuse; do row+=" $(rcell "$m" "$a" "$peer") |"; done
+    done
+    ((BOTH_T)) && row+=" $(rcell "$m" acqfs-uring acqfs) |"
+    echo "$row"
   done
 )
 
 FOOT=()
 FOOT+=("Median of $RUNS run(s). Times in seconds: a ratio above 1 means acqfs is slower. W7 is throughput in MiB/s and its ratios are ratios of speeds: below 1 means acqfs is slower. W1 disk is du of the sandbox's upper and work directories (acqfs: its whole sandbox folder, bridge included) or of the clone. n/a: does not apply (native has no workspace to create; export is acqfs's). -: not run.")
 FOOT+=("Native disk has no fresh sandbox: its W2 runs are in the checkout itself (so first = second), W4-W6 work in a copy made untimed (W6 changes files in place: no copy-up), W8 in a local clone. Each overlay gets a fresh upper and work directory (acqfs: a fresh state directory) per run, except W3 and W7, which mount every target once and read warm.")
+if ((BOTH_T)); then
+  FOOT+=("acqfs ran on /dev/fuse (mounted with -o nouring) and acqfs-uring on FUSE over io_uring, the same binary and options otherwise; uring/dev is acqfs-uring's median over acqfs's (times: above 1 means io_uring is slower; W7 speeds: below 1 means io_uring is slower). The acqfs-uring ratios read as acqfs's do.")
+fi
+for t in "${ACQ_COLS[@]}"; do
+  [[ -n ${TRANSPORT_SEEN[$t]:-} ]] && FOOT+=("Transport of every $t mount, as its daemon logged it (checked after each mount): ${TRANSPORT_SEEN[$t]}.")
+done
 FOOT+=("Writes are buffered (W7 has no fsync) and the lowers are warm in the page cache; rm -rf and the W7 write depend most on the disk's writeback, so they vary most between runs.")
-if [[ -n ${MED["acqfs.VmHWM|acqfs"]:-} ]]; then
-  FOOT+=("acqfs daemon peak memory (VmHWM, read before unmounting after W3 on the $(commas $N_CHECKOUT)-file checkout): $(awk -v k="${MED["acqfs.VmHWM|acqfs"]}" 'BEGIN { printf "%.1f MiB", k / 1024 }').")
-elif want W3 && has_target acqfs; then
+HWM=()
+for t in "${ACQ_COLS[@]}"; do
+  [[ -n ${MED["acqfs.VmHWM|$t"]:-} ]] || continue
+  v=$(awk -v k="${MED["acqfs.VmHWM|$t"]}" 'BEGIN { printf "%.1f MiB", k / 1024 }')
+  [[ ${ACQ_COLS[*]} == acqfs ]] || v+=" ($t)"
+  HWM+=("$v")
+done
+if ((${#HWM[@]})); then
+  FOOT+=("acqfs daemon peak memory (VmHWM, read before unmounting after W3 on the $(commas $N_CHECKOUT)-file checkout): $(printf '%s\n' "${HWM[@]}" | paste -sd';' - | sed 's/;/; /g').")
+elif want W3 && has_acqfs; then
   FOOT+=("acqfs daemon peak memory: not measured.")
 else
   FOOT+=("acqfs daemon peak memory: not measured (it is read after W3, which did not run with acqfs).")
@@ -1025,16 +1219,19 @@ printf '%s\n' "$REPORT" >"$OUT/report.md"
 printf '%s\n' "$TABLE" >"$OUT/table.md"
 
 # ---------------------------------------------------------------- the plot
-if ((HAVE_GNUPLOT)) && has_target acqfs; then
+# plot_ratios TARGET STEM: TARGET's slowdown against each peer, in STEM.dat
+# and STEM.svg (one plot per acqfs column).
+plot_ratios() {
+  local t=$1 stem=$2 def m label unit kind line peer a b who=$1 sub
   {
-    echo "# workload, acqfs slowdown vs native, vs kernel overlayfs, vs fuse-overlayfs"
+    echo "# workload, $t slowdown vs native, vs kernel overlayfs, vs fuse-overlayfs"
     for def in "${METRICS[@]}"; do
       IFS='|' read -r m label unit kind <<<"$def"
       want "${m%%.*}" || continue
       [[ $kind == size || $m == W8.export ]] && continue
       line="${m/./-}"
       for peer in native kernel fuse; do
-        a=${MED["$m|acqfs"]:-} b=${MED["$m|$peer"]:-}
+        a=${MED["$m|$t"]:-} b=${MED["$m|$peer"]:-}
         if [[ -n $a && -n $b ]] && applies "$m" "$peer"; then
           if [[ $kind == speed ]]; then line+=" $(awk -v a="$a" -v b="$b" 'BEGIN { print (a > 0 ? b / a : "?") }')"
           else line+=" $(awk -v a="$a" -v b="$b" 'BEGIN { print (b > 0 ? a / b : "?") }')"; fi
@@ -1044,15 +1241,26 @@ if ((HAVE_GNUPLOT)) && has_target acqfs; then
       done
       echo "$line"
     done
-  } >"$OUT/ratios.dat"
-  sub="$( ((QUICK)) && echo "quick run, " )median of $RUNS, $(date -u +%Y-%m-%d)${MOUNT_OPTS:+, acqfs -o $MOUNT_OPTS}"
-  if gnuplot -e "datafile='$OUT/ratios.dat'; outfile='$OUT/ratios.svg'; subtitle='$sub'" "$HERE/plot.gp" \
-      >"$LOGS/gnuplot.log" 2>&1; then
-    log "plot: $OUT/ratios.svg"
+  } >"$OUT/$stem.dat"
+  sub="$( ((QUICK)) && echo "quick run, " )median of $RUNS, $(date -u +%Y-%m-%d)"
+  case $t in
+    acqfs) sub+=", acqfs on /dev/fuse ($(acqfs_mount_opts acqfs))" ;;
+    acqfs-uring) sub+=", acqfs on FUSE over io_uring${MOUNT_OPTS:+ (-o $MOUNT_OPTS)}" ;;
+  esac
+  if gnuplot -e "datafile='$OUT/$stem.dat'; outfile='$OUT/$stem.svg'; subtitle='$sub'; who='$who'" "$HERE/plot.gp" \
+      >"$LOGS/gnuplot-$stem.log" 2>&1; then
+    log "plot: $OUT/$stem.svg"
   else
-    echo "$PROG: warning: gnuplot failed (see $LOGS/gnuplot.log); no plot" >&2
+    echo "$PROG: warning: gnuplot failed (see $LOGS/gnuplot-$stem.log); no plot $stem.svg" >&2
   fi
-fi
+}
 made="report.md, table.md, results.tsv, raw.tsv"
-[[ -f $OUT/ratios.svg ]] && made+=", ratios.svg"
+rm -f "$OUT"/ratios.{dat,svg} "$OUT"/ratios-uring.{dat,svg}   # an earlier run's, in the same --out
+if ((HAVE_GNUPLOT)); then
+  has_target acqfs && plot_ratios acqfs ratios
+  has_target acqfs-uring && plot_ratios acqfs-uring ratios-uring
+  for f in ratios ratios-uring; do
+    [[ -f $OUT/$f.svg ]] && made+=", $f.svg"
+  done
+fi
 log "results in $OUT: $made, logs/"
