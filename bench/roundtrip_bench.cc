@@ -179,9 +179,9 @@ void BM_CreateUnlink(benchmark::State& state) {
 
 // Arguments: file mode (0: the default, handle-less; 1: -o handles) and
 // transport (0: /dev/fuse; 1: io_uring).
-#define ACQFS_ROUNDTRIP_ARGS                                 \
-  ArgNames({"handles", "uring"})                             \
-      ->ArgsProduct({{0, 1}, {0, 1}})                        \
+#define ACQFS_ROUNDTRIP_ARGS          \
+  ArgNames({"handles", "uring"})      \
+      ->ArgsProduct({{0, 1}, {0, 1}}) \
       ->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_Getattr)->ACQFS_ROUNDTRIP_ARGS;
 BENCHMARK(BM_LookupGetattr)->ACQFS_ROUNDTRIP_ARGS;

@@ -55,8 +55,8 @@ class RawRing {
     mnt_ = dir;
     fd_ = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd_, 0) << std::strerror(errno);
-    const std::string opts = "fd=" + std::to_string(fd_) +
-                             ",rootmode=40000,user_id=0,group_id=0";
+    const std::string opts =
+        "fd=" + std::to_string(fd_) + ",rootmode=40000,user_id=0,group_id=0";
     ASSERT_EQ(::mount("acqfs-proto", mnt_.c_str(), "fuse.acqfs-proto",
                       MS_NOSUID | MS_NODEV, opts.c_str()),
               0)
@@ -176,8 +176,8 @@ class RawRing {
   void AnswerInit() {
     std::vector<char> buf(1 << 20);
     ssize_t n = ::read(fd_, buf.data(), buf.size());
-    ASSERT_GE(n, static_cast<ssize_t>(sizeof(fuse_in_header) +
-                                      sizeof(fuse_init_in)));
+    ASSERT_GE(
+        n, static_cast<ssize_t>(sizeof(fuse_in_header) + sizeof(fuse_init_in)));
     fuse_in_header h;
     std::memcpy(&h, buf.data(), sizeof h);
     ASSERT_EQ(h.opcode, FUSE_INIT);

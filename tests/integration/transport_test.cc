@@ -291,6 +291,14 @@ std::string BusyWritersThen(const std::string& mnt, const std::string& then) {
          "wait\n";
 }
 
+// The "done N" lines BusyWritersThen's writers print as they end.
+size_t WritersEnded(const std::string& out) {
+  size_t ends = 0;
+  for (size_t at = 0; (at = out.find("done ", at)) != std::string::npos; ++at)
+    ++ends;
+  return ends;
+}
+
 class TransportBusy : public MountTest {
  protected:
   void PrepareLower(const std::string& lower) override {
@@ -307,10 +315,7 @@ TEST_F(TransportBusy, UnmountWhileEveryWorkerIsBusy) {
                       "umount -l " + ShellQuote(sandbox().mountpoint())),
       120);
   ASSERT_TRUE(r.ok()) << r.Describe();
-  size_t ends = 0;
-  for (size_t at = 0; (at = r.out.find("done ", at)) != std::string::npos; ++at)
-    ++ends;
-  EXPECT_EQ(ends, 8u) << r.out;
+  EXPECT_EQ(WritersEnded(r.out), 8u) << r.out;
   EXPECT_TRUE(sandbox().UnmountedElsewhere(60));
 }
 
@@ -325,10 +330,7 @@ TEST_F(TransportBusy, KillNineMidRequest) {
       BusyWritersThen(sandbox().mountpoint(), "kill -9 " + std::to_string(pid)),
       120);
   ASSERT_TRUE(r.ok()) << r.Describe();
-  size_t ends = 0;
-  for (size_t at = 0; (at = r.out.find("done ", at)) != std::string::npos; ++at)
-    ++ends;
-  EXPECT_EQ(ends, 8u) << r.out;
+  EXPECT_EQ(WritersEnded(r.out), 8u) << r.out;
   struct stat st;
   EXPECT_NE(::stat(M("big/f1").c_str(), &st), 0);
   EXPECT_EQ(errno, ENOTCONN);

@@ -37,11 +37,11 @@ std::vector<std::string> Split(const std::string& line, char sep) {
 
 TEST(Soak, PythonsOwnFileSystemTestsEndAsOnNativeDiskInBothModes) {
   TempDir tmp;
-  CommandResult r = RunCommand(
-      {"bash", ACQFS_SOAK_SCRIPT, "--quick", "--host-churn", "1", "--acqfs",
-       AcqfsBinary(), "--transport", TestTransport(), "--work",
-       tmp.Sub("work"), "--out", tmp.Sub("out")},
-      840);
+  CommandResult r =
+      RunCommand({"bash", ACQFS_SOAK_SCRIPT, "--quick", "--host-churn", "1",
+                  "--acqfs", AcqfsBinary(), "--transport", TestTransport(),
+                  "--work", tmp.Sub("work"), "--out", tmp.Sub("out")},
+                 840);
   std::cout << r.out;
   ASSERT_TRUE(r.ok()) << r.Describe();
   // The verdict above, checked again from the results table.
