@@ -508,10 +508,13 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         ov->DropCachedAttrs(node);
     }
     // On a ring worker the data is read straight into the entry's payload
-    // buffer, which the reply then is (fuse/uring_transport.h).
+    // buffer, which the reply then is (fuse/uring_transport.h): never
+    // spliced, which would send the reply to /dev/fuse.
     size_t room = 0;
-    if (char* into = UringTransport::ReplyBuffer(&room);
-        into != nullptr && size <= room) {
+    if (char* into = UringTransport::ReplyBuffer(&room)) {
+      if (size > room)  // the kernel never asks more than max_pages
+        return ReplyError(
+            req, Error::Of(EIO, "read (more than the ring entry holds)", ""));
       size_t got = 0;
       while (got < size) {
         ssize_t r =

@@ -56,11 +56,10 @@ struct FuseContext {
   uint32_t init_offered = 0;
   uint32_t init_offered2 = 0;  // flags2, when the kernel sent FUSE_INIT_EXT
   uint32_t init_flags_added = 0;
-  // The io_uring transport waiting for INIT's outcome (fuse/uring_transport.h),
-  // or null when the mount runs on /dev/fuse alone (-o nouring); then
-  // `uring_off` says why, for the log. Set before the loop starts.
+  // The io_uring transport waiting for INIT's outcome
+  // (fuse/uring_transport.h), or null when the mount runs on /dev/fuse
+  // alone. Set before the loop starts, cleared after it ends.
   UringTransport* uring = nullptr;
-  std::string uring_off;
   std::atomic<bool> init_replied{false};
 };
 

@@ -250,7 +250,6 @@ bool AskForRing(FuseContext* ctx, fuse_uapi::InitOut* out, size_t out_len) {
     why = "libfuse's INIT reply has no flags2";
   }
   if (!why.empty()) {
-    ctx->uring_off = why;
     ctx->uring->Decline(why);
     return false;
   }
@@ -265,8 +264,7 @@ bool AskForRing(FuseContext* ctx, fuse_uapi::InitOut* out, size_t out_len) {
 size_t RingPayloadSize(const fuse_uapi::InitOut& out) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t pages = (out.flags & FUSE_MAX_PAGES) ? out.max_pages : 32;
-  return std::max(
-      {size_t{8192}, size_t{out.max_write}, size_t{4096}, pages * page});
+  return std::max({size_t{8192}, size_t{out.max_write}, pages * page});
 }
 
 ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
@@ -341,11 +339,6 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
 ssize_t SessionSplice(int fdin, off_t* offin, int fdout, off_t* offout,
                       size_t len, unsigned int flags, void* userdata) {
   (void)userdata;
-  // A ring worker's spliced reply (a READ's data) goes into its entry.
-  ssize_t captured = 0;
-  if (offin == nullptr && offout == nullptr &&
-      UringTransport::CaptureSplice(fdin, len, &captured))
-    return captured;
   return ::splice(fdin, offin, fdout, offout, len, flags);
 }
 
@@ -386,9 +379,25 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
   } else if (o == "nowarm") {
     c->warm = false;
   } else if (o == "uring") {
-    c->uring = true;
+    // Refused unless the kernel will offer the ring, which it does at INIT
+    // only while its parameter is Y (should it change before the INIT,
+    // the daemon log says the mount fell back).
+    const std::string p = EnableUringParameter();
+    if (p.empty())
+      return Error::Of(EOPNOTSUPP,
+                       "mount option (this kernel has no FUSE over io_uring: "
+                       "Linux 6.14+)",
+                       o);
+    if (p != "Y")
+      return Error::Of(EINVAL,
+                       "mount option (FUSE over io_uring needs "
+                       "/sys/module/fuse/parameters/enable_uring at Y; it "
+                       "reads " +
+                           p + ")",
+                       o);
+    c->uring = UringMode::kRequired;
   } else if (o == "nouring") {
-    c->uring = false;
+    c->uring = UringMode::kOff;
   } else if (o == "host_watch") {
     c->host_watch = true;
   } else if (o == "nohost_watch") {
@@ -561,21 +570,27 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   if (!limit) return fail(limit.error());
   // The ring's workers (fuse/uring_transport.h): as many per CPU queue as
   // spreads the session's threads over the queues, at least one each.
+  // Why the mount runs on /dev/fuse alone, when it is known before INIT.
+  std::string no_ring = config.uring == UringMode::kOff ? "-o nouring" : "";
   unsigned ring_queues = 0, ring_per_queue = 0;
-  if (config.uring) {
+  if (config.uring != UringMode::kOff) {
     auto cpus = PossibleCpus();
-    if (!cpus) return fail(cpus.error());
-    ring_queues = *cpus;
-    ring_per_queue = std::max(1u, config.max_threads / ring_queues);
+    if (!cpus && config.uring == UringMode::kRequired)
+      return fail(cpus.error());
+    if (cpus) {
+      ring_queues = *cpus;
+      ring_per_queue = std::max(1u, config.max_threads / ring_queues);
+    } else {
+      no_ring = cpus.error().Message();
+    }
   }
   auto budget =
       FdBudget::Plan(*limit, config.max_threads, ring_queues * ring_per_queue);
-  std::string ring_refused;
-  if (!budget && ring_queues > 0) {
+  if (!budget && ring_queues > 0 && config.uring != UringMode::kRequired) {
     // A limit too low for the ring's workers too: /dev/fuse alone.
-    ring_refused = "the open-files limit of " + std::to_string(*limit) +
-                   " leaves no room for the ring's " +
-                   std::to_string(ring_queues * ring_per_queue) + " workers";
+    no_ring = "the open-files limit of " + std::to_string(*limit) +
+              " leaves no room for the ring's " +
+              std::to_string(ring_queues * ring_per_queue) + " workers";
     ring_queues = ring_per_queue = 0;
     budget = FdBudget::Plan(*limit, config.max_threads);
   }
@@ -721,9 +736,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   // The ring's workers wait for INIT's outcome (started after the warm
   // walk's fork, like every thread).
   std::unique_ptr<UringTransport> uring;
-  if (!ring_refused.empty()) {
-    ctx.uring_off = ring_refused;
-  } else if (config.uring) {
+  if (ring_queues > 0) {
     UringOptions uo;
     uo.queues = ring_queues;
     uo.workers_per_queue = ring_per_queue;
@@ -734,12 +747,10 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
       uring = std::move(*t);
       ctx.uring = uring.get();
     } else {
-      ctx.uring_off = t.error().Message();
+      no_ring = t.error().Message();
     }
-  } else {
-    ctx.uring_off = "-o nouring";
   }
-  if (!uring) spdlog::info("fuse transport: /dev/fuse ({})", ctx.uring_off);
+  if (!uring) spdlog::info("fuse transport: /dev/fuse ({})", no_ring);
   SessionControl session_control(overlay->get(), se.get(), &ctx);
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);

@@ -18,6 +18,8 @@
 
 namespace acqfs {
 
+enum class UringMode { kWhenOffered, kRequired, kOff };
+
 struct MountConfig {
   std::string lower, upper, work, mountpoint;
   // The frozen layers between the lower and the upper, bottom first
@@ -55,9 +57,12 @@ struct MountConfig {
   // as it lands (fs/host_watch.h); `-o nohost_watch`: host edits show
   // after the timeout.
   bool host_watch = true;
-  // FUSE over io_uring when the kernel offers it (fuse/uring_transport.h);
-  // `-o nouring`: /dev/fuse alone.
-  bool uring = true;
+  // FUSE over io_uring (fuse/uring_transport.h): when the kernel offers it
+  // (the default), required (`-o uring`, refused by ApplyMountOption
+  // unless /sys/module/fuse/parameters/enable_uring is Y; a descriptor
+  // limit too low for the ring's workers is then an error, not a fallback),
+  // or never (`-o nouring`).
+  UringMode uring = UringMode::kWhenOffered;
   uint64_t warm_limit = 1000000;
   // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
   // walk's listings are not queued behind a parallel `git status`'s
@@ -99,8 +104,9 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // (TakeVfsOption: ro, rw, noatime, noexec, ...; dev, suid and nodiratime
 // only for root, judged by the caller's effective uid) or "fsname=NAME"
 // (CheckFsname) to `config`. EINVAL, naming the option, when it is unknown,
-// refused or its value is not a valid number; EPERM for a root-only option
-// asked by an ordinary user.
+// refused or its value is not a valid number (`uring` while the kernel
+// will not offer the ring; EOPNOTSUPP on a kernel without it); EPERM for a
+// root-only option asked by an ordinary user.
 Status ApplyMountOption(const std::string& option, MountConfig* config);
 
 // Called once: with Ok() when the mount is usable, or with the reason it

@@ -103,7 +103,6 @@ class UringTransport::Worker {
 
   // The request being served on this thread (CaptureReply and friends).
   bool Capture(const struct iovec* iov, int count, ssize_t* n);
-  bool CaptureSplice(int pipe_fd, size_t len, ssize_t* n);
   char* ReplyBuffer(size_t* size) {
     if (!serving_ || replied_) return nullptr;
     *size = payload_size_;
@@ -303,42 +302,6 @@ bool UringTransport::Worker::Capture(const struct iovec* iov, int count,
   return true;
 }
 
-bool UringTransport::Worker::CaptureSplice(int pipe_fd, size_t len,
-                                           ssize_t* n) {
-  if (!serving_ || replied_ || len < sizeof(fuse_out_header)) return false;
-  // The pipe holds the whole reply: its header, then its data.
-  auto read_all = [&](char* to, size_t want) -> bool {
-    while (want > 0) {
-      ssize_t r = ::read(pipe_fd, to, want);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      to += r;
-      want -= static_cast<size_t>(r);
-    }
-    return true;
-  };
-  fuse_out_header out;
-  if (!read_all(reinterpret_cast<char*>(&out), sizeof out)) return false;
-  if (out.unique != commit_id_) {
-    spdlog::error("fuse ring: a spliced reply for request {} on request {}",
-                  out.unique, commit_id_);
-    SetReply(-EIO, 0);
-    *n = -1;
-    errno = EIO;
-    return true;
-  }
-  const size_t data = len - sizeof out;
-  if (data > payload_size_ || !read_all(payload_, data)) {
-    SetReply(-EIO, 0);
-    *n = -1;
-    errno = EIO;
-    return true;
-  }
-  SetReply(out.error, out.error == 0 ? data : 0);
-  *n = static_cast<ssize_t>(len);
-  return true;
-}
-
 void UringTransport::Worker::Serve(fuse_session* se, const UringOptions& o) {
   for (;;) {
     int rc = io_uring_submit_and_wait(&ring_, 1);
@@ -360,18 +323,6 @@ void UringTransport::Worker::Serve(fuse_session* se, const UringOptions& o) {
       }
       if (res == -EINTR || res == -EAGAIN) {
         PrepareCommand(last_cmd_);  // the kernel asks for it again
-        continue;
-      }
-      if (res == -ENOENT && last_cmd_ == fuse_uapi::kCmdCommitAndFetch) {
-        // The kernel knows no request by the id committed (it ended it
-        // already): the reply is dropped, and the entry, which the kernel
-        // did not take back, is registered afresh so that the queue keeps
-        // its workers.
-        spdlog::error(
-            "fuse ring: queue {}: the kernel knows no request {}; the "
-            "entry is registered again",
-            qid_, commit_id_);
-        PrepareCommand(fuse_uapi::kCmdRegister);
         continue;
       }
       if (res < 0) {
@@ -495,11 +446,7 @@ void UringTransport::Registered(Status s) {
   }
   if (registered_ + failed_ == workers_.size()) {
     if (failed_ == 0)
-      spdlog::info(
-          "fuse transport: {}",
-          "io_uring (" + std::to_string(options_.queues) + " queues x " +
-              std::to_string(options_.workers_per_queue) + " workers, " +
-              std::to_string(payload_size_) + "-byte payloads)");
+      spdlog::info("fuse transport: {}", DescribeLocked());
     else
       spdlog::warn(
           "fuse transport: /dev/fuse ({} of {} ring entries refused: {})",
@@ -517,9 +464,14 @@ std::string UringTransport::Transport() const {
 
 std::string UringTransport::Describe() const {
   std::lock_guard<std::mutex> l(mu_);
+  return DescribeLocked();
+}
+
+std::string UringTransport::DescribeLocked() const {
   if (state_ == State::kBegun && failed_ == 0)
     return "io_uring (" + std::to_string(options_.queues) + " queues x " +
-           std::to_string(options_.workers_per_queue) + " workers)";
+           std::to_string(options_.workers_per_queue) + " workers, " +
+           std::to_string(payload_size_) + "-byte payloads)";
   return "/dev/fuse (" + why_ + ")";
 }
 
@@ -532,7 +484,7 @@ uint64_t UringTransport::served() const {
 void UringTransport::Run(Worker* w) {
   pthread_setname_np(pthread_self(), "acqfs-ring");
   // The kernel queues a caller's request on its CPU's queue: the queue's
-  // workers run there, so that the reply's wake-up stays on that CPU.
+  // workers run there, so that the request's wake-up stays on that CPU.
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(w->qid(), &set);
@@ -557,10 +509,6 @@ void UringTransport::Run(Worker* w) {
 bool UringTransport::CaptureReply(const struct iovec* iov, int count,
                                   ssize_t* n) {
   return tls_worker != nullptr && tls_worker->Capture(iov, count, n);
-}
-
-bool UringTransport::CaptureSplice(int pipe_fd, size_t len, ssize_t* n) {
-  return tls_worker != nullptr && tls_worker->CaptureSplice(pipe_fd, len, n);
 }
 
 char* UringTransport::ReplyBuffer(size_t* size) {

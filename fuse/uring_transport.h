@@ -12,8 +12,9 @@
 // A worker waits for its entry's request, lays it out as /dev/fuse would
 // have (fuse_in_header, the operation's header, the payload, contiguous, in
 // place), hands it to libfuse (fuse_session_process_buf), takes libfuse's
-// reply from the session's writev or splice hook on the same thread
-// (CaptureReply, CaptureSplice), and commits it with the fetch of the next.
+// reply from the session's writev hook on the same thread (CaptureReply),
+// and commits it with the fetch of the next. A READ is read straight into
+// the entry (ReplyBuffer): nothing is spliced on a worker.
 //
 // The /dev/fuse loop keeps running beside it: the kernel sends INIT there,
 // every request until each queue has an entry, and for good FORGETs and
@@ -95,7 +96,7 @@ class UringTransport {
   // when declined or failed).
   std::string Transport() const;
   // The transport and how it was reached, for the daemon log: "io_uring (2
-  // queues x 2 workers, 1048576-byte payloads)", "/dev/fuse (-o nouring)".
+  // queues x 2 workers, 1048576-byte payloads)", "/dev/fuse (WHY)".
   std::string Describe() const;
   // Requests answered through the ring so far.
   uint64_t served() const;
@@ -106,12 +107,9 @@ class UringTransport {
   // bytes "written" and returns true; otherwise false (the reply goes to
   // /dev/fuse: a notification, an interrupt's answer).
   static bool CaptureReply(const struct iovec* iov, int count, ssize_t* n);
-  // The same for the splice hook: `len` bytes of a reply waiting in the
-  // pipe `pipe_fd`, destined for `dev_fd`.
-  static bool CaptureSplice(int pipe_fd, size_t len, ssize_t* n);
   // The calling worker's payload buffer, where a reply's data may be put
   // directly (a READ's; CaptureReply then copies nothing): null and 0 on
-  // any other thread.
+  // any other thread. At least as large as any READ the kernel sends.
   static char* ReplyBuffer(size_t* size);
 
   class Worker;
@@ -120,6 +118,7 @@ class UringTransport {
   UringTransport(fuse_session* se, const UringOptions& o);
   void Run(Worker* w);
   void Registered(Status s);
+  std::string DescribeLocked() const;  // with mu_ held
 
   fuse_session* const se_;
   const UringOptions options_;

@@ -82,9 +82,9 @@ void Sandbox::Mount() {
               options_.extra_mount_args.end());
   const std::string transport =
       options_.transport.empty() ? TestTransport() : options_.transport;
-  if (transport == "dev") {
+  if (transport == "dev" || transport == "uring") {
     args.push_back("-o");
-    args.push_back("nouring");
+    args.push_back(transport == "dev" ? "nouring" : "uring");
   }
   CommandResult r =
       RunCommand(AcqfsCommand(args), options_.mount_timeout_seconds);

@@ -34,9 +34,9 @@ struct SandboxOptions {
   std::string acqfs_bin;  // "" means AcqfsBinary()
   std::vector<std::string> extra_mount_args;
   // The FUSE transport the daemon must run on (fuse/uring_transport.h):
-  // "dev" (`-o nouring` is added), "uring" (the mount fails unless the
-  // daemon log says the ring took over) or "auto" (whatever the kernel
-  // offers, unchecked). "": TestTransport().
+  // "dev" (`-o nouring` is added), "uring" (`-o uring` is added, and the
+  // mount fails unless the daemon log says the ring took over) or "auto"
+  // (whatever the kernel offers, unchecked). "": TestTransport().
   std::string transport;
   // An existing directory to mount on ("" makes "mnt" in the sandbox's
   // TempDir, owned by owner_uid:owner_gid).

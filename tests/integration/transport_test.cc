@@ -27,7 +27,9 @@
 #include <thread>
 #include <vector>
 
+#include "harness/binaries.h"
 #include "harness/fs_util.h"
+#include "harness/mounts.h"
 #include "harness/process.h"
 #include "integration/mount_fixture.h"
 
@@ -152,6 +154,30 @@ TEST(EnableUring, Off) {
       << sb->DaemonLog();
   EXPECT_TRUE(ThreadsNamed(sb->daemon_pid(), "acqfs-ring").empty());
   WriteAndRead(*sb);
+  // -o uring asks for the ring: refused before anything is made, naming
+  // the option and the parameter, by both ways of mounting.
+  const std::string mnt = tmp.MakeDir("refused-mnt");
+  const std::string state = tmp.Sub("refused-state");
+  CommandResult r =
+      RunCommand({AcqfsBinary(), "mount", sb->lower(), mnt, "--name", "x",
+                  "--state-dir", state, "-o", "uring"},
+                 30);
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_NE(r.err.find("-o uring"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("enable_uring at Y; it reads N"), std::string::npos)
+      << r.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  EXPECT_FALSE(Exists(state));
+  const std::string u = tmp.MakeDir("h-upper"), w = tmp.MakeDir("h-work");
+  r = RunCommand({MountHelperBinary(), sb->lower(), mnt, "-o",
+                  "lowerdir=" + sb->lower() + ",upperdir=" + u +
+                      ",workdir=" + w + ",uring"},
+                 30);
+  EXPECT_NE(r.exit_code, 0) << r.Describe();
+  EXPECT_NE(r.err.find("enable_uring at Y; it reads N"), std::string::npos)
+      << r.Describe();
+  EXPECT_FALSE(FindMount(mnt).has_value());
+  if (FindMount(mnt)) RunCommand({"umount", "-l", mnt}, 30);
 }
 
 TEST(EnableUring, On) {
