@@ -18,7 +18,9 @@
 //    "last_export_utc": "YYYY-MM-DDTHH:MM:SSZ" or null,
 //    "unfetched": true | false | null (not a git checkout),
 //    "transport": "io_uring" | "/dev/fuse" | null (not mounted, or its
-//    daemon did not answer), the FUSE transport its daemon serves on}.
+//    daemon did not answer), the FUSE transport its daemon serves on,
+//    "passthrough_opens": n | null (off, or not mounted), the opens its
+//    daemon passed through to the upper files (FUSE passthrough)}.
 // A value that cannot be found out shows as "?" (text) or null (JSON); it
 // never stops the listing. Folders that hold no sandbox (one of a sandbox's
 // name without meta.json whose lock is free; a fork's .fork+NAME or an
@@ -70,8 +72,9 @@ struct Row {
   bool git = false;
   std::optional<bool> unfetched;  // when git
   PolicyRecord policy;
-  std::optional<uint64_t> quota_used;    // when the policy sets a quota
-  std::optional<std::string> transport;  // the daemon's, when mounted
+  std::optional<uint64_t> quota_used;         // when the policy sets a quota
+  std::optional<std::string> transport;       // the daemon's, when mounted
+  std::optional<uint64_t> passthrough_opens;  // the same, when on
   gitbridge::GitBase base;
 };
 
@@ -135,11 +138,14 @@ Row Describe(const Sandbox& sandbox) {
     r.state = live->state;
     // The daemon's FUSE transport, from its control socket.
     if (live->state == MountState::kMounted)
-      if (auto info = AskDaemon(sandbox, {{"op", "info"}});
-          info && info->contains("transport") &&
-          (*info)["transport"].is_string() &&
-          !(*info)["transport"].get<std::string>().empty())
-        r.transport = (*info)["transport"].get<std::string>();
+      if (auto info = AskDaemon(sandbox, {{"op", "info"}})) {
+        if (info->contains("transport") && (*info)["transport"].is_string() &&
+            !(*info)["transport"].get<std::string>().empty())
+          r.transport = (*info)["transport"].get<std::string>();
+        if (info->contains("passthrough_opens") &&
+            (*info)["passthrough_opens"].is_number_unsigned())
+          r.passthrough_opens = (*info)["passthrough_opens"].get<uint64_t>();
+      }
   }
   UpperScan scan = ScanUpperOnce(sandbox);
   r.changed_paths = scan.changed_paths;
@@ -281,6 +287,8 @@ void PrintJson(const std::vector<Row>& rows) {
     }
     j["quota_used_bytes"] = r.quota_used ? Json(*r.quota_used) : Json();
     j["transport"] = r.transport ? Json(*r.transport) : Json();
+    j["passthrough_opens"] =
+        r.passthrough_opens ? Json(*r.passthrough_opens) : Json();
     // What the sandbox started from (docs/git-bridge.md, "The base").
     j["base"] = r.base.recorded() ? Json(BaseJson(r.base)) : Json();
     out.push_back(std::move(j));

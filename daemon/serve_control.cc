@@ -163,7 +163,13 @@ nlohmann::json ServeControl(const std::string& state, const std::string& name,
                              ? request["op"].get<std::string>()
                              : "";
   if (op == "ping") return nlohmann::json{{"ok", true}};
-  if (op == "info") return nlohmann::json{{"transport", mc->Transport()}};
+  if (op == "info") {
+    const int64_t passed = mc->PassedThrough();
+    return nlohmann::json{
+        {"transport", mc->Transport()},
+        {"passthrough_opens",
+         passed < 0 ? nlohmann::json() : nlohmann::json(passed)}};
+  }
   if (op == "checkpoint") {
     auto r = ServeCheckpoint(state, name, mc, request);
     if (!r) return ErrorReply(r.error());

@@ -300,6 +300,21 @@ class Overlay {
   void SetAttrInvalidator(std::function<void(Node*)> f) {
     attr_invalidator_ = std::move(f);
   }
+  // FUSE passthrough (fuse/passthrough.h). A descriptor of `node`'s upper
+  // file for the kernel to read and write it through, when it may be one:
+  // a regular file whose data is in the upper layer under one name (its
+  // other names would keep sharing it once a checkpoint freezes them).
+  // EXDEV otherwise. Takes the tree lock shared, never the write gate.
+  Result<UniqueFd> PassthroughSource(Node* node);
+  // The nodes whose upper file the kernel reads and writes through an open
+  // file of its own: a checkpoint leaves a copy in the layer it freezes
+  // and carries the open file into the new upper; a rewind leaves a copy
+  // in the upper it retires and keeps the open file nowhere (as an
+  // unlinked one). Called at the quiescent point (every lock of the
+  // Overlay's held). Set before serving requests.
+  void SetLiveBackings(std::function<std::vector<const void*>()> f) {
+    live_backings_ = std::move(f);
+  }
   // Nodes the table holds (the kernel's lookups, open files, their
   // ancestors).
   size_t node_count() { return table_.node_count(); }
@@ -386,6 +401,20 @@ class Overlay {
   // The point where Freeze, Restack and ReplaceFrozen change the stack
   // (fs/overlay_stack.cc).
   class QuiescentPoint;
+  // A file the kernel writes through on its own (SetLiveBackings), at the
+  // quiescent point: its path and its other names, in the upper.
+  struct LiveFile {
+    Node* node;
+    std::string rel;
+    std::vector<std::string> other_names;
+  };
+  std::vector<LiveFile> LiveFilesLocked();
+  // After a checkpoint's switch of layers: the open file into the new
+  // upper, a copy of it into the frozen layer (under all its names).
+  Status CarryIntoNewUpper(const LiveFile& f);
+  // Before a rewind's switch: a copy of the open file takes its names in
+  // the upper, which the undo point keeps; the open file keeps no name.
+  Status LeaveNameless(const LiveFile& f);
   // The number of a listed entry that has no upper object.
   uint64_t LowerEntryIno(const DirView& view, const MergedEntry& e);
   // The layer holding the object of a node that has a name (the upper, or
@@ -536,7 +565,8 @@ class Overlay {
   bool owns_owner_access_ = false;  // set once in Create: it enabled it
   FileCache files_{64};             // its own lock
   std::function<void(Node*)> attr_invalidator_;  // set before serving
-  KeptStore kept_{&layers_, 64};                 // its own lock
+  std::function<std::vector<const void*>()> live_backings_;  // the same
+  KeptStore kept_{&layers_, 64};                             // its own lock
   // Moves on with every change that may rename, replace or remove a
   // directory of a layer (overlay_internal.h, ExclusiveLock); 0 is never
   // used (it means "do not cache" to Layer::DirFd).

@@ -312,6 +312,22 @@ Result<FileLease> Overlay::Open(Node* node, int flags, const SetIdRule& setid) {
   return f;
 }
 
+Result<UniqueFd> Overlay::PassthroughSource(Node* node) {
+  SharedLock l(tree_mu_);
+  if (!S_ISREG(node->type) || !node->upper.load() || node->unlinked ||
+      !node->parent)
+    return Error::Of(EXDEV, "passthrough (not an upper file)", "");
+  const std::string rel = PathLocked(node);
+  auto fd = layers_.upper.Open(rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (!fd) return fd.error();
+  auto st = sys::Fstat(fd->get(), layers_.upper.Shown(rel));
+  if (!st) return st.error();
+  if (!S_ISREG(st->st_mode) || st->st_nlink != 1)
+    return Error::Of(EXDEV, "passthrough (a file with other names)",
+                     layers_.upper.Shown(rel));
+  return fd;
+}
+
 void Overlay::AddOpen(Node* node) {
   TableLock t(table_mu_);
   table_.AddOpenLocked(node);

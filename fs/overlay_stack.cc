@@ -1,7 +1,10 @@
 // The Overlay's part in a checkpoint while mounted (fs/overlay.h, Freeze):
 // the upper layer becomes the topmost frozen layer and an empty one takes
 // its place, at a point where nothing moves.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -9,6 +12,8 @@
 #include <shared_mutex>
 
 #include "common/sys.h"
+#include "fs/copy_up.h"
+#include "fs/layer_format.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
 
@@ -56,6 +61,9 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
   const unsigned frozen_bit_number = layers_.lower_layers();
   const LowerMask bit = LowerBit(frozen_bit_number);
+  // Files the kernel writes through on its own (passthrough): found while
+  // they are still upper files, with the other names a link gave them.
+  std::vector<LiveFile> live = LiveFilesLocked();
   std::vector<StaleName> stale;
   Node* root = table_.root();
   table_.ForEachNodeLocked([&](Node* n) {
@@ -83,11 +91,113 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   table_.ClearUpperLinksLocked();
   layers_.frozen.push_back(std::move(layers_.upper));
   layers_.upper = std::move(*next);
+  // The kernel's open files keep writing the inode they opened: it moves
+  // on into the new upper, and a copy of it takes its place in the frozen
+  // layer (a write the kernel makes meanwhile may or may not be in the
+  // copy, as in a copy of any file being written). The stack is committed:
+  // a failure here leaves that file in the frozen layer, where the
+  // kernel's writes through the open file land, and is logged as such.
+  for (const LiveFile& f : live)
+    if (Status s = CarryIntoNewUpper(f); !s)
+      spdlog::error(
+          "checkpoint: {} stays open in the layer it froze, where writes "
+          "through its open files land: {}",
+          f.rel, s.error().Message());
   // Every descriptor into the old upper goes: a cached one would write a
   // frozen layer, or read a file's old copy once it is copied up anew.
   // The pinned ones read the host (layer 0), which no checkpoint changes.
   files_.Shrink(0);
   return stale;
+}
+
+std::vector<Overlay::LiveFile> Overlay::LiveFilesLocked() {
+  std::vector<LiveFile> out;
+  if (!live_backings_) return out;
+  for (const void* p : live_backings_()) {
+    // A node with an open file is held by its open count.
+    Node* n = const_cast<Node*>(static_cast<const Node*>(p));
+    if (n->unlinked || !n->upper || n->is_dir() || !n->parent) continue;
+    LiveFile f{n, PathLocked(n), {}};
+    for (const auto& a : n->aliases()) {
+      const std::string dir = PathLocked(a->parent);
+      f.other_names.push_back(dir.empty() ? std::string(a->name())
+                                          : dir + "/" + std::string(a->name()));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+Status Overlay::CarryIntoNewUpper(const LiveFile& f) {
+  const std::string shown = layers_.upper.Shown(f.rel);
+  // The copy, made in the new upper as any copy-up from the frozen layer
+  // (its parents first).
+  ACQFS_TRY(EnsureUpper(f.node));
+  const Layer& frozen = layers_.frozen.back();
+  auto fdir = frozen.OpenDir(sys::Dirname(f.rel));
+  if (!fdir) return fdir.error();
+  auto udir = layers_.upper.OpenDir(sys::Dirname(f.rel));
+  if (!udir) return udir.error();
+  const std::string name = sys::Basename(f.rel);
+  ACQFS_TRY(sys::Renameat2(fdir->get(), name, udir->get(), name,
+                           RENAME_EXCHANGE, shown));
+  // Other names a link gave the file while it was open stay in the frozen
+  // layer: they name the copy now (checkpoints break hard links, as the
+  // kernel overlayfs's copy-up does).
+  for (const std::string& other : f.other_names) {
+    auto odir = frozen.OpenDir(sys::Dirname(other));
+    if (!odir) return odir.error();
+    const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    if (::linkat(fdir->get(), name.c_str(), odir->get(), tmp.c_str(), 0) != 0)
+      return Error::Errno("linkat", frozen.Shown(other));
+    Status s = sys::Renameat2(odir->get(), tmp, odir->get(),
+                              sys::Basename(other), 0, frozen.Shown(other));
+    if (!s) {
+      (void)::unlinkat(odir->get(), tmp.c_str(), 0);
+      return s;
+    }
+  }
+  return Ok();
+}
+
+Status Overlay::LeaveNameless(const LiveFile& f) {
+  const std::string shown = layers_.upper.Shown(f.rel);
+  auto udir = layers_.upper.OpenDir(sys::Dirname(f.rel));
+  if (!udir) return udir.error();
+  const std::string name = sys::Basename(f.rel);
+  auto live = sys::OpenBeneath(udir->get(), name,
+                               O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0, shown);
+  if (!live) return live.error();
+  // A full copy (data, attributes, origin marker) in acqfs-tmp, exchanged
+  // with the open file, whose name in acqfs-tmp then goes.
+  const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  ACQFS_TRY(CopyLowerFdTo(layers_, live->get(), layers_.tmp.get(), tmp, shown));
+  Status s = sys::Renameat2(layers_.tmp.get(), tmp, udir->get(), name,
+                            RENAME_EXCHANGE, shown);
+  if (s) {
+    // The copy's other names: a link made while the file was open.
+    for (const std::string& other : f.other_names) {
+      auto odir = layers_.upper.OpenDir(sys::Dirname(other));
+      if (!odir) {
+        s = odir.error();
+        break;
+      }
+      const std::string t2 = sys::TempName(LayerFormat::kTempPrefix);
+      if (::linkat(udir->get(), name.c_str(), odir->get(), t2.c_str(), 0) !=
+          0) {
+        s = Error::Errno("linkat", layers_.upper.Shown(other));
+        break;
+      }
+      s = sys::Renameat2(odir->get(), t2, odir->get(), sys::Basename(other), 0,
+                         layers_.upper.Shown(other));
+      if (!s) {
+        (void)::unlinkat(odir->get(), t2.c_str(), 0);
+        break;
+      }
+    }
+  }
+  (void)::unlinkat(layers_.tmp.get(), tmp.c_str(), 0);
+  return s;
 }
 
 Node* Overlay::FindAlias(const StaleName& s) const {
@@ -139,6 +249,15 @@ Result<Overlay::Restacked> Overlay::Restack(
   QuiescentPoint quiet(this);
   ACQFS_TRY(commit());
   ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
+  // Files the kernel writes through on its own (passthrough) leave the
+  // upper that becomes the undo point, a copy in their place: their open
+  // files go on with a file of no name, as with one unlinked.
+  for (const LiveFile& f : LiveFilesLocked())
+    if (Status s = LeaveNameless(f); !s)
+      spdlog::error(
+          "rewind: {} stays open in the layer the undo point keeps, where "
+          "writes through its open files land: {}",
+          f.rel, s.error().Message());
   if (quota_) {
     // The stack is recorded: an old upper that cannot be measured stays
     // counted (until a remount measures the new stack) rather than fail.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fs/fd_budget.h"
+#include "fuse/passthrough.h"
 #include "fuse/setid.h"
 #include "fuse/uring_transport.h"
 
@@ -76,8 +77,36 @@ void Guard(fuse_req_t req, F&& f) noexcept {
 
 // The fh of a file handle the kernel will RELEASE (-o handles): a handle
 // owns no descriptor (the Overlay's file cache serves every request by
-// node), so it only marks the open as counted.
+// node), so it only marks the open as counted, and whether the kernel
+// reads and writes it through a backing file (fuse/passthrough.h).
 constexpr uint64_t kCountedOpen = 1;
+constexpr uint64_t kPassedOpen = 2;
+
+// How an open of `node` (counted, -o handles) is answered: its backing id,
+// or 0 for a cached open; counted in the mount's BackingTable either way.
+// Behind the write gate, so that a checkpoint finds every backing file
+// made before it and none is made of a file it is moving
+// (Overlay::SetLiveBackings).
+uint32_t PassthroughOpen(fuse_req_t req, Node* node) {
+  BackingTable* table = Ctx(req)->backing;
+  if (table == nullptr) return 0;
+  Overlay* ov = Ctx(req)->overlay;
+  auto gate = ov->HoldOffFreeze();
+  // The source, open until the table has made its id (the kernel takes a
+  // reference of its own).
+  UniqueFd held;
+  return table->Open(node, [&]() -> Result<int> {
+    auto fd = ov->PassthroughSource(node);
+    if (!fd) return fd.error();
+    held = std::move(*fd);
+    return held.get();
+  });
+}
+
+// Undoes PassthroughOpen for an open the kernel will not RELEASE.
+void PassthroughRelease(fuse_req_t req, Node* node, uint32_t id) {
+  if (BackingTable* table = Ctx(req)->backing) table->Release(node, id != 0);
+}
 
 // The descriptor a data request works through: the node's, from the
 // Overlay's file cache (whatever the handle, in both file modes).
@@ -427,8 +456,14 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     auto f = ov->Open(node, OpenFlags(req, fi->flags),
                       (fi->flags & O_TRUNC) ? SetIdRuleOf(req) : nullptr);
     if (!f) return ReplyError(req, f.error());
-    SetOpenInfo(fi, kCountedOpen);
-    if (fuse_reply_open(req, fi) != 0) ov->ReleaseOpen(node);
+    f->reset();  // the open holds no descriptor
+    const uint32_t id = PassthroughOpen(req, node);
+    SetOpenInfo(fi, id != 0 ? kPassedOpen : kCountedOpen);
+    ReplyBacking with(id);
+    if (fuse_reply_open(req, fi) != 0) {
+      PassthroughRelease(req, node, id);
+      ov->ReleaseOpen(node);
+    }
   });
 }
 
@@ -465,10 +500,15 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
       ov->Forget(node, 1);
       return ReplyError(req, st.error());
     }
-    SetOpenInfo(fi, counted ? kCountedOpen : 0);
+    const uint32_t id = counted ? PassthroughOpen(req, node) : 0;
+    SetOpenInfo(fi, !counted ? 0 : id != 0 ? kPassedOpen : kCountedOpen);
     fuse_entry_param e;
     FillEntry(req, node, *st, &e);
-    if (fuse_reply_create(req, &e, fi) != 0 && counted) ov->ReleaseOpen(node);
+    ReplyBacking with(id);
+    if (fuse_reply_create(req, &e, fi) != 0 && counted) {
+      PassthroughRelease(req, node, id);
+      ov->ReleaseOpen(node);
+    }
   });
 }
 
@@ -584,8 +624,12 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, [&] {
     // Only counted opens (-o handles); handle-less, no RELEASE is sent.
-    if (fi->fh == kCountedOpen)
-      Ctx(req)->overlay->ReleaseOpen(NodeOf(req, ino));
+    if (fi->fh == kCountedOpen || fi->fh == kPassedOpen) {
+      Node* node = NodeOf(req, ino);
+      // The table first: the open count holds the node it names.
+      PassthroughRelease(req, node, fi->fh == kPassedOpen ? 1 : 0);
+      Ctx(req)->overlay->ReleaseOpen(node);
+    }
     fuse_reply_err(req, 0);
   });
 }

@@ -24,6 +24,7 @@
 
 namespace acqfs {
 
+class BackingTable;
 class UringTransport;
 
 // The state every callback reaches through fuse_req_userdata().
@@ -60,6 +61,11 @@ struct FuseContext {
   // (fuse/uring_transport.h), or null when the mount runs on /dev/fuse
   // alone. Set before the loop starts, cleared after it ends.
   UringTransport* uring = nullptr;
+  // FUSE passthrough (fuse/passthrough.h): the mount's backing files, when
+  // it may pass opens through (-o handles, no writeback cache, no quota,
+  // not -o nopassthrough); enabled once the INIT reply asked for it. Set
+  // before the loop starts, cleared after it ends.
+  BackingTable* backing = nullptr;
   std::atomic<bool> init_replied{false};
 };
 

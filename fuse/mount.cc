@@ -1,9 +1,11 @@
 #include "fuse/mount.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "fuse/fuse_ops.h"
 #include "fuse/fuse_uapi.h"
 #include "fuse/kernel_notify.h"
+#include "fuse/passthrough.h"
 #include "fuse/uring_transport.h"
 #include "fuse/warm_walk.h"
 
@@ -202,7 +205,18 @@ size_t PrepareRequest(FuseContext* ctx, char* buf, size_t len, size_t n) {
         TmpfileAsCreate(buf, len, static_cast<ssize_t>(n)));
   }
   // Only the agent changes anything (the walk only lists and looks up).
-  if (ctx->warm && ChangesTheFileSystem(h.opcode)) ctx->warm->NoteWrite();
+  // An open for writing counts too: the writes through a passed-through
+  // open never reach the daemon (fuse/passthrough.h).
+  if (ctx->warm) {
+    bool writes = ChangesTheFileSystem(h.opcode);
+    if (!writes && h.opcode == FUSE_OPEN &&
+        n >= sizeof h + sizeof(fuse_open_in)) {
+      fuse_open_in in;
+      std::memcpy(&in, buf + sizeof h, sizeof in);
+      writes = (in.flags & O_ACCMODE) != O_RDONLY || (in.flags & O_TRUNC);
+    }
+    if (writes) ctx->warm->NoteWrite();
+  }
   if (!ctx->init_replied.load(std::memory_order_relaxed)) {
     if (h.opcode == FUSE_INIT &&
         n >= sizeof h + offsetof(fuse_init_in, flags) + sizeof(uint32_t)) {
@@ -258,6 +272,51 @@ bool AskForRing(FuseContext* ctx, fuse_uapi::InitOut* out, size_t out_len) {
   return true;
 }
 
+// Whether the daemon holds CAP_SYS_ADMIN in the initial user namespace,
+// which FUSE_DEV_IOC_BACKING_OPEN requires; "" if so, else why not.
+std::string PassthroughPrivilegeMissing() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0)
+    return std::string("capget: ") + std::strerror(errno);
+  if (!(data[0].effective & (1u << CAP_SYS_ADMIN)))
+    return "the daemon lacks CAP_SYS_ADMIN";
+  struct stat mine, init;
+  if (::stat("/proc/self/ns/user", &mine) == 0 &&
+      ::stat("/proc/1/ns/user", &init) == 0 && mine.st_ino != init.st_ino)
+    return "the daemon runs in a user namespace (CAP_SYS_ADMIN must be the "
+           "initial namespace's)";
+  return "";
+}
+
+// Adds FUSE_PASSTHROUGH (with a stacking depth of 1: the backing files are
+// upper files, on a file system that stacks on nothing) to the INIT reply
+// `out` when the kernel offered it and the mount may use it; otherwise
+// says why not. Returns whether it was added.
+bool AskForPassthrough(FuseContext* ctx, fuse_uapi::InitOut* out,
+                       size_t out_len) {
+  if (ctx->backing == nullptr) return false;
+  std::string why;
+  if (!(ctx->init_offered & FUSE_INIT_EXT) ||
+      !(ctx->init_offered2 & fuse_uapi::kPassthrough2))
+    why = "the kernel does not offer FUSE_PASSTHROUGH (Linux 6.9+)";
+  else if (out_len <
+           offsetof(fuse_uapi::InitOut, max_stack_depth) + sizeof(uint32_t))
+    why = "libfuse's INIT reply has no max_stack_depth";
+  else if (out->flags & FUSE_WRITEBACK_CACHE)
+    why = "the writeback cache is on";
+  else
+    why = PassthroughPrivilegeMissing();
+  if (!why.empty()) {
+    spdlog::info("passthrough: off ({})", why);
+    return false;
+  }
+  out->flags |= FUSE_INIT_EXT;
+  out->flags2 |= fuse_uapi::kPassthrough2;
+  out->max_stack_depth = 1;
+  return true;
+}
+
 // The size of a ring entry's payload buffer the kernel asks for
 // (fuse_uring_create: the largest of 8 KiB, max_write and max_pages
 // pages), from the INIT reply.
@@ -269,6 +328,13 @@ size_t RingPayloadSize(const fuse_uapi::InitOut& out) {
 
 ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
   auto* ctx = static_cast<FuseContext*>(userdata);
+  // An OPEN or CREATE answered with a backing file (fuse/passthrough.h).
+  std::vector<struct iovec> passed;
+  thread_local std::vector<char> passed_body;
+  if (const uint32_t id = ReplyBacking::Current(); id != 0) {
+    if (PassthroughReply(iov, count, id, &passed, &passed_body))
+      iov = passed.data();
+  }
   // A ring worker's reply goes into its entry.
   ssize_t captured = 0;
   if (UringTransport::CaptureReply(iov, count, &captured)) return captured;
@@ -310,6 +376,7 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
   static_assert(sizeof ext == sizeof out);
   std::memcpy(&ext, &out, sizeof ext);
   const bool ring = AskForRing(ctx, &ext, iov[1].iov_len);
+  const bool passthrough = AskForPassthrough(ctx, &ext, iov[1].iov_len);
   std::memcpy(&out, &ext, sizeof out);
   spdlog::info(
       "fuse init: the reply gains flags {:#x} (the kernel offered {:#x}); "
@@ -324,6 +391,15 @@ ssize_t SessionWritev(int fd, struct iovec* iov, int count, void* userdata) {
     patched[1].iov_len = std::max(
         patched[1].iov_len, offsetof(fuse_init_out, flags2) + sizeof(uint32_t));
   ssize_t n = ::writev(fd, patched.data(), count);
+  if (passthrough) {
+    if (n >= 0) {
+      ctx->backing->Enable();
+      spdlog::info("passthrough: on (opens of upper files with one name)");
+    } else {
+      spdlog::info("passthrough: off (the INIT reply failed: {})",
+                   std::strerror(errno));
+    }
+  }
   // The kernel has taken the reply (its connection is initialized): the
   // ring's entries may be registered now.
   if (ring) {
@@ -398,6 +474,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->uring = UringMode::kRequired;
   } else if (o == "nouring") {
     c->uring = UringMode::kOff;
+  } else if (o == "passthrough") {
+    c->passthrough = true;
+  } else if (o == "nopassthrough") {
+    c->passthrough = false;
   } else if (o == "host_watch") {
     c->host_watch = true;
   } else if (o == "nohost_watch") {
@@ -497,6 +577,11 @@ class SessionControl : public MountControl {
   // it stops (RunFilesystem).
   std::string Transport() override {
     return ctx_->uring != nullptr ? ctx_->uring->Transport() : "/dev/fuse";
+  }
+  // ctx_->backing: as ctx_->uring.
+  int64_t PassedThrough() override {
+    if (ctx_->backing == nullptr || !ctx_->backing->enabled()) return -1;
+    return static_cast<int64_t>(ctx_->backing->passed_through());
   }
 
  private:
@@ -751,6 +836,26 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     }
   }
   if (!uring) spdlog::info("fuse transport: /dev/fuse ({})", no_ring);
+  // Passthrough: asked for at INIT when the mount may use it.
+  std::unique_ptr<BackingTable> backing;
+  {
+    std::string why;
+    if (!config.passthrough)
+      why = "-o nopassthrough";
+    else if (config.no_open)
+      why = "the handle-less mode answers no OPEN (-o handles would)";
+    else if (config.writeback_cache)
+      why = "-o writeback";
+    else if ((*overlay)->quota() != nullptr)
+      why = "the quota must see every write";
+    if (why.empty()) {
+      backing = std::make_unique<BackingTable>(fuse_session_fd(se.get()));
+      ctx.backing = backing.get();
+      (*overlay)->SetLiveBackings([t = backing.get()] { return t->Live(); });
+    } else {
+      spdlog::info("passthrough: off ({})", why);
+    }
+  }
   SessionControl session_control(overlay->get(), se.get(), &ctx);
   std::function<void()> stop_control;
   if (control) stop_control = control(&session_control);
@@ -791,6 +896,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     uring->Stop();
     ctx.uring = nullptr;
     uring.reset();
+  }
+  if (backing) {
+    spdlog::info("passthrough: {} opens passed through{}",
+                 backing->passed_through(),
+                 backing->off_reason().empty()
+                     ? ""
+                     : " (then off: " + backing->off_reason() + ")");
+    (*overlay)->SetLiveBackings(nullptr);
+    ctx.backing = nullptr;
+    backing.reset();
   }
   // The notifier's copy of the /dev/fuse descriptor goes too (the page
   // dropper's and the host watch's holds are gone by now, unless one of

@@ -63,6 +63,11 @@ struct MountConfig {
   // limit too low for the ring's workers is then an error, not a fallback),
   // or never (`-o nouring`).
   UringMode uring = UringMode::kWhenOffered;
+  // FUSE passthrough (fuse/passthrough.h) for the opens of upper files,
+  // when the kernel offers it, the daemon may use it (CAP_SYS_ADMIN) and
+  // the mount answers OPEN (-o handles) without a writeback cache or a
+  // quota; `-o nopassthrough` turns it off.
+  bool passthrough = true;
   uint64_t warm_limit = 1000000;
   // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
   // walk's listings are not queued behind a parallel `git status`'s
@@ -100,7 +105,7 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
 // "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
 // "warm_nice=N", "parallel_dirops", "noparallel_dirops", "uring",
-// "nouring"), a VFS option
+// "nouring", "passthrough", "nopassthrough"), a VFS option
 // (TakeVfsOption: ro, rw, noatime, noexec, ...; dev, suid and nodiratime
 // only for root, judged by the caller's effective uid) or "fsname=NAME"
 // (CheckFsname) to `config`. EINVAL, naming the option, when it is unknown,
@@ -139,6 +144,9 @@ class MountControl {
   // The FUSE transport the daemon serves requests on now: "io_uring" or
   // "/dev/fuse" (fuse/uring_transport.h); "" when unknown.
   virtual std::string Transport() { return ""; }
+  // FUSE passthrough (fuse/passthrough.h): the opens passed through so
+  // far, or -1 while the mount does not pass opens through.
+  virtual int64_t PassedThrough() { return -1; }
 };
 // Called once the mount is usable; what it returns is called before the
 // session ends (to stop what it started). Null: no control channel.
