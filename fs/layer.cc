@@ -1,6 +1,7 @@
 #include "fs/layer.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -20,6 +21,7 @@
 #include "common/owner_access.h"
 #include "common/sys.h"
 #include "fs/layer_chain.h"
+#include "fs/live_files.h"
 
 namespace acqfs {
 
@@ -233,6 +235,17 @@ Result<LayersClaim> LayersClaim::Take(const std::string& upper,
   if (!w) return w.error();
   c.upper_ = std::move(*u);
   c.work_ = std::move(*w);
+  // Before anything reads or changes the upper: no file of it may still be
+  // written by the kernel for a daemon that is gone (fs/live_files.h).
+  size_t fenced = 0;
+  ACQFS_TRY(
+      FenceLiveFiles(c.upper_.get(), upper, c.work_.get(), work, &fenced));
+  if (fenced > 0)
+    spdlog::warn(
+        "{} upper file(s) were still open through passthrough when the last "
+        "daemon ended: each is a copy now, and what the processes holding "
+        "them write goes to no layer",
+        fenced);
   return c;
 }
 

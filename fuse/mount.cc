@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -837,6 +838,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   }
   if (!uring) spdlog::info("fuse transport: /dev/fuse ({})", no_ring);
   // Passthrough: asked for at INIT when the mount may use it.
+  std::optional<LiveFileRecord> live_record;
   std::unique_ptr<BackingTable> backing;
   {
     std::string why;
@@ -849,7 +851,16 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     else if ((*overlay)->quota() != nullptr)
       why = "the quota must see every write";
     if (why.empty()) {
+      auto r = LiveFileRecord::Open((*overlay)->layers().work.root(),
+                                    (*overlay)->layers().work.root_path());
+      if (r)
+        live_record.emplace(std::move(*r));
+      else
+        why = r.error().Message();
+    }
+    if (why.empty()) {
       backing = std::make_unique<BackingTable>(fuse_session_fd(se.get()));
+      backing->SetRecord(&*live_record);
       ctx.backing = backing.get();
       (*overlay)->SetLiveBackings([t = backing.get()] { return t->Live(); });
     } else {

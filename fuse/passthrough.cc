@@ -3,6 +3,7 @@
 #include <linux/fuse.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -70,7 +71,21 @@ uint32_t BackingTable::Open(const void* node,
     case OpenAnswer::kCreate:
       break;
   }
-  if (!fd || !enabled()) {
+  if (!fd || !enabled() || record_ == nullptr) {
+    ++e.cached;
+    return 0;
+  }
+  // Recorded first: a daemon that dies from here on leaves the file to be
+  // fenced by the next claim of the layers.
+  struct stat st;
+  if (::fstat(*fd, &st) != 0) {
+    ++e.cached;
+    return 0;
+  }
+  auto slot = record_->Add(static_cast<uint64_t>(st.st_ino));
+  if (!slot) {
+    spdlog::warn("passthrough: {} (this open is cached)",
+                 slot.error().Message());
     ++e.cached;
     return 0;
   }
@@ -95,10 +110,12 @@ uint32_t BackingTable::Open(const void* node,
           "is cached)",
           std::strerror(err));
     }
+    record_->Remove(*slot);
     ++e.cached;
     return 0;
   }
   e.id = static_cast<uint32_t>(id);
+  e.slot = *slot;
   ++e.passed;
   passed_through_.fetch_add(1, std::memory_order_relaxed);
   return e.id;
@@ -112,6 +129,9 @@ void BackingTable::Release(const void* node, bool passed) {
   if (passed && e.passed > 0) {
     if (--e.passed == 0) {
       CloseId(e.id);
+      // The kernel has let go of the backing file (it RELEASEs an open
+      // after it is done with it).
+      record_->Remove(e.slot);
       e.id = 0;
     }
   } else if (!passed && e.cached > 0) {

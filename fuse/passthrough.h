@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "fs/live_files.h"
 
 namespace acqfs {
 
@@ -67,6 +68,10 @@ class BackingTable {
   // namespace; ELOOP: the upper is itself stacked too deep).
   bool enabled() const { return enabled_.load(std::memory_order_acquire); }
   void Enable() { enabled_.store(true, std::memory_order_release); }
+  // Where the inode number of each backing file is kept while the kernel
+  // may write it (fs/live_files.h): a backing id is made only once its
+  // file is recorded there. Set before Enable; not owned.
+  void SetRecord(LiveFileRecord* record) { record_ = record; }
   // Why it is off, for the log ("" while on or never asked).
   std::string off_reason() const;
   void Disable(const std::string& why);
@@ -93,11 +98,13 @@ class BackingTable {
   struct Entry {
     uint32_t cached = 0;
     uint32_t passed = 0;
-    uint32_t id = 0;  // while passed > 0
+    uint32_t id = 0;    // while passed > 0
+    uint32_t slot = 0;  // its record slot, while passed > 0
   };
   void CloseId(uint32_t id);
 
   const int dev_fd_;
+  LiveFileRecord* record_ = nullptr;
   std::atomic<bool> enabled_{false};
   std::atomic<uint64_t> passed_through_{0};
   mutable std::mutex mu_;

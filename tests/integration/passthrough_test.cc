@@ -14,6 +14,7 @@
 //     through.
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -276,6 +277,51 @@ TEST_F(Passthrough, ARewindLeavesTheUndoPointAsTheRewindFoundIt) {
   CommandResult back = Acqfs(sandbox(), {"rewind", sandbox().name(), n});
   ASSERT_TRUE(back.ok()) << back.Describe();
   EXPECT_EQ(ReadFile(M("held")), "one\n");
+}
+
+// The kernel keeps writing a passed-through file for the process holding
+// it after the daemon's death. Whatever claims the layers next (here an
+// unmounted checkpoint, then a mount) first replaces each such file by a
+// copy (fs/live_files.h): the frozen layer, and the upper, never see what
+// the left-over writer writes afterwards.
+TEST_F(Passthrough, AWriterLeftByAKilledDaemonWritesNoLayer) {
+  ASSERT_TRUE(WriteFile(M("kept"), "one\n"));
+  ScopedFd fd(::open(M("kept").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << ErrnoName(errno);
+  ASSERT_EQ(::write(fd.get(), "two\n", 4), 4);
+  const pid_t pid = sandbox().daemon_pid();
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  for (int i = 0; i < 500 && ::kill(pid, 0) == 0; ++i) ::usleep(10 * 1000);
+  ASSERT_NE(::kill(pid, 0), 0) << "the daemon did not die";
+  // No daemon, and the kernel still writes the upper file.
+  ASSERT_EQ(::write(fd.get(), "three\n", 6), 6) << ErrnoName(errno);
+  (void)sandbox().Unmount();  // the dead daemon's mount: torn down
+  CommandResult c = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  const std::string frozen = sandbox().frozen().back() + "/kept";
+  EXPECT_EQ(ReadFile(frozen), "one\ntwo\nthree\n");
+  // Fenced: a file of no name takes this.
+  EXPECT_EQ(::write(fd.get(), "four\n", 5), 5) << ErrnoName(errno);
+  EXPECT_EQ(ReadFile(frozen), "one\ntwo\nthree\n");
+  ASSERT_TRUE(sandbox().Remount());
+  EXPECT_EQ(ReadFile(M("kept")), "one\ntwo\nthree\n");
+  // Open again through the new daemon: recorded again, so a second death
+  // is fenced at the next mount too.
+  ScopedFd again(::open(M("kept").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  ASSERT_TRUE(again.valid()) << ErrnoName(errno);
+  ASSERT_EQ(::write(again.get(), "five\n", 5), 5);
+  const pid_t pid2 = sandbox().daemon_pid();
+  ASSERT_EQ(::kill(pid2, SIGKILL), 0);
+  for (int i = 0; i < 500 && ::kill(pid2, 0) == 0; ++i) ::usleep(10 * 1000);
+  (void)sandbox().Unmount();
+  ASSERT_TRUE(sandbox().Remount());
+  EXPECT_EQ(::write(again.get(), "six\n", 4), 4) << ErrnoName(errno);
+  EXPECT_EQ(ReadFile(M("kept")), "one\ntwo\nthree\nfive\n");
+  EXPECT_EQ(ReadFile(U("kept")), "one\ntwo\nthree\nfive\n");
+  EXPECT_NE(sandbox().DaemonLog().find("still open through passthrough"),
+            std::string::npos)
+      << sandbox().DaemonLog();
 }
 
 // Set-id bits go on a write by someone else than root, as on ext4: the
