@@ -52,12 +52,8 @@ void LiveFileRecord::Remove(uint32_t slot) {
     used_[slot] = false;
 }
 
-namespace {
-
-// A copy of the regular file `src` (data, every extended attribute, owner,
-// mode, times) named `tmp` in `dirfd`.
-Status Replicate(int src, int dirfd, const std::string& tmp,
-                 const std::string& shown) {
+Status ReplicateFile(int src, int dirfd, const std::string& tmp,
+                     const std::string& shown) {
   auto st = sys::Fstat(src, shown);
   if (!st) return st.error();
   UniqueFd out(::openat(dirfd, tmp.c_str(),
@@ -95,6 +91,8 @@ Status Replicate(int src, int dirfd, const std::string& tmp,
     return fail(Error::Errno("utimens", shown));
   return Ok();
 }
+
+namespace {
 
 struct Fence {
   const std::set<uint64_t>& inos;
@@ -135,7 +133,7 @@ struct Fence {
     const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
     auto copy = copies.find(st->st_ino);
     if (copy == copies.end()) {
-      ACQFS_TRY(Replicate(f.get(), dirfd, tmp, shown));
+      ACQFS_TRY(ReplicateFile(f.get(), dirfd, tmp, shown));
     } else if (::linkat(copy->second.first, copy->second.second.c_str(), dirfd,
                         tmp.c_str(), 0) != 0) {
       return Error::Errno("link", shown);

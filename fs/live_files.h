@@ -57,6 +57,12 @@ class LiveFileRecord {
   std::vector<bool> used_;  // guarded by mu_
 };
 
+// An exact copy of the regular file `src` (data, every extended attribute,
+// the overlay's own included, owner, mode, times) made as `dirfd`/`name`,
+// which must not exist; nothing is left on failure.
+Status ReplicateFile(int src, int dirfd, const std::string& name,
+                     const std::string& shown);
+
 // Replaces every regular file of the upper layer `upper_fd` whose inode
 // number the record in `work_fd` lists by a copy of it, then empties the
 // record. Nothing is done (one read of an empty file) when it lists none.

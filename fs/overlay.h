@@ -407,13 +407,18 @@ class Overlay {
     Node* node;
     std::string rel;
     std::vector<std::string> other_names;
+    std::string copy;  // its copy in acqfs-tmp (CopyLiveFiles)
   };
   std::vector<LiveFile> LiveFilesLocked();
-  // After a checkpoint's switch of layers: the open file into the new
-  // upper, a copy of it into the frozen layer (under all its names).
+  // Before a checkpoint's commit: an exact copy of each, in acqfs-tmp
+  // (none is left when one fails).
+  Status CopyLiveFiles(std::vector<LiveFile>* live);
+  // After the switch of layers: the open file into the new upper, its copy
+  // into the frozen layer (under all its names).
   Status CarryIntoNewUpper(const LiveFile& f);
-  // Before a rewind's switch: a copy of the open file takes its names in
-  // the upper, which the undo point keeps; the open file keeps no name.
+  // Before a rewind's switch: its copy takes its names in the upper, which
+  // the undo point keeps; the open file is left with the copy's name in
+  // acqfs-tmp (the caller removes it).
   Status LeaveNameless(const LiveFile& f);
   // The number of a listed entry that has no upper object.
   uint64_t LowerEntryIno(const DirView& view, const MergedEntry& e);

@@ -14,6 +14,7 @@
 #include "common/sys.h"
 #include "fs/copy_up.h"
 #include "fs/layer_format.h"
+#include "fs/live_files.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
 
@@ -55,15 +56,28 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   // HoldOffFreeze from its descriptor's lease to its last byte), new ones
   // wait, and so does every other request (the tree lock).
   QuiescentPoint quiet(this);
+  // Files the kernel writes through on its own (passthrough; no gate holds
+  // their writes off): each gets the copy the frozen layer will keep, made
+  // now, so that a disk without room for them refuses the checkpoint
+  // rather than leave a file the kernel writes in a frozen layer.
+  std::vector<LiveFile> live = LiveFilesLocked();
+  ACQFS_TRY(CopyLiveFiles(&live));
+  auto drop_copies = [&] {
+    for (const LiveFile& f : live)
+      (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
+  };
   // Recorded on disk first: if the daemon dies from here on, the new stack
   // holds every write acknowledged (all are in the old upper).
-  ACQFS_TRY(commit());
-  ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
+  if (Status s = commit(); !s) {
+    drop_copies();
+    return s.error();
+  }
+  if (Status s = layers_.claim.TakeUpper(new_upper); !s) {
+    drop_copies();
+    return s.error();
+  }
   const unsigned frozen_bit_number = layers_.lower_layers();
   const LowerMask bit = LowerBit(frozen_bit_number);
-  // Files the kernel writes through on its own (passthrough): found while
-  // they are still upper files, with the other names a link gave them.
-  std::vector<LiveFile> live = LiveFilesLocked();
   std::vector<StaleName> stale;
   Node* root = table_.root();
   table_.ForEachNodeLocked([&](Node* n) {
@@ -92,17 +106,19 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   layers_.frozen.push_back(std::move(layers_.upper));
   layers_.upper = std::move(*next);
   // The kernel's open files keep writing the inode they opened: it moves
-  // on into the new upper, and a copy of it takes its place in the frozen
-  // layer (a write the kernel makes meanwhile may or may not be in the
-  // copy, as in a copy of any file being written). The stack is committed:
-  // a failure here leaves that file in the frozen layer, where the
-  // kernel's writes through the open file land, and is logged as such.
-  for (const LiveFile& f : live)
+  // on into the new upper, and its copy takes its place in the frozen
+  // layer (a write the kernel made during the copy may or may not be in
+  // it, as in a copy of any file being written). The stack is committed:
+  // a failure here (the parent directories' copy-up) leaves that file in
+  // the frozen layer, where the kernel's writes land, and is logged.
+  for (const LiveFile& f : live) {
     if (Status s = CarryIntoNewUpper(f); !s)
       spdlog::error(
           "checkpoint: {} stays open in the layer it froze, where writes "
           "through its open files land: {}",
           f.rel, s.error().Message());
+    (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
+  }
   // Every descriptor into the old upper goes: a cached one would write a
   // frozen layer, or read a file's old copy once it is copied up anew.
   // The pinned ones read the host (layer 0), which no checkpoint changes.
@@ -117,7 +133,7 @@ std::vector<Overlay::LiveFile> Overlay::LiveFilesLocked() {
     // A node with an open file is held by its open count.
     Node* n = const_cast<Node*>(static_cast<const Node*>(p));
     if (n->unlinked || !n->upper || n->is_dir() || !n->parent) continue;
-    LiveFile f{n, PathLocked(n), {}};
+    LiveFile f{n, PathLocked(n), {}, {}};
     for (const auto& a : n->aliases()) {
       const std::string dir = PathLocked(a->parent);
       f.other_names.push_back(dir.empty() ? std::string(a->name())
@@ -128,19 +144,46 @@ std::vector<Overlay::LiveFile> Overlay::LiveFilesLocked() {
   return out;
 }
 
+Status Overlay::CopyLiveFiles(std::vector<LiveFile>* live) {
+  for (LiveFile& f : *live) {
+    const std::string shown = layers_.upper.Shown(f.rel);
+    auto src = layers_.upper.Open(f.rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    Status s = src ? Ok() : Status(src.error());
+    std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    if (s) s = ReplicateFile(src->get(), layers_.tmp.get(), tmp, shown);
+    if (!s) {
+      for (const LiveFile& g : *live) {
+        if (&g == &f) break;
+        (void)::unlinkat(layers_.tmp.get(), g.copy.c_str(), 0);
+      }
+      return Error::Of(s.err(),
+                       "checkpoint (a copy of a file open through "
+                       "passthrough, for the layer it freezes: " +
+                           s.error().Message() + ")",
+                       shown);
+    }
+    f.copy = std::move(tmp);
+  }
+  return Ok();
+}
+
 Status Overlay::CarryIntoNewUpper(const LiveFile& f) {
   const std::string shown = layers_.upper.Shown(f.rel);
-  // The copy, made in the new upper as any copy-up from the frozen layer
-  // (its parents first).
-  ACQFS_TRY(EnsureUpper(f.node));
+  // Its parents in the new upper, as for any copy-up from the frozen layer.
+  ACQFS_TRY(EnsureUpper(f.node->parent));
   const Layer& frozen = layers_.frozen.back();
   auto fdir = frozen.OpenDir(sys::Dirname(f.rel));
   if (!fdir) return fdir.error();
   auto udir = layers_.upper.OpenDir(sys::Dirname(f.rel));
   if (!udir) return udir.error();
   const std::string name = sys::Basename(f.rel);
+  // The copy into the new upper, then swapped with the open file in one
+  // step: the frozen layer never lacks the file.
+  ACQFS_TRY(sys::Renameat2(layers_.tmp.get(), f.copy, udir->get(), name,
+                           RENAME_NOREPLACE, shown));
   ACQFS_TRY(sys::Renameat2(fdir->get(), name, udir->get(), name,
                            RENAME_EXCHANGE, shown));
+  f.node->upper = true;
   // Other names a link gave the file while it was open stay in the frozen
   // layer: they name the copy now (checkpoints break hard links, as the
   // kernel overlayfs's copy-up does).
@@ -165,14 +208,9 @@ Status Overlay::LeaveNameless(const LiveFile& f) {
   auto udir = layers_.upper.OpenDir(sys::Dirname(f.rel));
   if (!udir) return udir.error();
   const std::string name = sys::Basename(f.rel);
-  auto live = sys::OpenBeneath(udir->get(), name,
-                               O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0, shown);
-  if (!live) return live.error();
-  // A full copy (data, attributes, origin marker) in acqfs-tmp, exchanged
-  // with the open file, whose name in acqfs-tmp then goes.
-  const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
-  ACQFS_TRY(CopyLowerFdTo(layers_, live->get(), layers_.tmp.get(), tmp, shown));
-  Status s = sys::Renameat2(layers_.tmp.get(), tmp, udir->get(), name,
+  // The copy (CopyLiveFiles) takes the name; the open file takes the
+  // copy's name in acqfs-tmp, which the caller removes.
+  Status s = sys::Renameat2(layers_.tmp.get(), f.copy, udir->get(), name,
                             RENAME_EXCHANGE, shown);
   if (s) {
     // The copy's other names: a link made while the file was open.
@@ -196,7 +234,6 @@ Status Overlay::LeaveNameless(const LiveFile& f) {
       }
     }
   }
-  (void)::unlinkat(layers_.tmp.get(), tmp.c_str(), 0);
   return s;
 }
 
@@ -247,17 +284,32 @@ Result<Overlay::Restacked> Overlay::Restack(
     delta += static_cast<int64_t>(*b);
   }
   QuiescentPoint quiet(this);
-  ACQFS_TRY(commit());
-  ACQFS_TRY(layers_.claim.TakeUpper(new_upper));
   // Files the kernel writes through on its own (passthrough) leave the
-  // upper that becomes the undo point, a copy in their place: their open
-  // files go on with a file of no name, as with one unlinked.
-  for (const LiveFile& f : LiveFilesLocked())
+  // upper that becomes the undo point, a copy in their place (made before
+  // the commit: no room for it refuses the rewind): their open files go on
+  // with a file of no name, as with one unlinked.
+  std::vector<LiveFile> live = LiveFilesLocked();
+  ACQFS_TRY(CopyLiveFiles(&live));
+  auto drop_copies = [&] {
+    for (const LiveFile& f : live)
+      (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
+  };
+  if (Status s = commit(); !s) {
+    drop_copies();
+    return s.error();
+  }
+  if (Status s = layers_.claim.TakeUpper(new_upper); !s) {
+    drop_copies();
+    return s.error();
+  }
+  for (const LiveFile& f : live) {
     if (Status s = LeaveNameless(f); !s)
       spdlog::error(
           "rewind: {} stays open in the layer the undo point keeps, where "
           "writes through its open files land: {}",
           f.rel, s.error().Message());
+    (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
+  }
   if (quota_) {
     // The stack is recorded: an old upper that cannot be measured stays
     // counted (until a remount measures the new stack) rather than fail.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fs/fd_budget.h"
+#include "fuse/fuse_uapi.h"
 #include "fuse/passthrough.h"
 #include "fuse/setid.h"
 #include "fuse/uring_transport.h"
@@ -218,6 +219,13 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   // them) read them back after the write (DirectIoWriteback.*).
   conn->want &= ~FUSE_CAP_ASYNC_DIO;
   conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
+  // The default file mode: handles where the opens of upper files can be
+  // passed through (they pay for their OPEN and RELEASE), else handle-less
+  // (docs/benchmarks.md, "Passthrough against the handle-less default").
+  if (ctx->file_mode_auto)
+    ctx->no_open =
+        !(ctx->backing != nullptr && (ctx->init_offered & FUSE_INIT_EXT) &&
+          (ctx->init_offered2 & fuse_uapi::kPassthrough2));
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
     ctx->listings = std::make_unique<ListingCache>();
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.

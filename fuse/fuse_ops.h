@@ -36,6 +36,10 @@ struct FuseContext {
   // Asked for: answer OPEN with ENOSYS, so the kernel sends no OPEN or
   // RELEASE for files and reads and writes arrive without a handle.
   bool no_open = false;
+  // Neither -o no_open nor -o handles: handles when the kernel offers
+  // passthrough and the mount may use it (`backing` set), else handle-less;
+  // decided at INIT (OpInit).
+  bool file_mode_auto = false;
   // Add FUSE_PARALLEL_DIROPS to the INIT reply (fuse/mount.cc).
   bool parallel_dirops = true;
   // Drops the pages of refused delayed writes (null: not running). Set

@@ -298,16 +298,16 @@ bool AskForPassthrough(FuseContext* ctx, fuse_uapi::InitOut* out,
                        size_t out_len) {
   if (ctx->backing == nullptr) return false;
   std::string why;
-  if (!(ctx->init_offered & FUSE_INIT_EXT) ||
-      !(ctx->init_offered2 & fuse_uapi::kPassthrough2))
+  if (HandleLess(ctx))
+    why = "the handle-less mode answers no OPEN (-o handles would)";
+  else if (!(ctx->init_offered & FUSE_INIT_EXT) ||
+           !(ctx->init_offered2 & fuse_uapi::kPassthrough2))
     why = "the kernel does not offer FUSE_PASSTHROUGH (Linux 6.9+)";
   else if (out_len <
            offsetof(fuse_uapi::InitOut, max_stack_depth) + sizeof(uint32_t))
     why = "libfuse's INIT reply has no max_stack_depth";
   else if (out->flags & FUSE_WRITEBACK_CACHE)
     why = "the writeback cache is on";
-  else
-    why = PassthroughPrivilegeMissing();
   if (!why.empty()) {
     spdlog::info("passthrough: off ({})", why);
     return false;
@@ -443,8 +443,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->writeback_cache = true;
   } else if (o == "no_open") {
     c->no_open = true;
+    c->file_mode_chosen = true;
   } else if (o == "handles") {
     c->no_open = false;
+    c->file_mode_chosen = true;
   } else if (o == "parallel_dirops") {
     c->parallel_dirops = true;
   } else if (o == "noparallel_dirops") {
@@ -697,6 +699,7 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   ctx.timeout = config.timeout;
   ctx.writeback_cache = config.writeback_cache;
   ctx.no_open = config.no_open;
+  ctx.file_mode_auto = !config.file_mode_chosen;
   ctx.parallel_dirops = config.parallel_dirops;
   ctx.debug = config.debug;
 
@@ -844,12 +847,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
     std::string why;
     if (!config.passthrough)
       why = "-o nopassthrough";
-    else if (config.no_open)
+    else if (config.no_open && config.file_mode_chosen)
       why = "the handle-less mode answers no OPEN (-o handles would)";
     else if (config.writeback_cache)
       why = "-o writeback";
     else if ((*overlay)->quota() != nullptr)
       why = "the quota must see every write";
+    else
+      why = PassthroughPrivilegeMissing();
     if (why.empty()) {
       auto r = LiveFileRecord::Open((*overlay)->layers().work.root(),
                                     (*overlay)->layers().work.root_path());

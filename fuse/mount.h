@@ -38,9 +38,14 @@ struct MountConfig {
   double timeout = 60.0;         // entry/attr/negative-entry cache seconds
   bool writeback_cache = false;  // see docs/architecture.md: mtimes diverge
   // Handle-less reads and writes: the kernel sends no OPEN/RELEASE for
-  // files (docs/architecture.md, "Handle-less files"); `-o handles` turns
-  // it off.
+  // files (docs/architecture.md, "Handle-less files"). `-o no_open` asks
+  // for it, `-o handles` turns it off; neither (`file_mode_chosen` false):
+  // handles when the daemon may pass the opens of upper files through
+  // (`passthrough`; decided at INIT, when the kernel's offer is known),
+  // else handle-less (docs/benchmarks.md, "Passthrough against the
+  // handle-less default").
   bool no_open = true;
+  bool file_mode_chosen = false;
   // fsync each copy-up before publishing it (the kernel overlayfs default);
   // `-o nosync_copyup` turns it off: copy-ups still survive the daemon's
   // death, but not a machine crash.

@@ -227,7 +227,7 @@ SandboxOptions BothFileModes::Options() const {
 }
 
 std::string FileModeName(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param.empty() ? "HandleLess" : "Handles";
+  return info.param == "no_open" ? "HandleLess" : "Handles";
 }
 
 struct stat MountTest::StatM(const std::string& rel) {

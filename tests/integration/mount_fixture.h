@@ -59,8 +59,10 @@ class MountTest : public ::testing::Test {
   std::unique_ptr<Sandbox> sandbox_;
 };
 
-// MountTest in both ways the daemon serves files, as its parameter: ""
-// (handle-less, the default) and "handles" (`-o handles`). A fixture adds
+// MountTest in both ways the daemon serves files, as its parameter:
+// "no_open" (`-o no_open`: handle-less, the default where the daemon
+// cannot pass opens through) and "handles" (`-o handles`, the default of a
+// root daemon on a kernel with FUSE passthrough). A fixture adds
 // its own options in ModeOptions(); instantiate it with
 // ACQFS_IN_BOTH_FILE_MODES(Suite).
 class BothFileModes : public MountTest,
@@ -70,10 +72,10 @@ class BothFileModes : public MountTest,
   SandboxOptions Options() const final;
 };
 std::string FileModeName(const ::testing::TestParamInfo<std::string>& info);
-#define ACQFS_IN_BOTH_FILE_MODES(suite)                                 \
-  INSTANTIATE_TEST_SUITE_P(Modes, suite,                                \
-                           ::testing::Values(std::string(), "handles"), \
-                           ::acqfs::test::FileModeName)
+#define ACQFS_IN_BOTH_FILE_MODES(suite)                                   \
+  INSTANTIATE_TEST_SUITE_P(                                               \
+      Modes, suite, ::testing::Values(std::string("no_open"), "handles"), \
+      ::acqfs::test::FileModeName)
 
 // renameat2(2) through syscall(2), as glibc's wrapper may be missing.
 int Renameat2(const std::string& from, const std::string& to, unsigned flags);

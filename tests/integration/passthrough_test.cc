@@ -80,11 +80,9 @@ std::string sys_dirname(const std::string& p) {
 
 class Passthrough : public MountTest {
  protected:
-  SandboxOptions Options() const override {
-    SandboxOptions o;
-    o.extra_mount_args = {"-o", "handles"};
-    return o;
-  }
+  // The default file mode: handles, since the daemon (root, on 6.18) can
+  // pass opens through (fuse/mount.h, MountConfig::file_mode_chosen).
+  SandboxOptions Options() const override { return {}; }
   void SetUp() override {
     MountTest::SetUp();
     if (HasFatalFailure()) return;
@@ -404,18 +402,89 @@ TEST_F(Passthrough, DirectIoCopyRangeFallocateAndMmapAgreeWithExt4) {
   EXPECT_EQ(ReadFile(M("data")), ReadFile(U("data")));
 }
 
+// A checkpoint or a rewind copies each file open through passthrough for
+// the layer it leaves behind. On a full disk there is no room for the
+// copy: refused before anything is recorded (the stack, the mount and the
+// file as they were, nothing left in acqfs-tmp), and taken once there is
+// room again.
+TEST(PassthroughFullDisk,
+     NoRoomForTheCopiesRefusesTheCheckpointAndChangesNothing) {
+  TempDir tmp;
+  const std::string image = tmp.Sub("small.img"), fs = tmp.MakeDir("small");
+  CommandResult made =
+      RunShell("truncate -s 64M " + ShellQuote(image) + " && mkfs.ext4 -q -F " +
+                   ShellQuote(image) + " && mount -o loop " +
+                   ShellQuote(image) + " " + ShellQuote(fs),
+               60);
+  ASSERT_TRUE(made.ok()) << made.Describe();
+  struct Unmount {
+    std::string fs;
+    ~Unmount() { RunCommand({"umount", "-l", fs}, 30); }
+  } unmount{fs};
+  const std::string lower = tmp.MakeDir("lower");
+  ASSERT_TRUE(WriteFile(lower + "/README", "x"));
+  SandboxOptions o;
+  o.extra_mount_args = {"-o", "handles"};
+  o.state_dir = tmp.MakeDir("small/state");
+  Sandbox sb(lower, o);
+  ASSERT_TRUE(sb.mounted()) << sb.mount_failure();
+  ASSERT_NE(sb.DaemonLog().find("passthrough: on"), std::string::npos);
+  ScopedFd fd(::open(sb.M("big").c_str(),
+                     O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  ASSERT_TRUE(fd.valid()) << ErrnoName(errno);
+  const std::string mib(1 << 20, 'b');
+  for (int i = 0; i < 24; ++i)
+    ASSERT_EQ(::write(fd.get(), mib.data(), mib.size()),
+              static_cast<ssize_t>(mib.size()));
+  // Full but for 1 MiB: room for the checkpoint's new upper and manifest,
+  // not for a copy of `big`.
+  ASSERT_TRUE(WriteFile(sb.M("pad"), mib));
+  CommandResult fill =
+      RunShell("{ cat /dev/zero > " + ShellQuote(sb.M("filler")) +
+                   "; } 2>/dev/null; true",
+               120);
+  ASSERT_FALSE(fill.timed_out) << fill.Describe();
+  ASSERT_EQ(::unlink(sb.M("pad").c_str()), 0) << ErrnoName(errno);
+  const size_t layers = sb.frozen().size();
+  CommandResult c = RunCommand(
+      {AcqfsBinary(), "checkpoint", sb.name(), "--state-dir", sb.state_dir()},
+      120);
+  EXPECT_FALSE(c.ok()) << c.Describe();
+  EXPECT_NE(c.err.find("passthrough"), std::string::npos) << c.Describe();
+  EXPECT_EQ(sb.frozen().size(), layers);
+  EXPECT_EQ(Sh("ls -A " + ShellQuote(sb.work() + "/acqfs-tmp")), "");
+  // The mount goes on as before: the open file writes the upper.
+  ASSERT_EQ(::unlink(sb.M("filler").c_str()), 0) << ErrnoName(errno);
+  ASSERT_EQ(::write(fd.get(), "end\n", 4), 4);
+  EXPECT_EQ(ReadFile(sb.M("big")).size(), 24u * (1 << 20) + 4);
+  CommandResult again = RunCommand(
+      {AcqfsBinary(), "checkpoint", sb.name(), "--state-dir", sb.state_dir()},
+      120);
+  ASSERT_TRUE(again.ok()) << again.Describe();
+  ASSERT_EQ(sb.frozen().size(), layers + 1);
+  ASSERT_EQ(::write(fd.get(), "after\n", 6), 6);
+  EXPECT_EQ(ReadFile(sb.frozen().back() + "/big").size(), 24u * (1 << 20) + 4);
+  EXPECT_EQ(ReadFile(sb.M("big")).size(), 24u * (1 << 20) + 10);
+  fd.Reset();
+  EXPECT_TRUE(sb.Unmount());
+}
+
 // Where a write must reach the daemon, nothing is passed through: a quota
-// (it counts every write), -o nopassthrough, the handle-less mode (which
-// answers no OPEN).
+// (it counts every write), -o nopassthrough, -o no_open (the handle-less
+// mode answers no OPEN). Each of them also keeps the default file mode
+// handle-less.
 TEST(PassthroughOff, AQuotaNopassthroughAndTheHandleLessModePassNothing) {
   struct Case {
     std::vector<std::string> args;
     const char* why;
+    bool handle_less;  // the file mode the daemon settles on
   };
   for (const Case& c :
-       {Case{{"-o", "handles", "--quota", "16M"}, "the quota must see"},
-        Case{{"-o", "handles,nopassthrough"}, "-o nopassthrough"},
-        Case{{}, "the handle-less mode"}}) {
+       {Case{{"-o", "handles", "--quota", "16M"}, "the quota must see", false},
+        Case{{"--quota", "16M"}, "the quota must see", true},
+        Case{{"-o", "handles,nopassthrough"}, "-o nopassthrough", false},
+        Case{{"-o", "nopassthrough"}, "-o nopassthrough", true},
+        Case{{"-o", "no_open"}, "the handle-less mode", true}}) {
     TempDir tmp;
     const std::string lower = tmp.MakeDir("lower");
     ASSERT_TRUE(WriteFile(lower + "/f", "f\n"));
@@ -428,6 +497,10 @@ TEST(PassthroughOff, AQuotaNopassthroughAndTheHandleLessModePassNothing) {
     EXPECT_EQ(PassedThrough(s), -1) << c.why;
     EXPECT_NE(s.DaemonLog().find(std::string("passthrough: off (") + c.why),
               std::string::npos)
+        << s.DaemonLog();
+    EXPECT_NE(
+        s.DaemonLog().find(c.handle_less ? "no_open=true" : "no_open=false"),
+        std::string::npos)
         << s.DaemonLog();
   }
 }

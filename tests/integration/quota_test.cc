@@ -58,7 +58,7 @@ std::string Pattern(size_t n, char seed) {
 }
 
 std::string ModeName(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param.empty() ? "HandleLess" : "Handles";
+  return info.param == "no_open" ? "HandleLess" : "Handles";
 }
 
 class QuotaRoutes : public ::testing::TestWithParam<std::string> {
@@ -655,7 +655,8 @@ TEST_P(QuotaRoutes, AllRoutesAtOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, QuotaRoutes,
-                         ::testing::Values(std::string(), "handles"), ModeName);
+                         ::testing::Values(std::string("no_open"), "handles"),
+                         ModeName);
 
 }  // namespace
 }  // namespace acqfs::test

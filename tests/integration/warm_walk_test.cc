@@ -284,7 +284,7 @@ TEST_P(WarmWalk, WritesNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WarmWalk,
-                         ::testing::Values(std::string(), "handles"),
+                         ::testing::Values(std::string("no_open"), "handles"),
                          FileModeName);
 
 }  // namespace

@@ -37,7 +37,9 @@ Usage: tests/soak/run.sh [options]
                     system modules only (under a minute a target); CI
                     runs this
   --only LIST       workloads among python,npm,cxx (default: all three)
-  --targets LIST    among native,acqfs,acqfs-handles (default: all three)
+  --targets LIST    among native,acqfs (-o no_open: handle-less),
+                    acqfs-handles (-o handles: passthrough as root)
+                    (default: all three)
   --acqfs PATH      the acqfs binary (default: build/bin/acqfs here)
   --transport T     the daemon's FUSE transport: dev (-o nouring, the
                     default) or uring (FUSE over io_uring: the run fails
@@ -370,7 +372,9 @@ run_target() {
   else
     mnt="$WORK/mnt/$name"
     mkdir -p "$mnt"
-    [[ $t == acqfs-handles ]] && opts=(-o handles)
+    # Both file modes by name: the default is one of them, handles where
+    # the daemon can pass opens through (root), handle-less elsewhere.
+    if [[ $t == acqfs-handles ]]; then opts=(-o handles); else opts=(-o no_open); fi
     [[ $TRANSPORT == dev ]] && opts+=(-o nouring)
     MOUNTS+=("$mnt")
     "$ACQFS" mount "$WORK/src/$w" "$mnt" --name "$name" --state-dir "$STATE" "${opts[@]}" \
