@@ -32,6 +32,7 @@
 #include "harness/binaries.h"
 #include "harness/command.h"
 #include "harness/fs_util.h"
+#include "harness/mounts.h"
 #include "integration/mount_fixture.h"
 
 namespace acqfs::test {
@@ -467,6 +468,31 @@ TEST(PassthroughFullDisk,
   EXPECT_EQ(ReadFile(sb.M("big")).size(), 24u * (1 << 20) + 10);
   fd.Reset();
   EXPECT_TRUE(sb.Unmount());
+}
+
+// A mount that may pass through is a stacked file system (depth 1): a
+// kernel overlayfs over it mounts, one over that is refused by the kernel
+// (two levels at most), and -o nopassthrough gives that level back
+// (docs/architecture.md, "FUSE passthrough").
+TEST(PassthroughStacking, OneOverlayfsOverTheSandboxAndTwoWithoutPassthrough) {
+  for (const bool passthrough : {true, false}) {
+    TempDir tmp;
+    const std::string lower = tmp.MakeDir("lower");
+    ASSERT_TRUE(WriteFile(lower + "/x", "x\n"));
+    SandboxOptions o;
+    if (!passthrough) o.extra_mount_args = {"-o", "nopassthrough"};
+    Sandbox s(lower, o);
+    ASSERT_TRUE(s.mounted()) << s.mount_failure();
+    const std::string one = tmp.MakeDir("one"), two = tmp.MakeDir("two");
+    MountGuard g1(one), g2(two);
+    CommandResult r1 = MountKernelOverlay(s.mountpoint(), tmp.MakeDir("u1"),
+                                          tmp.MakeDir("w1"), one);
+    ASSERT_TRUE(r1.ok()) << r1.Describe();
+    EXPECT_EQ(ReadFile(one + "/x"), "x\n");
+    CommandResult r2 =
+        MountKernelOverlay(one, tmp.MakeDir("u2"), tmp.MakeDir("w2"), two);
+    EXPECT_EQ(r2.ok(), !passthrough) << r2.Describe();
+  }
 }
 
 // Where a write must reach the daemon, nothing is passed through: a quota
