@@ -413,6 +413,12 @@ class Overlay {
   // Before a checkpoint's commit: an exact copy of each, in acqfs-tmp
   // (none is left when one fails).
   Status CopyLiveFiles(std::vector<LiveFile>* live);
+  // At a checkpoint's or rewind's quiescent point: the live files and
+  // their copies (so that no room for them refuses it before anything is
+  // recorded), then `commit` and the claim of `new_upper`; on failure no
+  // copy is left.
+  Result<std::vector<LiveFile>> CommitWithLiveCopies(
+      const std::function<Status()>& commit, const std::string& new_upper);
   // After the switch of layers: the open file into the new upper, its copy
   // into the frozen layer (under all its names).
   Status CarryIntoNewUpper(const LiveFile& f);

@@ -59,23 +59,12 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   // Files the kernel writes through on its own (passthrough; no gate holds
   // their writes off): each gets the copy the frozen layer will keep, made
   // now, so that a disk without room for them refuses the checkpoint
-  // rather than leave a file the kernel writes in a frozen layer.
-  std::vector<LiveFile> live = LiveFilesLocked();
-  ACQFS_TRY(CopyLiveFiles(&live));
-  auto drop_copies = [&] {
-    for (const LiveFile& f : live)
-      (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
-  };
-  // Recorded on disk first: if the daemon dies from here on, the new stack
-  // holds every write acknowledged (all are in the old upper).
-  if (Status s = commit(); !s) {
-    drop_copies();
-    return s.error();
-  }
-  if (Status s = layers_.claim.TakeUpper(new_upper); !s) {
-    drop_copies();
-    return s.error();
-  }
+  // rather than leave a file the kernel writes in a frozen layer. Then the
+  // new stack is recorded on disk, before anything else changes: if the
+  // daemon dies from here on, it holds every write acknowledged (all are
+  // in the old upper).
+  auto live = CommitWithLiveCopies(commit, new_upper);
+  if (!live) return live.error();
   const unsigned frozen_bit_number = layers_.lower_layers();
   const LowerMask bit = LowerBit(frozen_bit_number);
   std::vector<StaleName> stale;
@@ -111,7 +100,7 @@ Result<std::vector<Overlay::StaleName>> Overlay::Freeze(
   // it, as in a copy of any file being written). The stack is committed:
   // a failure here (the parent directories' copy-up) leaves that file in
   // the frozen layer, where the kernel's writes land, and is logged.
-  for (const LiveFile& f : live) {
+  for (const LiveFile& f : *live) {
     if (Status s = CarryIntoNewUpper(f); !s)
       spdlog::error(
           "checkpoint: {} stays open in the layer it froze, where writes "
@@ -142,6 +131,20 @@ std::vector<Overlay::LiveFile> Overlay::LiveFilesLocked() {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+Result<std::vector<Overlay::LiveFile>> Overlay::CommitWithLiveCopies(
+    const std::function<Status()>& commit, const std::string& new_upper) {
+  std::vector<LiveFile> live = LiveFilesLocked();
+  ACQFS_TRY(CopyLiveFiles(&live));
+  Status s = commit();
+  if (s) s = layers_.claim.TakeUpper(new_upper);
+  if (!s) {
+    for (const LiveFile& f : live)
+      (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
+    return s.error();
+  }
+  return live;
 }
 
 Status Overlay::CopyLiveFiles(std::vector<LiveFile>* live) {
@@ -288,21 +291,9 @@ Result<Overlay::Restacked> Overlay::Restack(
   // upper that becomes the undo point, a copy in their place (made before
   // the commit: no room for it refuses the rewind): their open files go on
   // with a file of no name, as with one unlinked.
-  std::vector<LiveFile> live = LiveFilesLocked();
-  ACQFS_TRY(CopyLiveFiles(&live));
-  auto drop_copies = [&] {
-    for (const LiveFile& f : live)
-      (void)::unlinkat(layers_.tmp.get(), f.copy.c_str(), 0);
-  };
-  if (Status s = commit(); !s) {
-    drop_copies();
-    return s.error();
-  }
-  if (Status s = layers_.claim.TakeUpper(new_upper); !s) {
-    drop_copies();
-    return s.error();
-  }
-  for (const LiveFile& f : live) {
+  auto live = CommitWithLiveCopies(commit, new_upper);
+  if (!live) return live.error();
+  for (const LiveFile& f : *live) {
     if (Status s = LeaveNameless(f); !s)
       spdlog::error(
           "rewind: {} stays open in the layer the undo point keeps, where "

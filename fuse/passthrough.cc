@@ -34,44 +34,40 @@ void BackingTable::Disable(const std::string& why) {
   spdlog::warn("passthrough: off from now on ({})", why);
 }
 
+bool BackingTable::AnswerFromCounts(Entry* e, uint32_t* id) {
+  switch (DecideOpen(e->cached, e->passed)) {
+    case OpenAnswer::kCached:
+      ++e->cached;
+      *id = 0;
+      return true;
+    case OpenAnswer::kReuse:
+      ++e->passed;
+      passed_through_.fetch_add(1, std::memory_order_relaxed);
+      *id = e->id;
+      return true;
+    case OpenAnswer::kCreate:
+      break;
+  }
+  if (enabled()) return false;
+  ++e->cached;
+  *id = 0;
+  return true;
+}
+
 uint32_t BackingTable::Open(const void* node,
                             const std::function<Result<int>()>& backing_fd) {
+  uint32_t id = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
-    Entry& e = nodes_[node];
-    switch (DecideOpen(e.cached, e.passed)) {
-      case OpenAnswer::kCached:
-        ++e.cached;
-        return 0;
-      case OpenAnswer::kReuse:
-        ++e.passed;
-        passed_through_.fetch_add(1, std::memory_order_relaxed);
-        return e.id;
-      case OpenAnswer::kCreate:
-        if (!enabled()) {
-          ++e.cached;
-          return 0;
-        }
-        break;
-    }
+    if (AnswerFromCounts(&nodes_[node], &id)) return id;
   }
   // Outside the lock: finding the node's file takes the Overlay's locks.
   Result<int> fd = backing_fd();
   std::lock_guard<std::mutex> l(mu_);
   Entry& e = nodes_[node];
   // Another open of the node may have been answered meanwhile.
-  switch (DecideOpen(e.cached, e.passed)) {
-    case OpenAnswer::kCached:
-      ++e.cached;
-      return 0;
-    case OpenAnswer::kReuse:
-      ++e.passed;
-      passed_through_.fetch_add(1, std::memory_order_relaxed);
-      return e.id;
-    case OpenAnswer::kCreate:
-      break;
-  }
-  if (!fd || !enabled() || record_ == nullptr) {
+  if (AnswerFromCounts(&e, &id)) return id;
+  if (!fd || record_ == nullptr) {
     ++e.cached;
     return 0;
   }
@@ -92,8 +88,8 @@ uint32_t BackingTable::Open(const void* node,
   fuse_uapi::BackingMap map;
   std::memset(&map, 0, sizeof map);
   map.fd = *fd;
-  const int id = ::ioctl(dev_fd_, fuse_uapi::kDevIocBackingOpen, &map);
-  if (id <= 0) {
+  const int made = ::ioctl(dev_fd_, fuse_uapi::kDevIocBackingOpen, &map);
+  if (made <= 0) {
     const int err = errno;
     // Refused for every file alike: the daemon lacks CAP_SYS_ADMIN in the
     // initial user namespace, the kernel did not take FUSE_PASSTHROUGH, or
@@ -114,7 +110,7 @@ uint32_t BackingTable::Open(const void* node,
     ++e.cached;
     return 0;
   }
-  e.id = static_cast<uint32_t>(id);
+  e.id = static_cast<uint32_t>(made);
   e.slot = *slot;
   ++e.passed;
   passed_through_.fetch_add(1, std::memory_order_relaxed);

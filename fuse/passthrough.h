@@ -102,6 +102,10 @@ class BackingTable {
     uint32_t slot = 0;  // its record slot, while passed > 0
   };
   void CloseId(uint32_t id);
+  // Answers an open from the node's counts alone (cached, the live id, or
+  // cached while passthrough is off), counting it: true. False: a backing
+  // is to be made. mu_ held.
+  bool AnswerFromCounts(Entry* e, uint32_t* id);
 
   const int dev_fd_;
   LiveFileRecord* record_ = nullptr;
