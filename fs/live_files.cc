@@ -65,15 +65,10 @@ Status ReplicateFile(int src, int dirfd, const std::string& tmp,
     return s;
   };
   if (Status s = CopyData(src, out.get(), shown); !s) return fail(s);
-  std::vector<char> names(65536);
-  ssize_t len = ::flistxattr(src, names.data(), names.size());
-  if (len < 0) return fail(Error::Errno("listxattr", shown));
-  std::vector<std::string> keys;
-  for (ssize_t at = 0; at < len;) {
-    keys.emplace_back(names.data() + at);
-    at += static_cast<ssize_t>(keys.back().size()) + 1;
-  }
-  for (const auto& k : keys) {
+  auto keys = sys::ListXattrs("/proc/self/fd/" + std::to_string(src), shown,
+                              /*follow=*/true);
+  if (!keys) return fail(keys.error());
+  for (const auto& k : *keys) {
     auto v = sys::FGetXattr(src, k, shown);
     if (!v) {
       if (v.error().err == ENODATA) continue;
@@ -92,14 +87,23 @@ Status ReplicateFile(int src, int dirfd, const std::string& tmp,
   return Ok();
 }
 
+Status LinkOver(int src_dirfd, const std::string& src_name, int dst_dirfd,
+                const std::string& dst_name, const std::string& shown) {
+  const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+  if (::linkat(src_dirfd, src_name.c_str(), dst_dirfd, tmp.c_str(), 0) != 0)
+    return Error::Errno("link", shown);
+  Status s = sys::Renameat2(dst_dirfd, tmp, dst_dirfd, dst_name, 0, shown);
+  if (!s) (void)::unlinkat(dst_dirfd, tmp.c_str(), 0);
+  return s;
+}
+
 namespace {
 
 struct Fence {
   const std::set<uint64_t>& inos;
   // Where the copy of each inode met so far is: (directory, name), for
   // its other names to link to.
-  std::map<uint64_t, std::pair<int, std::string>> copies;
-  std::vector<UniqueFd> dirs;  // the directories `copies` names
+  std::map<uint64_t, std::pair<UniqueFd, std::string>> copies;
   size_t fenced = 0;
 
   Status Walk(int dirfd, const std::string& shown) {
@@ -130,16 +134,15 @@ struct Fence {
     auto st = sys::Fstat(f.get(), shown);
     if (!st) return st.error();
     if (!S_ISREG(st->st_mode) || !inos.count(st->st_ino)) return Ok();
-    const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
-    auto copy = copies.find(st->st_ino);
-    if (copy == copies.end()) {
-      ACQFS_TRY(ReplicateFile(f.get(), dirfd, tmp, shown));
-    } else if (::linkat(copy->second.first, copy->second.second.c_str(), dirfd,
-                        tmp.c_str(), 0) != 0) {
-      return Error::Errno("link", shown);
-    }
+    ++fenced;
+    // Another name of an inode already copied: it names the copy too.
+    if (auto copy = copies.find(st->st_ino); copy != copies.end())
+      return LinkOver(copy->second.first.get(), copy->second.second, dirfd,
+                      name, shown);
     // The copy takes the name; the writer's inode is left with `tmp`,
     // which goes.
+    const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
+    ACQFS_TRY(ReplicateFile(f.get(), dirfd, tmp, shown));
     Status s = sys::Renameat2(dirfd, tmp, dirfd, name, RENAME_EXCHANGE, shown);
     if (!s) {
       (void)::unlinkat(dirfd, tmp.c_str(), 0);
@@ -147,13 +150,9 @@ struct Fence {
     }
     if (::unlinkat(dirfd, tmp.c_str(), 0) != 0)
       return Error::Errno("unlink", shown);
-    if (copy == copies.end()) {
-      UniqueFd d(::fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
-      if (!d) return Error::Errno("dup", shown);
-      copies[st->st_ino] = {d.get(), name};
-      dirs.push_back(std::move(d));
-    }
-    ++fenced;
+    UniqueFd d(::fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
+    if (!d) return Error::Errno("dup", shown);
+    copies.emplace(st->st_ino, std::make_pair(std::move(d), name));
     return Ok();
   }
 };
@@ -172,22 +171,25 @@ Status FenceLiveFiles(int upper_fd, const std::string& upper_path, int work_fd,
   }
   std::set<uint64_t> inos;
   uint64_t slot;
-  for (off_t at = 0;; at += sizeof slot) {
+  off_t at = 0;
+  for (;; at += sizeof slot) {
     ssize_t n = ::pread(fd.get(), &slot, sizeof slot, at);
     if (n < 0) return Error::Errno("read", shown);
     if (n < static_cast<ssize_t>(sizeof slot)) break;
     if (slot != 0) inos.insert(slot);
   }
   if (!inos.empty()) {
-    Fence f{inos, {}, {}, 0};
+    Fence f{inos, {}, 0};
     UniqueFd root(::openat(upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root) return Error::Errno("open", upper_path);
     ACQFS_TRY(f.Walk(root.get(), upper_path));
     if (fenced) *fenced = f.fenced;
   }
   // Emptied only once every listed file is fenced: a failure leaves the
-  // record for the next claim.
-  if (::ftruncate(fd.get(), 0) != 0) return Error::Errno("truncate", shown);
+  // record for the next claim. (An empty record, the usual case, is left
+  // as it is: no write at every claim.)
+  if (at > 0 && ::ftruncate(fd.get(), 0) != 0)
+    return Error::Errno("truncate", shown);
   return Ok();
 }
 

@@ -63,6 +63,12 @@ class LiveFileRecord {
 Status ReplicateFile(int src, int dirfd, const std::string& name,
                      const std::string& shown);
 
+// Makes `dst_dirfd`/`dst_name` another name of `src_dirfd`/`src_name`,
+// replacing what it named in one rename (a hard link made under a temporary
+// name first; nothing is left on failure).
+Status LinkOver(int src_dirfd, const std::string& src_name, int dst_dirfd,
+                const std::string& dst_name, const std::string& shown);
+
 // Replaces every regular file of the upper layer `upper_fd` whose inode
 // number the record in `work_fd` lists by a copy of it, then empties the
 // record. Nothing is done (one read of an empty file) when it lists none.

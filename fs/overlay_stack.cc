@@ -193,15 +193,8 @@ Status Overlay::CarryIntoNewUpper(const LiveFile& f) {
   for (const std::string& other : f.other_names) {
     auto odir = frozen.OpenDir(sys::Dirname(other));
     if (!odir) return odir.error();
-    const std::string tmp = sys::TempName(LayerFormat::kTempPrefix);
-    if (::linkat(fdir->get(), name.c_str(), odir->get(), tmp.c_str(), 0) != 0)
-      return Error::Errno("linkat", frozen.Shown(other));
-    Status s = sys::Renameat2(odir->get(), tmp, odir->get(),
-                              sys::Basename(other), 0, frozen.Shown(other));
-    if (!s) {
-      (void)::unlinkat(odir->get(), tmp.c_str(), 0);
-      return s;
-    }
+    ACQFS_TRY(LinkOver(fdir->get(), name, odir->get(), sys::Basename(other),
+                       frozen.Shown(other)));
   }
   return Ok();
 }
@@ -213,31 +206,16 @@ Status Overlay::LeaveNameless(const LiveFile& f) {
   const std::string name = sys::Basename(f.rel);
   // The copy (CopyLiveFiles) takes the name; the open file takes the
   // copy's name in acqfs-tmp, which the caller removes.
-  Status s = sys::Renameat2(layers_.tmp.get(), f.copy, udir->get(), name,
-                            RENAME_EXCHANGE, shown);
-  if (s) {
-    // The copy's other names: a link made while the file was open.
-    for (const std::string& other : f.other_names) {
-      auto odir = layers_.upper.OpenDir(sys::Dirname(other));
-      if (!odir) {
-        s = odir.error();
-        break;
-      }
-      const std::string t2 = sys::TempName(LayerFormat::kTempPrefix);
-      if (::linkat(udir->get(), name.c_str(), odir->get(), t2.c_str(), 0) !=
-          0) {
-        s = Error::Errno("linkat", layers_.upper.Shown(other));
-        break;
-      }
-      s = sys::Renameat2(odir->get(), t2, odir->get(), sys::Basename(other), 0,
-                         layers_.upper.Shown(other));
-      if (!s) {
-        (void)::unlinkat(odir->get(), t2.c_str(), 0);
-        break;
-      }
-    }
+  ACQFS_TRY(sys::Renameat2(layers_.tmp.get(), f.copy, udir->get(), name,
+                           RENAME_EXCHANGE, shown));
+  // The copy's other names: a link made while the file was open.
+  for (const std::string& other : f.other_names) {
+    auto odir = layers_.upper.OpenDir(sys::Dirname(other));
+    if (!odir) return odir.error();
+    ACQFS_TRY(LinkOver(udir->get(), name, odir->get(), sys::Basename(other),
+                       layers_.upper.Shown(other)));
   }
-  return s;
+  return Ok();
 }
 
 Node* Overlay::FindAlias(const StaleName& s) const {

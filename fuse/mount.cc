@@ -477,8 +477,6 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->uring = UringMode::kRequired;
   } else if (o == "nouring") {
     c->uring = UringMode::kOff;
-  } else if (o == "passthrough") {
-    c->passthrough = true;
   } else if (o == "nopassthrough") {
     c->passthrough = false;
   } else if (o == "host_watch") {

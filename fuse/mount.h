@@ -110,7 +110,7 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // "debug", "timeout=SECONDS", "threads=N", "no_open", "handles",
 // "nosync_copyup", "warm", "nowarm", "warm_limit=N", "warm_threads=N",
 // "warm_nice=N", "parallel_dirops", "noparallel_dirops", "uring",
-// "nouring", "passthrough", "nopassthrough"), a VFS option
+// "nouring", "nopassthrough"), a VFS option
 // (TakeVfsOption: ro, rw, noatime, noexec, ...; dev, suid and nodiratime
 // only for root, judged by the caller's effective uid) or "fsname=NAME"
 // (CheckFsname) to `config`. EINVAL, naming the option, when it is unknown,

@@ -27,13 +27,6 @@ std::string BackingTable::off_reason() const {
   return off_reason_;
 }
 
-void BackingTable::Disable(const std::string& why) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (!enabled_.exchange(false)) return;
-  off_reason_ = why;
-  spdlog::warn("passthrough: off from now on ({})", why);
-}
-
 bool BackingTable::AnswerFromCounts(Entry* e, uint32_t* id) {
   switch (DecideOpen(e->cached, e->passed)) {
     case OpenAnswer::kCached:

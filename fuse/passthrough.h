@@ -74,7 +74,6 @@ class BackingTable {
   void SetRecord(LiveFileRecord* record) { record_ = record; }
   // Why it is off, for the log ("" while on or never asked).
   std::string off_reason() const;
-  void Disable(const std::string& why);
 
   // An open of `node`: its backing id (> 0) when the open is to be passed
   // through, else 0 (cached). `backing_fd` gives a descriptor of the

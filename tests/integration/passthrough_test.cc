@@ -252,6 +252,30 @@ TEST_F(Passthrough, ACheckpointLeavesNothingWritingTheFrozenLayer) {
               0u);
 }
 
+// A hard link made while the file is open through passthrough: the
+// checkpoint's copy takes both names in the frozen layer (one inode, as
+// the file had), and the other name is a frozen file from then on, as a
+// checkpoint makes of any hard link (docs/stack.md).
+TEST_F(Passthrough, ALinkMadeWhileOpenNamesTheFrozenCopy) {
+  ASSERT_TRUE(WriteFile(M("orig"), "one\n"));
+  ScopedFd fd(::open(M("orig").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << ErrnoName(errno);
+  ASSERT_EQ(::link(M("orig").c_str(), M("other").c_str()), 0)
+      << ErrnoName(errno);
+  CommandResult c = Acqfs(sandbox(), {"checkpoint", sandbox().name()});
+  ASSERT_TRUE(c.ok()) << c.Describe();
+  ASSERT_EQ(::write(fd.get(), "two\n", 4), 4);
+  const std::string frozen = sandbox().frozen().back();
+  EXPECT_EQ(ReadFile(frozen + "/orig"), "one\n");
+  EXPECT_EQ(ReadFile(frozen + "/other"), "one\n");
+  struct stat a, b;
+  ASSERT_EQ(::stat((frozen + "/orig").c_str(), &a), 0);
+  ASSERT_EQ(::stat((frozen + "/other").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(ReadFile(M("orig")), "one\ntwo\n");
+  EXPECT_EQ(ReadFile(M("other")), "one\n");
+}
+
 // A rewind while a file is open through its upper file: the undo point
 // keeps the file as it was at the rewind, whatever the open file writes
 // afterwards (it has no name any more: docs/stack.md).
