@@ -11,6 +11,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "fuse/mount.h"
 #include "state/as_owner.h"
 #include "state/state.h"
 
@@ -63,13 +64,7 @@ void AddMount(CLI::App& app, MountArgs& m) {
               "Mount even though a rootless Podman namespace of yours, made "
               "before this mount, would not see it (no container will use "
               "the mount)");
-  c->add_option(
-      "-o", m.options,
-      "Options: userxattr, timeout=SECONDS, threads=N, writeback, "
-      "handles, nosync_copyup, nowarm, nohost_watch, warm_limit=ENTRIES, "
-      "warm_threads=N, warm_nice=N, noparallel_dirops, debug, "
-      "allow_other, noallow_other; and mount flags: ro, rw, noexec, "
-      "noatime, nodiratime, dev, suid, fsname=NAME");
+  c->add_option("-o", m.options, MountOptionsHelp());
   c->add_option("--log-level", m.log_level,
                 "trace, debug, info, warn or error (default info)");
   c->add_flag_callback(

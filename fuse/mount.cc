@@ -421,6 +421,55 @@ ssize_t SessionSplice(int fdin, off_t* offin, int fdout, off_t* offout,
 
 }  // namespace
 
+const std::vector<std::string>& DaemonOptionNames() {
+  static const std::vector<std::string> names = {"userxattr",
+                                                 "timeout=SECONDS",
+                                                 "threads=N",
+                                                 "writeback",
+                                                 "handles",
+                                                 "no_open",
+                                                 "nopassthrough",
+                                                 "uring",
+                                                 "nouring",
+                                                 "nosync_copyup",
+                                                 "warm",
+                                                 "nowarm",
+                                                 "warm_limit=ENTRIES",
+                                                 "warm_threads=N",
+                                                 "warm_nice=N",
+                                                 "host_watch",
+                                                 "nohost_watch",
+                                                 "parallel_dirops",
+                                                 "noparallel_dirops",
+                                                 "debug",
+                                                 "allow_other"};
+  return names;
+}
+
+std::string MountOptionsHelp() {
+  std::string text = "Options: ";
+  for (const auto& n : DaemonOptionNames()) text += n + ", ";
+  return text +
+         "noallow_other; and mount flags: ro, rw, exec, noexec, nodev, "
+         "dev, nosuid, suid, noatime, nodiratime, nolazytime, async, "
+         "fsname=NAME";
+}
+
+namespace {
+
+// Whether `o` is a word or a key=value of DaemonOptionNames.
+bool IsDaemonOption(const std::string& o) {
+  for (const auto& n : DaemonOptionNames()) {
+    const size_t eq = n.find('=');
+    if (eq == std::string::npos ? o == n
+                                : o.compare(0, eq + 1, n, 0, eq + 1) == 0)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status ApplyMountOption(const std::string& o, MountConfig* c) {
   auto value = [&](const char* key) -> const char* {
     size_t n = std::strlen(key);
@@ -435,6 +484,7 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->fsname = name;
     return Ok();
   }
+  if (!IsDaemonOption(o)) return Error::Of(EINVAL, "mount option (unknown)", o);
   if (o == "userxattr") {
     c->force_userxattr = true;
   } else if (o == "allow_other") {

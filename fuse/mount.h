@@ -119,6 +119,17 @@ Status CheckPolicyEnforceable(const MountConfig& config);
 // root-only option asked by an ordinary user.
 Status ApplyMountOption(const std::string& option, MountConfig* config);
 
+// The daemon options ApplyMountOption takes, as `acqfs mount --help` lists
+// them: a word ("writeback"), or a key and what its value is
+// ("timeout=SECONDS"). ApplyMountOption refuses any other word or key as
+// unknown before it looks further, so an option cannot be accepted and
+// missing from the help (MountOptions.EveryNameInTheHelpIsTaken).
+const std::vector<std::string>& DaemonOptionNames();
+
+// The -o text of `acqfs mount --help`: the daemon options, noallow_other,
+// and the mount flags.
+std::string MountOptionsHelp();
+
 // Called once: with Ok() when the mount is usable, or with the reason it
 // could not be made.
 using ReadyCallback = std::function<void(const Status&)>;
