@@ -1,14 +1,19 @@
 // acqfs export: publishes a sandbox's branches and working tree in its bridge
 // repository and says how to fetch them.
+#include <fcntl.h>
+
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "audit/log_file.h"
+#include "audit/query.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/sandbox.h"
+#include "common/sys.h"
 #include "gitbridge/export.h"
 #include "state/state.h"
 
@@ -75,7 +80,27 @@ nlohmann::json HostChangedJson(const gitbridge::ExportResult& r) {
   return list;
 }
 
-void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
+// The audit log's summary of what happened since `since_s` (the previous
+// export, unix seconds; 0: ever), for `export --json` (docs/audit.md). A
+// log that cannot be read gives its error instead.
+nlohmann::json AuditSince(const Sandbox& s, int64_t since_s) {
+  auto dir = sys::OpenBelow(s.state_dir(), s.paths().dir,
+                            O_DIRECTORY | O_RDONLY, "open the audit log's");
+  if (!dir) return {{"error", dir.error().Message()}};
+  auto log = audit::ReadLog(dir->get(), s.paths().dir);
+  if (!log) return {{"error", log.error().Message()}};
+  audit::Summary sum;
+  const int64_t since_ns = since_s * 1'000'000'000;
+  for (const auto& r : log->records)
+    if (r.time_ns >= since_ns) audit::AddToSummary(r, &sum);
+  nlohmann::json j = audit::SummaryJson(sum);
+  j["since"] = since_s;
+  j["damaged_lines"] = log->damaged_lines;
+  return j;
+}
+
+void PrintJson(const std::string& name, const gitbridge::ExportResult& r,
+               const nlohmann::json& audit_summary) {
   nlohmann::json updates = nlohmann::json::array();
   for (const auto& u : r.updates)
     updates.push_back({{"ref", u.ref}, {"old", u.old_id}, {"new", u.new_id}});
@@ -99,7 +124,8 @@ void PrintJson(const std::string& name, const gitbridge::ExportResult& r) {
                       {"host_edits_kept", kept},
                       {"changed_paths", r.changed_paths},
                       {"nothing_new", r.nothing_new()},
-                      {"fetch_command", r.fetch_command}};
+                      {"fetch_command", r.fetch_command},
+                      {"audit", audit_summary}};
   // Names that are not UTF-8 (a branch or path may hold any bytes) are
   // printed with U+FFFD, as `acqfs status --json` prints them.
   std::printf(
@@ -133,12 +159,16 @@ int ExportAndReport(const std::string& what, const std::string& name,
                                                                  : kExitFailed;
     return Fail(code, what, r.error());
   }
+  // What the log says happened since the previous export, read before
+  // its time moves.
+  nlohmann::json audit_summary;
+  if (json) audit_summary = AuditSince(*found, meta.last_export);
   // The export happened; a failure to note its time only loses that note.
   meta.last_export = static_cast<int64_t>(std::time(nullptr));
   if (Status s = found->Save(); !s)
     Fail(0, what + ": record the export time", s.error());
   if (json)
-    PrintJson(paths.name, *r);
+    PrintJson(paths.name, *r, audit_summary);
   else
     PrintText(paths.name, *r);
   // Something the sandbox holds was not published: say so by the status.

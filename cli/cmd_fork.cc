@@ -11,9 +11,12 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "audit/log_file.h"
+#include "audit/query.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/sandbox.h"
@@ -26,6 +29,45 @@
 #include "stack/transform.h"
 
 namespace acqfs::cli {
+namespace {
+
+// The child starts with its parent's audit log up to the fork point
+// (docs/audit.md): all of it for a fork of the live state (its checkpoint
+// was just made, and a mounted parent's daemon wrote its pending records
+// before that), else the records of the layers checkpoint `at` is made of,
+// and the records about the log itself up to that checkpoint's time.
+Status ForkAuditLog(const Sandbox& parent, const Sandbox& child, uint32_t at,
+                    bool whole) {
+  auto from = sys::OpenBelow(parent.state_dir(), parent.paths().dir,
+                             O_DIRECTORY | O_RDONLY, "open the audit log's");
+  if (!from) return from.error();
+  auto to = sys::OpenBelow(child.state_dir(), child.paths().dir,
+                           O_DIRECTORY | O_RDONLY, "open the audit log's");
+  if (!to) return to.error();
+  if (whole)
+    return audit::CopyLog(from->get(), parent.paths().dir, to->get(),
+                          child.paths().dir);
+  auto m = ReadStack(parent.paths().stack);
+  if (!m) return m.error();
+  const Checkpoint* c = m->Find(at);
+  if (c == nullptr)
+    return Error::Of(ENOENT, "no such checkpoint",
+                     "checkpoint " + std::to_string(at));
+  std::set<std::string> ids;
+  for (const auto& l : c->layers) ids.insert(sys::Basename(l));
+  auto log = audit::ReadLog(from->get(), parent.paths().dir);
+  if (!log) return log.error();
+  auto w = audit::Writer::Open(to->get(), child.paths().dir, {});
+  if (!w) return w.error();
+  for (auto& r : log->records) {
+    const bool keep = audit::IsMetaOp(r.op) ? r.time_ns <= c->time_ns
+                                            : ids.count(r.layer) > 0;
+    if (keep) (*w)->Append(std::move(r));
+  }
+  return (*w)->Flush();
+}
+
+}  // namespace
 
 // The fork's copy-up sources (fs/copy_up_source.h): the files of its
 // frozen layers, shared with the parent, name sources kept in the parent's
@@ -159,6 +201,8 @@ int RunFork(const ForkArgs& a) {
       return fail(kExitFailed, w.error());
   }
   if (Status l = LinkSources(s->paths().sources, building.paths().sources); !l)
+    return fail(kExitFailed, l.error());
+  if (Status l = ForkAuditLog(*s, building, at, a.at == 0); !l)
     return fail(kExitFailed, l.error());
   building.meta() = s->meta();
   building.meta().name = a.new_name;

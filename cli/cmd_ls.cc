@@ -20,7 +20,9 @@
 //    "transport": "io_uring" | "/dev/fuse" | null (not mounted, or its
 //    daemon did not answer), the FUSE transport its daemon serves on,
 //    "passthrough_opens": n | null (off, or not mounted), the opens its
-//    daemon passed through to the upper files (FUSE passthrough)}.
+//    daemon passed through to the upper files (FUSE passthrough),
+//    "audit": {"written": n, "lost": n, "incomplete": bool} | null (off,
+//    or not mounted), its audit log's records since the mount}.
 // A value that cannot be found out shows as "?" (text) or null (JSON); it
 // never stops the listing. Folders that hold no sandbox (one of a sandbox's
 // name without meta.json whose lock is free; a fork's .fork+NAME or an
@@ -75,6 +77,7 @@ struct Row {
   std::optional<uint64_t> quota_used;         // when the policy sets a quota
   std::optional<std::string> transport;       // the daemon's, when mounted
   std::optional<uint64_t> passthrough_opens;  // the same, when on
+  nlohmann::json audit;  // the daemon's audit log counts, or null
   gitbridge::GitBase base;
 };
 
@@ -145,6 +148,8 @@ Row Describe(const Sandbox& sandbox) {
         if (info->contains("passthrough_opens") &&
             (*info)["passthrough_opens"].is_number_unsigned())
           r.passthrough_opens = (*info)["passthrough_opens"].get<uint64_t>();
+        if (info->contains("audit") && (*info)["audit"].is_object())
+          r.audit = (*info)["audit"];
       }
   }
   UpperScan scan = ScanUpperOnce(sandbox);
@@ -289,6 +294,7 @@ void PrintJson(const std::vector<Row>& rows) {
     j["transport"] = r.transport ? Json(*r.transport) : Json();
     j["passthrough_opens"] =
         r.passthrough_opens ? Json(*r.passthrough_opens) : Json();
+    j["audit"] = r.audit;
     // What the sandbox started from (docs/git-bridge.md, "The base").
     j["base"] = r.base.recorded() ? Json(BaseJson(r.base)) : Json();
     out.push_back(std::move(j));

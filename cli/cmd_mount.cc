@@ -336,6 +336,8 @@ int ChoosePolicy(const MountArgs& a, const MountTarget& t, MountConfig* config,
   if (!policy)
     return Fail(kExitBadInput, "mount: sandbox policy", policy.error());
   config->policy = *policy;
+  config->audit_reads = meta->policy.audit_reads;
+  config->audit_max = meta->policy.audit_max;
   if (Status s = CheckPolicyEnforceable(*config); !s)
     return Fail(kExitBadInput, "mount: " + s.error().op, "-o " + s.error().path,
                 std::strerror(s.err()));
@@ -741,6 +743,7 @@ int RunMount(const MountArgs& a) {
   config.lower = t.lower;
   config.upper = paths.upper;
   config.anchor = sandbox.state_dir();
+  config.audit_dir = paths.dir;
   config.frozen = paths.frozen;
   config.work = paths.work;
   config.mountpoint = t.mountpoint;

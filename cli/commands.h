@@ -19,9 +19,11 @@ struct PolicyArgs {
   std::optional<std::string> quota;        // --quota SIZE, such as 500M
   std::optional<std::string> policy_file;  // --policy FILE (JSON)
   bool hide_secrets = false;
+  std::vector<std::string> audit_reads;  // --audit-reads GLOB
+  std::optional<std::string> audit_max;  // --audit-max SIZE
   bool given() const {
     return !hide.empty() || !read_only.empty() || quota || policy_file ||
-           hide_secrets;
+           hide_secrets || !audit_reads.empty() || audit_max;
   }
 };
 
@@ -113,6 +115,16 @@ struct CheckpointsArgs {
   bool json = false;
 };
 int RunCheckpoints(const CheckpointsArgs& a);
+
+// acqfs log (cli/cmd_log.cc, docs/audit.md).
+struct LogArgs {
+  std::string name, state_dir;
+  std::optional<uint32_t> since, until;  // checkpoint numbers
+  std::vector<std::string> paths, ops;   // --path GLOB, --op OP
+  std::vector<int> pids;                 // --pid PID
+  bool refused = false, json = false, follow = false, summary = false;
+};
+int RunLog(const LogArgs& a);
 
 struct RewindArgs {
   std::string name, state_dir;

@@ -33,8 +33,16 @@ void AddPolicyOptions(CLI::App* c, PolicyArgs& p) {
       ->allow_extra_args(false);
   c->add_option("--quota", p.quota,
                 "Cap the upper layer at SIZE (e.g. 500M, 2G)");
+  c->add_option("--audit-reads", p.audit_reads,
+                "Record in the audit log each open for reading of a path "
+                "matching GLOB (repeatable; see docs/audit.md)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_option("--audit-max", p.audit_max,
+                "Bound the audit log at SIZE (default 64M; it rotates)");
   c->add_option("--policy", p.policy_file,
-                "Read hide/read_only/quota/hide_secrets from a JSON file");
+                "Read hide/read_only/quota/hide_secrets/audit_reads/"
+                "audit_max from a JSON file");
 }
 
 void AddMount(CLI::App& app, MountArgs& m) {
@@ -156,6 +164,39 @@ void AddDiff(CLI::App& app, DiffArgs& d) {
   c->add_option("--state-dir", d.state_dir, "State directory");
   c->add_flag("--git-dir", d.include_git_dir,
               "Also diff changes inside .git directories (at any depth)");
+}
+
+void AddLog(CLI::App& app, LogArgs& lg) {
+  auto* c = app.add_subcommand(
+      "log", "Show a sandbox's audit log: what was changed, refused, by whom");
+  c->add_option("name", lg.name, "The sandbox (name or mountpoint)")
+      ->required();
+  c->add_option("--state-dir", lg.state_dir, "State directory");
+  c->add_option("--since", lg.since,
+                "Only what came after this checkpoint (a number)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--until", lg.until,
+                "Only what came up to this checkpoint (a number)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--path", lg.paths,
+                "Only records of paths matching GLOB (gitignore-style; "
+                "repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_option("--op", lg.ops,
+                "Only these operations (create, write, rename, ...; "
+                "repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_option("--pid", lg.pids, "Only what this process did (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  c->add_flag("--refused", lg.refused, "Only what failed or was refused");
+  c->add_flag("--json", lg.json, "One JSON object per record");
+  c->add_flag("--follow,-f", lg.follow,
+              "Keep printing records as they are written");
+  c->add_flag("--summary", lg.summary,
+              "Counts by operation and by process, per checkpoint");
 }
 
 void AddStack(CLI::App& app, CheckpointArgs& cp, CheckpointsArgs& cps,
@@ -314,7 +355,9 @@ int main(int argc, char** argv) {
   ForkArgs fk;
   SquashArgs sq;
   GcArgs gc;
+  LogArgs lg;
   AddMount(app, m);
+  AddLog(app, lg);
   AddStack(app, cp, cps, rw, fk, sq, gc);
   AddUmount(app, u);
   AddRemount(app, rmt);
@@ -376,5 +419,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("fork")) return RunFork(fk);
   if (app.got_subcommand("squash")) return RunSquash(sq);
   if (app.got_subcommand("gc")) return RunGc(gc);
+  if (app.got_subcommand("log")) return RunLog(lg);
   return 1;
 }

@@ -100,9 +100,11 @@ Result<std::string> ReadPolicyFile(const std::string& f) {
   return text;
 }
 
+constexpr uint64_t kLeastAuditMax = uint64_t{1} << 20;
+
 struct FilePolicy {
-  std::vector<std::string> hide, read_only;
-  std::optional<std::string> quota;
+  std::vector<std::string> hide, read_only, audit_reads;
+  std::optional<std::string> quota, audit_max;
   bool hide_secrets = false;
 };
 
@@ -147,6 +149,19 @@ Result<FilePolicy> ParsePolicyFile(const std::string& f) {
         return BadFile(f, "\"quota\" must be a size such as \"500M\"");
       auto bytes = CheckSize(*p.quota, f);
       if (!bytes) return bytes.error();
+    } else if (key == "audit_reads") {
+      auto l = StringList(*it, key, f);
+      if (!l) return l.error();
+      p.audit_reads = *l;
+    } else if (key == "audit_max") {
+      if (it->is_string())
+        p.audit_max = it->get<std::string>();
+      else if (it->is_number_unsigned())
+        p.audit_max = std::to_string(it->get<uint64_t>());
+      else
+        return BadFile(f, "\"audit_max\" must be a size such as \"64M\"");
+      auto bytes = CheckSize(*p.audit_max, f);
+      if (!bytes) return bytes.error();
     } else if (key == "hide_secrets") {
       if (!it->is_boolean())
         return BadFile(f, "\"hide_secrets\" must be true or false");
@@ -154,7 +169,7 @@ Result<FilePolicy> ParsePolicyFile(const std::string& f) {
     } else {
       return BadFile(f, "unknown key \"" + key +
                             "\"; known: hide, read_only, quota, "
-                            "hide_secrets");
+                            "hide_secrets, audit_reads, audit_max");
     }
   }
   return p;
@@ -167,6 +182,14 @@ Result<PolicyRecord> ResolvePolicy(const PolicyArgs& args) {
   for (const auto& g : args.hide) ACQFS_TRY(CheckPattern(g, "--hide", ""));
   for (const auto& g : args.read_only)
     ACQFS_TRY(CheckPattern(g, "--read-only", ""));
+  for (const auto& g : args.audit_reads)
+    ACQFS_TRY(CheckPattern(g, "--audit-reads", ""));
+  std::optional<uint64_t> flag_audit_max;
+  if (args.audit_max) {
+    auto bytes = CheckSize(*args.audit_max, "");
+    if (!bytes) return bytes.error();
+    flag_audit_max = *bytes;
+  }
   std::optional<uint64_t> flag_quota;
   if (args.quota) {
     auto bytes = CheckSize(*args.quota, "");
@@ -186,6 +209,15 @@ Result<PolicyRecord> ResolvePolicy(const PolicyArgs& args) {
   AddUnique(&r.hide, args.hide);
   AddUnique(&r.read_only, file.read_only);
   AddUnique(&r.read_only, args.read_only);
+  AddUnique(&r.audit_reads, file.audit_reads);
+  AddUnique(&r.audit_reads, args.audit_reads);
+  if (flag_audit_max) {
+    r.audit_max = *flag_audit_max;
+  } else if (file.audit_max) {
+    auto bytes = ParseSize(*file.audit_max);
+    if (!bytes) return bytes.error();
+    r.audit_max = *bytes;
+  }
   if (flag_quota) {
     r.quota_bytes = *flag_quota;
   } else if (file.quota) {
@@ -193,6 +225,12 @@ Result<PolicyRecord> ResolvePolicy(const PolicyArgs& args) {
     if (!bytes) return bytes.error();
     r.quota_bytes = *bytes;
   }
+  if (r.audit_max != 0 && r.audit_max < kLeastAuditMax)
+    return Error::Of(EINVAL,
+                     "audit log bound (at least 1M: two halves of "
+                     "512 KiB, between which it rotates)",
+                     flag_audit_max ? "--audit-max " + *args.audit_max
+                                    : "--policy " + *args.policy_file);
   auto p = Policy::Make(r.hide, r.read_only, r.quota_bytes);
   if (!p) return p.error();
   return r;

@@ -165,10 +165,19 @@ nlohmann::json ServeControl(const std::string& state, const std::string& name,
   if (op == "ping") return nlohmann::json{{"ok", true}};
   if (op == "info") {
     const int64_t passed = mc->PassedThrough();
+    const MountControl::AuditState audit = mc->Audit();
     return nlohmann::json{
         {"transport", mc->Transport()},
         {"passthrough_opens",
-         passed < 0 ? nlohmann::json() : nlohmann::json(passed)}};
+         passed < 0 ? nlohmann::json() : nlohmann::json(passed)},
+        {"audit", audit.on ? nlohmann::json{{"written", audit.written},
+                                            {"lost", audit.lost},
+                                            {"incomplete", audit.incomplete}}
+                           : nlohmann::json()}};
+  }
+  if (op == "audit_flush") {
+    if (Status s = mc->FlushAudit(); !s) return ErrorReply(s.error());
+    return nlohmann::json{{"ok", true}};
   }
   if (op == "checkpoint") {
     auto r = ServeCheckpoint(state, name, mc, request);

@@ -20,6 +20,7 @@
 
 #include "common/owner_access.h"
 #include "common/sys.h"
+#include "fs/boundary_note.h"
 #include "fs/layer_chain.h"
 #include "fs/live_files.h"
 
@@ -452,8 +453,10 @@ Result<bool> ResolveLowerStep(const Layers& layers, const DirView& dir,
   if (e->kind == LayerEntry::kAbsent) return true;
   if (host && apply_policy && layers.policy &&
       layers.policy->hides_anything() &&
-      layers.HidesLower(ChildPath(dir, name), e->kind == LayerEntry::kDir))
+      layers.HidesLower(ChildPath(dir, name), e->kind == LayerEntry::kDir)) {
+    NoteBoundary(kRefusedHidden, ChildPath(dir, name));
     return false;
+  }
   const uint64_t own = host ? e->st.st_ino : layers.TagStore(e->st.st_ino);
   return chain->Add(i, *e, own, host);
 }

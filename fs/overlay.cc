@@ -12,6 +12,7 @@
 
 #include "common/owner_access.h"
 #include "common/sys.h"
+#include "fs/boundary_note.h"
 #include "fs/overlay_internal.h"
 
 namespace acqfs {
@@ -156,6 +157,7 @@ Result<bool> Overlay::LowerHas(const Node* parent, const std::string& name,
 Status Overlay::CheckWritable(const std::string& rel, bool is_dir,
                               const char* op) const {
   if (!layers_.policy || !layers_.policy->ReadOnly(rel, is_dir)) return Ok();
+  NoteBoundary(kRefusedReadOnly, rel);
   return Error::Of(EROFS, std::string(op) + " (read-only by the policy)",
                    "/" + rel);
 }

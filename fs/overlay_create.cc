@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/sys.h"
+#include "fs/boundary_note.h"
 #include "fs/layer_format.h"
 #include "fs/overlay.h"
 #include "fs/overlay_internal.h"
@@ -146,8 +147,10 @@ Result<Node*> Overlay::Mknod(Node* parent, const std::string& name, mode_t mode,
   Reaper reap(&table_);
   ExclusiveLock l(tree_mu_);
   std::string shown = layers_.upper.Shown(sys::Join(PathLocked(parent), name));
-  if (LayerFormat::IsWhiteout(mode, rdev))  // would read back as one
+  if (LayerFormat::IsWhiteout(mode, rdev)) {  // would read back as one
+    NoteBoundary(kRefusedSpecial, sys::Join(PathLocked(parent), name));
     return Error::Of(EPERM, "mknod 0/0 character device", shown);
+  }
   ACQFS_TRY(Publish(
       parent, name, false, &creds, mode, [&](int d, const std::string& n) {
         return MakeCall(::mknodat(d, n.c_str(), mode, rdev), "mknod", shown);

@@ -15,6 +15,7 @@
 
 #include "common/dir_walk.h"
 #include "common/sys.h"
+#include "fs/boundary_note.h"
 
 namespace acqfs {
 namespace {
@@ -122,8 +123,10 @@ Result<uint64_t> Quota::SoleBytes(int dirfd, const std::string& name,
 Status Quota::Reserve(uint64_t bytes, const std::string& shown) {
   uint64_t cur = used_.load();
   for (;;) {
-    if (bytes > limit_ || cur > limit_ - bytes)
+    if (bytes > limit_ || cur > limit_ - bytes) {
+      NoteBoundary(kRefusedQuota, shown);
       return Error::Of(EDQUOT, "write (the sandbox's quota is full)", shown);
+    }
     if (used_.compare_exchange_weak(cur, cur + bytes)) return Ok();
   }
 }

@@ -19,7 +19,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/sys.h"
+#include "fs/boundary_note.h"
 #include "fs/fd_budget.h"
+#include "fuse/audit_sink.h"
 #include "fuse/fuse_uapi.h"
 #include "fuse/passthrough.h"
 #include "fuse/setid.h"
@@ -75,6 +78,49 @@ void Guard(fuse_req_t req, F&& f) noexcept {
     fuse_reply_err(req, EIO);
   }
 }
+
+// The audit record of a request that changes the sandbox
+// (fuse/audit_sink.h): made before the Overlay runs it, so that its paths
+// are the names the caller gave, and written with the request's outcome.
+// Nothing at all when the log is off.
+class Audited {
+ public:
+  Audited(fuse_req_t req, audit::Op op) : req_(req), sink_(Ctx(req)->audit) {
+    if (sink_ == nullptr) return;
+    ClearBoundaryNote();
+    r_ = sink_->Make(req, op);
+  }
+  ~Audited() = default;  // a handler that threw: no record
+  Audited(const Audited&) = delete;
+  Audited& operator=(const Audited&) = delete;
+  bool on() const { return sink_ != nullptr; }
+  audit::Record& r() { return r_; }
+  // The path of `node`, or of `name` in `parent`, from the root.
+  std::string Path(Node* node) const {
+    return on() ? Ctx(req_)->overlay->PathOf(node) : std::string();
+  }
+  std::string Path(Node* parent, const char* name) const {
+    return on() ? sys::Join(Ctx(req_)->overlay->PathOf(parent), name)
+                : std::string();
+  }
+  void Done(int err) {
+    if (sink_ == nullptr) return;
+    sink_->Changed(std::move(r_), err);
+    sink_ = nullptr;
+  }
+  void Done(const Status& s) { Done(s ? 0 : s.err()); }
+  template <class T>
+  void Done(const Result<T>& r) {
+    Done(r ? 0 : r.err());
+  }
+  // Not recorded (a request that turned out to change nothing).
+  void Drop() { sink_ = nullptr; }
+
+ private:
+  fuse_req_t req_;
+  AuditSink* sink_;
+  audit::Record r_;
+};
 
 // The fh of a file handle the kernel will RELEASE (-o handles): a handle
 // owns no descriptor (the Overlay's file cache serves every request by
@@ -226,6 +272,9 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
     ctx->no_open =
         !(ctx->backing != nullptr && (ctx->init_offered & FUSE_INIT_EXT) &&
           (ctx->init_offered2 & fuse_uapi::kPassthrough2));
+  // --audit-reads records opens, which only a mode answering OPEN sees.
+  if (ctx->file_mode_auto && ctx->audit != nullptr && ctx->audit->WantsReads())
+    ctx->no_open = false;
   if (ctx->no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
     ctx->listings = std::make_unique<ListingCache>();
     // open(O_TRUNC) must reach the daemon as a SETATTR, since no OPEN will.
@@ -234,6 +283,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
     spdlog::warn("no_open: the kernel does not offer it; files use OPEN");
   spdlog::info("fuse init: capable={:#x} want={:#x} max_write={} no_open={}",
                conn->capable, conn->want, conn->max_write, HandleLess(ctx));
+  if (ctx->audit != nullptr) ctx->audit->SetHandleLess(HandleLess(ctx));
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -241,7 +291,12 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     struct stat st;
     bool host_object = false;
     Overlay* ov = Ctx(req)->overlay;
+    AuditSink* audit = Ctx(req)->audit;
+    if (audit != nullptr) ClearBoundaryNote();
     auto node = ov->Lookup(NodeOf(req, parent), name, &st, &host_object);
+    if (!node && audit != nullptr && BoundaryNoted())
+      audit->LookedUp(req, sys::Join(ov->PathOf(NodeOf(req, parent)), name),
+                      node.err());
     if (!node && node.err() == ENOENT) {
       if (spdlog::should_log(spdlog::level::debug))
         spdlog::debug("{}", node.error().Message());
@@ -343,6 +398,50 @@ constexpr int kSetAttrKnown = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
                               FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                               FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
 
+// The records of one SETATTR: a truncate, a chmod, a chown and a utimes
+// are one request when the kernel merges them (tar, the writeback cache).
+class SetattrAudit {
+ public:
+  SetattrAudit(fuse_req_t req, Node* node, const SetAttrRequest& r)
+      : req_(req), r_(r) {
+    AuditSink* a = Ctx(req)->audit;
+    if (a == nullptr) return;
+    ClearBoundaryNote();
+    path_ = Ctx(req)->overlay->PathOf(node);
+    sink_ = a;
+  }
+  void Done(int err) {
+    if (sink_ == nullptr) return;
+    auto one = [&](audit::Op op, auto&& fill) {
+      audit::Record rec = sink_->Make(req_, op);
+      rec.path = path_;
+      fill(rec);
+      sink_->Changed(std::move(rec), err);
+    };
+    if (r_.set_size)
+      one(audit::Op::kTruncate, [&](audit::Record& rec) {
+        rec.size = static_cast<uint64_t>(r_.size);
+      });
+    if (r_.set_mode)
+      one(audit::Op::kChmod,
+          [&](audit::Record& rec) { rec.mode = r_.mode & 07777; });
+    if (r_.set_uid || r_.set_gid)
+      one(audit::Op::kChown, [&](audit::Record& rec) {
+        rec.owner_uid = r_.set_uid ? int64_t{r_.uid} : -1;
+        rec.owner_gid = r_.set_gid ? int64_t{r_.gid} : -1;
+      });
+    if (r_.set_atime || r_.set_mtime)
+      one(audit::Op::kUtimes, [](audit::Record&) {});
+    sink_ = nullptr;
+  }
+
+ private:
+  fuse_req_t req_;
+  const SetAttrRequest& r_;
+  AuditSink* sink_ = nullptr;
+  std::string path_;
+};
+
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   Guard(req, [&] {
@@ -363,6 +462,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.mtime = attr->st_mtim;
     Overlay* ov = Ctx(req)->overlay;
     Node* node = NodeOf(req, ino);
+    SetattrAudit audited(req, node, r);
     // The set-id bits the kernel leaves to the daemon (fuse/setid.h): a
     // flagged chown or truncate, or a SETATTR with nothing to set (a
     // chown(-1, -1), or the privileges a write by a caller without
@@ -381,6 +481,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
       }
     }
     auto st = ov->SetAttr(node, r, -1);
+    audited.Done(st ? 0 : st.err());
     if (!st) return ReplyError(req, st.error());
     Told(node, *st);
     fuse_reply_attr(req, &*st, Ctx(req)->timeout);
@@ -398,37 +499,60 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
              dev_t rdev) {
   Guard(req, [&] {
-    ReplyNode(req, Ctx(req)->overlay->Mknod(NodeOf(req, parent), name, mode,
-                                            rdev, CredsOf(req)));
+    Audited a(req, S_ISREG(mode) ? audit::Op::kCreate : audit::Op::kMknod);
+    a.r().path = a.Path(NodeOf(req, parent), name);
+    a.r().mode = mode;
+    auto made = Ctx(req)->overlay->Mknod(NodeOf(req, parent), name, mode, rdev,
+                                         CredsOf(req));
+    a.Done(made);
+    ReplyNode(req, std::move(made));
   });
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Guard(req, [&] {
-    ReplyNode(req, Ctx(req)->overlay->Mkdir(NodeOf(req, parent), name, mode,
-                                            CredsOf(req)));
+    Audited a(req, audit::Op::kMkdir);
+    a.r().path = a.Path(NodeOf(req, parent), name);
+    a.r().mode = mode;
+    auto made =
+        Ctx(req)->overlay->Mkdir(NodeOf(req, parent), name, mode, CredsOf(req));
+    a.Done(made);
+    ReplyNode(req, std::move(made));
   });
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent,
                const char* name) {
   Guard(req, [&] {
-    ReplyNode(req, Ctx(req)->overlay->Symlink(NodeOf(req, parent), name, link,
-                                              CredsOf(req)));
+    Audited a(req, audit::Op::kSymlink);
+    a.r().path = a.Path(NodeOf(req, parent), name);
+    if (a.on()) a.r().path2 = link;
+    auto made = Ctx(req)->overlay->Symlink(NodeOf(req, parent), name, link,
+                                           CredsOf(req));
+    a.Done(made);
+    ReplyNode(req, std::move(made));
   });
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent,
             const char* name) {
   Guard(req, [&] {
-    ReplyNode(req, Ctx(req)->overlay->Link(NodeOf(req, ino),
-                                           NodeOf(req, parent), name));
+    Audited a(req, audit::Op::kLink);
+    a.r().path = a.Path(NodeOf(req, parent), name);
+    a.r().path2 = a.Path(NodeOf(req, ino));
+    auto made =
+        Ctx(req)->overlay->Link(NodeOf(req, ino), NodeOf(req, parent), name);
+    a.Done(made);
+    ReplyNode(req, std::move(made));
   });
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
+    Audited a(req, audit::Op::kUnlink);
+    a.r().path = a.Path(NodeOf(req, parent), name);
     Status s = Ctx(req)->overlay->Unlink(NodeOf(req, parent), name);
+    a.Done(s);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
@@ -436,7 +560,10 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
+    Audited a(req, audit::Op::kRmdir);
+    a.r().path = a.Path(NodeOf(req, parent), name);
     Status s = Ctx(req)->overlay->Rmdir(NodeOf(req, parent), name);
+    a.Done(s);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
@@ -445,11 +572,39 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name,
               fuse_ino_t newparent, const char* newname, unsigned int flags) {
   Guard(req, [&] {
+    Audited a(req, audit::Op::kRename);
+    a.r().path = a.Path(NodeOf(req, parent), name);
+    a.r().path2 = a.Path(NodeOf(req, newparent), newname);
+    if (a.on() && (flags & RENAME_EXCHANGE)) a.r().name = "exchange";
     Status s = Ctx(req)->overlay->Rename(
         NodeOf(req, parent), name, NodeOf(req, newparent), newname, flags);
+    a.Done(s);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
+}
+
+// The records of an OPEN: a truncate (O_TRUNC), a refused open for
+// writing (a kWrite that never happened), an open for reading that
+// --audit-reads asks for.
+template <class T>
+void AuditOpen(fuse_req_t req, AuditSink* audit, const std::string& rel,
+               int flags, const Result<T>& opened) {
+  const int err = opened ? 0 : opened.err();
+  if ((flags & O_ACCMODE) == O_RDONLY) {
+    if (audit->WantsReads()) audit->OpenedForReading(req, rel, err);
+    return;
+  }
+  if (err != 0) {
+    audit::Record r = audit->Make(req, audit::Op::kWrite);
+    r.path = rel;
+    return audit->Changed(std::move(r), err);
+  }
+  if (flags & O_TRUNC) {
+    audit::Record r = audit->Make(req, audit::Op::kTruncate);
+    r.path = rel;
+    audit->Changed(std::move(r), 0);
+  }
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -459,13 +614,23 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     if (HandleLess(Ctx(req))) return (void)fuse_reply_err(req, ENOSYS);
     Overlay* ov = Ctx(req)->overlay;
     Node* node = NodeOf(req, ino);
+    const bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+    AuditSink* audit = Ctx(req)->audit;
+    std::string rel;
+    if (audit != nullptr && (writing || audit->WantsReads())) {
+      ClearBoundaryNote();
+      rel = ov->PathOf(node);
+    }
     // open(O_TRUNC) truncates here (the kernel sends no SETATTR for it
     // with atomic O_TRUNC), so the set-id bits it drops are the daemon's.
     auto f = ov->Open(node, OpenFlags(req, fi->flags),
                       (fi->flags & O_TRUNC) ? SetIdRuleOf(req) : nullptr);
+    if (audit != nullptr) AuditOpen(req, audit, rel, fi->flags, f);
     if (!f) return ReplyError(req, f.error());
     f->reset();  // the open holds no descriptor
     const uint32_t id = PassthroughOpen(req, node);
+    if (audit != nullptr && writing && id != 0)
+      audit->OpenedForWritingUnseen(req, node, rel);
     SetOpenInfo(fi, id != 0 ? kPassedOpen : kCountedOpen);
     ReplyBacking with(id);
     if (fuse_reply_open(req, fi) != 0) {
@@ -495,10 +660,17 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     Overlay* ov = Ctx(req)->overlay;
     const bool counted = !HandleLess(Ctx(req));
     const bool tmpfile = std::strcmp(name, kTmpfileName) == 0;
+    Audited a(req, audit::Op::kCreate);
+    a.r().path = tmpfile ? a.Path(NodeOf(req, parent))
+                         : a.Path(NodeOf(req, parent), name);
+    if (a.on() && tmpfile) a.r().name = "O_TMPFILE";
+    a.r().mode = mode;
+    const std::string rel = a.r().path;
     auto r = tmpfile ? ov->CreateTmpfile(NodeOf(req, parent), mode, fi->flags,
                                          CredsOf(req))
                      : ov->Create(NodeOf(req, parent), name, mode,
                                   OpenFlags(req, fi->flags), CredsOf(req));
+    a.Done(r);
     if (!r) return ReplyError(req, r.error());
     Node* node = r->first;
     if (!counted) ov->ReleaseOpen(node);
@@ -509,6 +681,9 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
       return ReplyError(req, st.error());
     }
     const uint32_t id = counted ? PassthroughOpen(req, node) : 0;
+    if (id != 0 && (fi->flags & O_ACCMODE) != O_RDONLY)
+      if (AuditSink* audit = Ctx(req)->audit)
+        audit->OpenedForWritingUnseen(req, node, rel);
     SetOpenInfo(fi, !counted ? 0 : id != 0 ? kPassedOpen : kCountedOpen);
     fuse_entry_param e;
     FillEntry(req, node, *st, &e);
@@ -589,6 +764,17 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 // A refused delayed write (from the page cache: fi->writepage) leaves the
 // kernel's pages holding bytes that were never stored: they are dropped
 // (see fuse/page_dropper.h) once the refusal is sent.
+// The record of a data request that wrote `len` bytes at `off` (or meant
+// to): coalesced with the file's other writes, or a refusal of its own.
+void AuditWrite(fuse_req_t req, AuditSink* audit, Node* node, off_t off,
+                size_t len, const Result<int64_t>& r) {
+  const int err = !r ? r.err() : *r < 0 ? static_cast<int>(-*r) : 0;
+  const uint64_t done = err == 0 ? static_cast<uint64_t>(*r) : len;
+  audit->Wrote(
+      req, node, [&] { return Ctx(req)->overlay->PathOf(node); },
+      static_cast<uint64_t>(off), done, err);
+}
+
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
                 off_t off, struct fuse_file_info* fi) {
   PageDropper* dropper = fi && fi->writepage ? Ctx(req)->page_dropper : nullptr;
@@ -607,9 +793,12 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in_buf,
       out.buf[0].pos = off;
       return fuse_buf_copy(&out, in_buf, static_cast<fuse_buf_copy_flags>(0));
     };
+    AuditSink* audit = Ctx(req)->audit;
+    if (audit != nullptr) ClearBoundaryNote();
     auto r = ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kWrite,
                            Quota::Charge::Span(off, static_cast<off_t>(len)),
                            copy, nullptr);
+    if (audit != nullptr) AuditWrite(req, audit, NodeOf(req, ino), off, len, r);
     if (!r) return refuse(r.error());
     int64_t n = *r;
     if (n < 0) {
@@ -634,6 +823,7 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     // Only counted opens (-o handles); handle-less, no RELEASE is sent.
     if (fi->fh == kCountedOpen || fi->fh == kPassedOpen) {
       Node* node = NodeOf(req, ino);
+      if (AuditSink* audit = Ctx(req)->audit) audit->EndOfWrites(node);
       // The table first: the open count holds the node it names.
       PassthroughRelease(req, node, fi->fh == kPassedOpen ? 1 : 0);
       Ctx(req)->overlay->ReleaseOpen(node);
@@ -646,6 +836,8 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync,
              struct fuse_file_info* fi) {
   Guard(req, [&] {
     Status s = Ctx(req)->overlay->Fsync(NodeOf(req, ino), datasync != 0);
+    if (AuditSink* audit = Ctx(req)->audit)
+      audit->EndOfWrites(NodeOf(req, ino));
     fuse_reply_err(req, s ? 0 : s.err());
   });
 }
@@ -765,8 +957,13 @@ void OpStatfs(fuse_req_t req, fuse_ino_t ino) {
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name,
                 const char* value, size_t size, int flags) {
   Guard(req, [&] {
+    Audited a(req, audit::Op::kSetXattr);
+    a.r().path = a.Path(NodeOf(req, ino));
+    if (a.on()) a.r().name = name;
+    a.r().size = size;
     Status s = Ctx(req)->overlay->SetXattr(NodeOf(req, ino), name,
                                            std::string(value, size), flags);
+    a.Done(s);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
@@ -805,7 +1002,11 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Guard(req, [&] {
+    Audited a(req, audit::Op::kRemoveXattr);
+    a.r().path = a.Path(NodeOf(req, ino));
+    if (a.on()) a.r().name = name;
     Status s = Ctx(req)->overlay->RemoveXattr(NodeOf(req, ino), name);
+    a.Done(s);
     if (!s) return ReplyError(req, s.error());
     fuse_reply_err(req, 0);
   });
@@ -848,9 +1049,13 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
     // Behind the freeze gate, as every data write (Overlay::WriteData): it
     // took none, so a checkpoint during a copy let bytes land in the layer
     // it had just frozen.
+    AuditSink* audit = Ctx(req)->audit;
+    if (audit != nullptr) ClearBoundaryNote();
     auto r =
         ov->WriteData(NodeOf(req, ino_out), Overlay::DataOp::kCopyFileRange,
                       Quota::Charge::Span(off_out, most), copy);
+    if (audit != nullptr)
+      AuditWrite(req, audit, NodeOf(req, ino_out), off_out, len, r);
     if (!r) return ReplyError(req, r.error());
     int64_t n = *r;
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -873,8 +1078,18 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
       charge = Quota::Charge::Settled();
     else if (mode & FALLOC_FL_INSERT_RANGE)
       charge = Quota::Charge::Admitted();
+    AuditSink* audit = Ctx(req)->audit;
+    if (audit != nullptr) ClearBoundaryNote();
     auto r = ov->WriteData(NodeOf(req, ino), Overlay::DataOp::kFallocate,
                            charge, alloc);
+    // A write of no bytes of its own: the range it changed, recorded as
+    // written, is what a reviewer looks at.
+    if (audit != nullptr) {
+      Result<int64_t> as_write = r;
+      if (as_write && *as_write == 0) as_write = static_cast<int64_t>(length);
+      AuditWrite(req, audit, NodeOf(req, ino), offset,
+                 static_cast<size_t>(length), as_write);
+    }
     if (!r) return ReplyError(req, r.error());
     int64_t rc = *r;
     fuse_reply_err(req, static_cast<int>(-rc));

@@ -24,6 +24,7 @@
 
 namespace acqfs {
 
+class AuditSink;
 class BackingTable;
 class UringTransport;
 
@@ -70,6 +71,9 @@ struct FuseContext {
   // not -o nopassthrough); enabled once the INIT reply asked for it. Set
   // before the loop starts, cleared after it ends.
   BackingTable* backing = nullptr;
+  // The audit log (fuse/audit_sink.h), or null (-o noaudit). Set before
+  // the loop starts, cleared after it ends.
+  AuditSink* audit = nullptr;
   std::atomic<bool> init_replied{false};
 };
 

@@ -25,6 +25,7 @@
 #include "fs/host_watch.h"
 #include "fs/layer.h"
 #include "fs/overlay.h"
+#include "fuse/audit_sink.h"
 #include "fuse/fuse_ops.h"
 #include "fuse/fuse_uapi.h"
 #include "fuse/kernel_notify.h"
@@ -442,7 +443,9 @@ const std::vector<std::string>& DaemonOptionNames() {
                                                  "parallel_dirops",
                                                  "noparallel_dirops",
                                                  "debug",
-                                                 "allow_other"};
+                                                 "allow_other",
+                                                 "audit",
+                                                 "noaudit"};
   return names;
 }
 
@@ -529,6 +532,10 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
     c->uring = UringMode::kOff;
   } else if (o == "nopassthrough") {
     c->passthrough = false;
+  } else if (o == "audit") {
+    c->audit = true;
+  } else if (o == "noaudit") {
+    c->audit = false;
   } else if (o == "host_watch") {
     c->host_watch = true;
   } else if (o == "nohost_watch") {
@@ -566,6 +573,11 @@ Status ApplyMountOption(const std::string& o, MountConfig* c) {
 }
 
 Status CheckPolicyEnforceable(const MountConfig& c) {
+  if (c.audit && !c.audit_reads.empty() && c.no_open && c.file_mode_chosen)
+    return Error::Of(EINVAL,
+                     "mount option (--audit-reads records opens, which the "
+                     "handle-less mode never sees; drop no_open)",
+                     "no_open");
   if (c.writeback_cache && c.policy &&
       (c.policy->quota_bytes() > 0 || c.policy->has_read_only()))
     return Error::Of(EINVAL,
@@ -585,6 +597,8 @@ class SessionControl : public MountControl {
 
   Status Checkpoint(const std::string& new_upper,
                     const std::function<Status()>& commit) override {
+    // The records of writes so far belong to the layer being frozen.
+    if (ctx_->audit != nullptr) (void)ctx_->audit->Flush();
     auto stale = ov_->Freeze(new_upper, commit);
     if (!stale) return stale.error();
     // Outside the Overlay's locks: the kernel may send requests meanwhile.
@@ -601,6 +615,7 @@ class SessionControl : public MountControl {
   Status Rewind(const std::vector<std::string>& frozen,
                 const std::string& new_upper,
                 const std::function<Status()>& commit) override {
+    if (ctx_->audit != nullptr) (void)ctx_->audit->Flush();
     auto r = ov_->Restack(frozen, new_upper, commit);
     if (!r) return r.error();
     for (const auto& n : r->names) {
@@ -633,6 +648,19 @@ class SessionControl : public MountControl {
   int64_t PassedThrough() override {
     if (ctx_->backing == nullptr || !ctx_->backing->enabled()) return -1;
     return static_cast<int64_t>(ctx_->backing->passed_through());
+  }
+  AuditState Audit() override {
+    AuditState a;
+    if (ctx_->audit == nullptr) return a;
+    const audit::WriterStats st = ctx_->audit->Stats();
+    a.on = true;
+    a.written = st.written;
+    a.lost = st.dropped;
+    a.incomplete = ctx_->audit->Incomplete();
+    return a;
+  }
+  Status FlushAudit() override {
+    return ctx_->audit == nullptr ? Ok() : ctx_->audit->Flush();
   }
 
  private:
@@ -681,6 +709,39 @@ static void InvalidateHostChange(const KernelNotify& notify, Overlay* ov,
   if (entry)
     (void)notify.InvalInode(entry, c.kind == HostChange::kContent ? 0 : -1, 0);
 }
+
+namespace {
+
+// The mount's audit log, opened beneath the sandbox's state directory.
+Result<std::unique_ptr<AuditSink>> OpenAudit(const MountConfig& config,
+                                             Overlay* overlay) {
+  AuditSink::Options so;
+  for (const auto& g : config.audit_reads) {
+    auto p = PathGlob::Parse(g);
+    if (!p) return Error::Of(p.err(), "--audit-reads " + p.error().op, g);
+    so.read_globs.push_back(std::move(*p));
+  }
+  auto dir = sys::OpenBelow(config.anchor, config.audit_dir,
+                            O_DIRECTORY | O_RDONLY, "open the audit log's");
+  if (!dir) return dir.error();
+  audit::WriterOptions wo;
+  if (config.audit_max > 0) wo.max_bytes = config.audit_max;
+  auto w = audit::Writer::Open(dir->get(), config.audit_dir, wo);
+  if (!w) return w.error();
+  auto sink =
+      std::make_unique<AuditSink>(std::move(*w), overlay, std::move(so));
+  sink->Mounted();
+  spdlog::info("audit log: {}/{}/{} (at most {} bytes{})", config.audit_dir,
+               audit::kAuditDirName, audit::kAuditLogName, wo.max_bytes,
+               config.audit_reads.empty()
+                   ? ""
+                   : ", opens for reading of " +
+                         std::to_string(config.audit_reads.size()) +
+                         " patterns");
+  return sink;
+}
+
+}  // namespace
 
 Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
                      const ControlStarter& control) {
@@ -844,6 +905,20 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
           "drop the cached attributes of a host file the host replaced: {}",
           std::strerror(e));
   });
+  // The audit log (fuse/audit_sink.h): its writer's thread starts after
+  // the warm walk's fork, like every thread. A log that cannot be opened
+  // fails the mount: the sandbox is never served unrecorded unless asked
+  // (-o noaudit).
+  std::unique_ptr<AuditSink> audit;
+  if (config.audit && !config.audit_dir.empty()) {
+    auto a = OpenAudit(config, overlay->get());
+    if (!a) return fail_mounted(a.error());
+    audit = std::move(*a);
+    ctx.audit = audit.get();
+  } else {
+    spdlog::info("audit log: off ({})",
+                 config.audit ? "no state directory" : "-o noaudit");
+  }
   // The host's changes, as they happen (fs/host_watch.h): what the kernel
   // caches of each goes at once. Started after the warm walk's fork.
   std::unique_ptr<HostWatch> host_watch;
@@ -976,6 +1051,14 @@ Status RunFilesystem(const MountConfig& config, const ReadyCallback& ready,
   // them was left waiting in the kernel): only then does the kernel end
   // the connection, and abort a request of the warm walk's that the loop
   // had read but will never answer.
+  if (audit) {
+    ctx.audit = nullptr;
+    Status s = audit->Flush();
+    const audit::WriterStats st = audit->Stats();
+    spdlog::info("audit log: {} records written, {} lost{}", st.written,
+                 st.dropped, s ? "" : " (" + s.error().Message() + ")");
+    audit.reset();
+  }
   ctx.page_dropper = nullptr;
   dropper->reset();
   notify->reset();

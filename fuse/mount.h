@@ -73,6 +73,15 @@ struct MountConfig {
   // the mount answers OPEN (-o handles) without a writeback cache or a
   // quota; `-o nopassthrough` turns it off.
   bool passthrough = true;
+  // The audit log (fuse/audit_sink.h, docs/audit.md): on unless `-o
+  // noaudit`, when `audit_dir` (the sandbox's state directory, opened
+  // below `anchor` with no symlink followed) is set; its bound, and the
+  // paths whose opens for reading it records (--audit-reads). A log that
+  // cannot be opened fails the mount.
+  bool audit = true;
+  std::string audit_dir;
+  uint64_t audit_max = 0;  // 0: audit::kDefaultAuditMax
+  std::vector<std::string> audit_reads;
   uint64_t warm_limit = 1000000;
   // `-o warm_threads=N`, 1 to 64: enough requests in flight that the
   // walk's listings are not queued behind a parallel `git status`'s
@@ -163,6 +172,18 @@ class MountControl {
   // FUSE passthrough (fuse/passthrough.h): the opens passed through so
   // far, or -1 while the mount does not pass opens through.
   virtual int64_t PassedThrough() { return -1; }
+  // The audit log (docs/audit.md): whether it is on, the records written
+  // and lost since the mount, and whether any was lost.
+  struct AuditState {
+    bool on = false;
+    uint64_t written = 0;
+    uint64_t lost = 0;
+    bool incomplete = false;
+  };
+  virtual AuditState Audit() { return {}; }
+  // Writes the audit log's pending records (the writes of files still
+  // open) and its queue to disk, for `acqfs log`.
+  virtual Status FlushAudit() { return Ok(); }
 };
 // Called once the mount is usable; what it returns is called before the
 // session ends (to stop what it started). Null: no control channel.

@@ -90,6 +90,8 @@ Result<SandboxMeta> ReadMeta(const std::string& path) {
       m.policy.own_git = p.value("own_git", false);
       m.policy.own_git_modules =
           p.value("own_git_modules", std::vector<std::string>{});
+      m.policy.audit_reads = p.value("audit_reads", std::vector<std::string>{});
+      m.policy.audit_max = p.value("audit_max", uint64_t{0});
     } catch (const nlohmann::json::exception&) {
       return Error::Of(EINVAL, "parse sandbox metadata (policy)", path);
     }
@@ -200,6 +202,9 @@ std::string PolicyRecord::Summary() const {
   }
   if (!read_only.empty()) parts.push_back("read-only " + join(read_only));
   if (quota_bytes) parts.push_back("quota " + FormatBytes(quota_bytes));
+  if (!audit_reads.empty())
+    parts.push_back("audit reads of " + join(audit_reads));
+  if (audit_max) parts.push_back("audit log at most " + FormatBytes(audit_max));
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;
@@ -219,6 +224,10 @@ Status WriteMeta(const std::string& path, const SandboxMeta& meta) {
                    {"own_git", meta.policy.own_git}};
   if (!meta.policy.own_git_modules.empty())
     j["policy"]["own_git_modules"] = meta.policy.own_git_modules;
+  if (!meta.policy.audit_reads.empty())
+    j["policy"]["audit_reads"] = meta.policy.audit_reads;
+  if (meta.policy.audit_max != 0)
+    j["policy"]["audit_max"] = meta.policy.audit_max;
   if (meta.base.state != gitbridge::GitBase::State::kNone)
     j["base"] = BaseJson(meta.base);
   return WriteFileAtomically(path, j.dump(2) + "\n", 0600, Durability::kDurable,

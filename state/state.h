@@ -66,14 +66,21 @@ struct PolicyRecord {
   // The submodules' repositories copied with it (Policy::OwnModuleHides):
   // ".git/modules/<name>" paths, nested ones included.
   std::vector<std::string> own_git_modules;
-  bool empty() const { return !restricts() && !own_git; }
+  // The audit log (docs/audit.md): the paths whose opens for reading it
+  // records (--audit-reads), and its bound (--audit-max; 0: the default).
+  std::vector<std::string> audit_reads;
+  uint64_t audit_max = 0;
+  bool empty() const {
+    return !restricts() && !own_git && audit_reads.empty() && audit_max == 0;
+  }
   // A boundary of the user's: something hidden, read-only or a quota.
   bool restricts() const {
     return !hide.empty() || !read_only.empty() || quota_bytes != 0;
   }
   bool operator==(const PolicyRecord& o) const {
     return hide == o.hide && read_only == o.read_only &&
-           quota_bytes == o.quota_bytes && hide_secrets == o.hide_secrets;
+           quota_bytes == o.quota_bytes && hide_secrets == o.hide_secrets &&
+           audit_reads == o.audit_reads && audit_max == o.audit_max;
   }
   // The Policy the layers enforce; EINVAL naming a pattern that no longer
   // parses (a hand-edited meta.json).

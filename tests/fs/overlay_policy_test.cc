@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fs/boundary_note.h"
 #include "fs/change_scan.h"
 #include "fs/overlay.h"
 #include "fs/policy.h"
@@ -87,6 +88,40 @@ TEST_F(OverlayPolicy, ReadOnlyPathsRefuseChangesAndCopyNothingUp) {
   ASSERT_OK_AND_ASSIGN(FileLease fd, OpenVia(mk, O_RDONLY, &from_lower));
   EXPECT_TRUE(from_lower);
   EXPECT_TRUE(ListDir(t_.upper()).empty());
+}
+
+// Each refusal by a boundary leaves a note of which one (for the audit
+// log, fs/boundary_note.h); an error that is no refusal leaves none.
+TEST_F(OverlayPolicy, EachRefusalNotesItsBoundary) {
+  MakeFile(t_.L(".env"), "secret");
+  MakeFile(t_.L("Makefile"), "all:");
+  ASSERT_NO_FATAL_FAILURE(
+      Start(XattrNamespace::kUser, MakePolicy({".env"}, {"/Makefile"}, 0)));
+  ClearBoundaryNote();
+  EXPECT_EQ(ov_->Lookup(root(), "absent").err(), ENOENT);
+  EXPECT_EQ(TakeBoundaryNote().boundary, nullptr);
+  EXPECT_EQ(ov_->Lookup(root(), ".env").err(), ENOENT);
+  BoundaryNote hidden = TakeBoundaryNote();
+  ASSERT_NE(hidden.boundary, nullptr);
+  EXPECT_STREQ(hidden.boundary, kRefusedHidden);
+  EXPECT_EQ(hidden.rel, ".env");
+  EXPECT_EQ(TakeBoundaryNote().boundary, nullptr) << "a note is taken once";
+  ASSERT_OK_AND_ASSIGN(Node * mk, ov_->Lookup(root(), "Makefile"));
+  ClearBoundaryNote();
+  EXPECT_EQ(ov_->Unlink(root(), "Makefile").err(), EROFS);
+  BoundaryNote ro = TakeBoundaryNote();
+  ASSERT_NE(ro.boundary, nullptr);
+  EXPECT_STREQ(ro.boundary, kRefusedReadOnly);
+  EXPECT_EQ(ro.rel, "Makefile");
+  (void)mk;
+  EXPECT_EQ(
+      ov_->Mknod(root(), "wh", S_IFCHR | 0600, 0, Creds{::getuid(), ::getgid()})
+          .err(),
+      EPERM);
+  BoundaryNote special = TakeBoundaryNote();
+  ASSERT_NE(special.boundary, nullptr);
+  EXPECT_STREQ(special.boundary, kRefusedSpecial);
+  EXPECT_EQ(special.rel, "wh");
 }
 
 class OverlayQuota : public acqfs::test::OverlayTest {
@@ -347,6 +382,17 @@ TEST_F(OverlayQuota, GrowthBetweenCallsIsChargedWhenTheFileIsSeen) {
   // And a removal gives back all of it.
   ASSERT_OK(ov_->Unlink(root(), "f"));
   EXPECT_EQ(Used(), OnDisk());
+}
+
+TEST_F(OverlayQuota, AWriteItRefusesNotesTheQuota) {
+  ASSERT_NO_FATAL_FAILURE(StartWithQuota(64 * 1024));
+  ASSERT_OK_AND_ASSIGN(auto made, ov_->Create(root(), "big", 0600, O_WRONLY,
+                                              Creds{::getuid(), ::getgid()}));
+  ClearBoundaryNote();
+  EXPECT_EQ(Write(made.first, 0, 1 << 20).err(), EDQUOT);
+  BoundaryNote q = TakeBoundaryNote();
+  ASSERT_NE(q.boundary, nullptr);
+  EXPECT_STREQ(q.boundary, kRefusedQuota);
 }
 
 TEST(QuotaCharged, SettlesToTheBlocksTheCallAllocated) {

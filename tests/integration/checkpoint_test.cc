@@ -28,11 +28,7 @@ namespace acqfs::test {
 namespace {
 
 CommandResult Acqfs(const Sandbox& s, std::vector<std::string> args) {
-  std::vector<std::string> argv = {AcqfsBinary()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--state-dir");
-  argv.push_back(s.state_dir());
-  return RunCommand(argv, 120);
+  return AcqfsIn(s, std::move(args));
 }
 
 // `git -C DIR ARGS` (a shell command line), its output without the last

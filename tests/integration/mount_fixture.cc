@@ -15,6 +15,8 @@
 #include <iostream>
 #include <thread>
 
+#include "harness/binaries.h"
+
 namespace acqfs::test {
 namespace {
 
@@ -374,6 +376,15 @@ ChurnRace RaceWithChurn(
   }
   agent.join();
   return race;
+}
+
+CommandResult AcqfsIn(const Sandbox& s, std::vector<std::string> args,
+                      int timeout) {
+  std::vector<std::string> argv = {AcqfsBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--state-dir");
+  argv.push_back(s.state_dir());
+  return RunCommand(argv, timeout);
 }
 
 }  // namespace acqfs::test

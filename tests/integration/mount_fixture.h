@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/command.h"
 #include "harness/fs_util.h"
@@ -124,6 +125,10 @@ struct ChurnRace {
 ChurnRace RaceWithChurn(const std::string& mountpoint, int seconds,
                         const std::vector<std::string>& command,
                         const std::function<void(const CommandResult&)>& check);
+
+// Runs `acqfs ARGS... --state-dir <s's state dir>`, with `timeout` seconds.
+CommandResult AcqfsIn(const Sandbox& s, std::vector<std::string> args,
+                      int timeout = 120);
 
 }  // namespace acqfs::test
 

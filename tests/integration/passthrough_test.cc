@@ -39,11 +39,7 @@ namespace acqfs::test {
 namespace {
 
 CommandResult Acqfs(const Sandbox& s, std::vector<std::string> args) {
-  std::vector<std::string> argv = {AcqfsBinary()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--state-dir");
-  argv.push_back(s.state_dir());
-  return RunCommand(argv, 120);
+  return AcqfsIn(s, std::move(args));
 }
 
 // The daemon's count of opens it passed through (`acqfs ls --json`), or -1

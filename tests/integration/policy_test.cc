@@ -32,12 +32,8 @@ bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-CommandResult Acqfs(const Sandbox& sb, std::vector<std::string> args) {
-  std::vector<std::string> argv = {AcqfsBinary()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--state-dir");
-  argv.push_back(sb.state_dir());
-  return RunCommand(argv, 60);
+CommandResult Acqfs(const Sandbox& s, std::vector<std::string> args) {
+  return AcqfsIn(s, std::move(args), 60);
 }
 
 // ---------------------------------------------------------------- hide
