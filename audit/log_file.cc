@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <limits>
 #include <optional>
@@ -18,6 +19,9 @@ namespace acqfs::audit {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+// How long the writer lets a batch gather (the most a kill -9 can take of
+// records already queued, with what it was writing).
+constexpr std::chrono::milliseconds kBatchDelay{50};
 // The most bytes the writer thread encodes before it writes them.
 constexpr size_t kMaxChunk = 1024 * 1024;
 constexpr size_t kNoReadLimit = std::numeric_limits<size_t>::max();
@@ -271,6 +275,7 @@ struct Writer::Impl {
   bool warned_queue = false;        // GUARDED_BY(mu)
   std::optional<Error> last_error;  // GUARDED_BY(mu)
   bool stop = false;                // GUARDED_BY(mu)
+  bool flush_wanted = false;        // GUARDED_BY(mu): Flush is waiting
 
   std::thread thread;  // runs Run(); joined by ~Writer
 
@@ -372,6 +377,7 @@ Writer::~Writer() {
 void Writer::Append(Record r) {
   Impl& m = *impl_;
   bool warn = false;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> l(m.mu);
     if (r.time_ns == 0) r.time_ns = NowNs();
@@ -381,6 +387,11 @@ void Writer::Append(Record r) {
     if (m.queue.size() < m.limit()) {
       m.queue.push_back(Queued{std::move(r), false});
       ++m.queued_total;
+      // The writer is woken by the first record of a batch and when a
+      // quarter of the queue is full, not by each record: a wake-up per
+      // record cost a context switch per request on two CPUs (W5's tar x
+      // 37% slower).
+      wake = m.queue.size() == 1 || m.queue.size() == m.limit() / 4;
     } else {
       ++m.stats.dropped;
       m.pending_loss.Add(1, r.time_ns, r.time_ns);
@@ -389,7 +400,7 @@ void Writer::Append(Record r) {
       m.warned_queue = true;
     }
   }
-  m.work_cv.notify_one();
+  if (wake) m.work_cv.notify_one();
   if (warn)
     spdlog::warn("audit log: {}: the queue is full ({} records); records lost",
                  m.shown_log, m.limit());
@@ -398,6 +409,10 @@ void Writer::Append(Record r) {
 Status Writer::Flush() {
   std::unique_lock<std::mutex> l(impl_->mu);
   const uint64_t target = impl_->queued_total;
+  if (impl_->processed < target) {
+    impl_->flush_wanted = true;
+    impl_->work_cv.notify_one();
+  }
   impl_->done_cv.wait(l, [&] { return impl_->processed >= target; });
   if (impl_->last_error) return *impl_->last_error;
   return Ok();
@@ -417,6 +432,12 @@ void Writer::Impl::Run() {
   std::unique_lock<std::mutex> l(mu);
   for (;;) {
     work_cv.wait(l, [&] { return stop || !queue.empty(); });
+    // A batch gathers for up to kBatchDelay, unless the queue fills to a
+    // quarter, a Flush waits or the writer stops.
+    work_cv.wait_for(l, kBatchDelay, [&] {
+      return stop || flush_wanted || queue.size() >= limit() / 4;
+    });
+    flush_wanted = false;
     if (queue.empty()) break;  // stopping, and everything written
     std::deque<Queued> batch;
     batch.swap(queue);

@@ -3,10 +3,12 @@
 // audit/record.h.
 //
 // Writer: the daemon queues records (Append never waits for the disk) and
-// one thread appends them in batches. Each file is opened beneath the
-// sandbox's state directory with openat2(RESOLVE_BENEATH |
-// RESOLVE_NO_SYMLINKS), as the layers are: a symlink planted at audit/ or
-// audit/log is refused (ELOOP), never followed.
+// one thread appends them in batches: it is woken by a batch's first
+// record and writes what gathered within 50 ms (at once when a quarter of
+// the queue is full, or Flush waits), so a kill -9 takes at most those. Each
+// file is opened beneath the sandbox's state directory with
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), as the layers are: a symlink
+// planted at audit/ or audit/log is refused (ELOOP), never followed.
 //
 // Crash safety: records are appended with write(2) to an O_APPEND file; a
 // kill -9 can cut the last line short. Open cuts a last line that does not
