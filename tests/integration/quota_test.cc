@@ -132,10 +132,10 @@ class QuotaRoutes : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(::syncfs(fd.get()), 0);
     struct statvfs st;
     EXPECT_EQ(::statvfs(fs_.c_str(), &st), 0);
-    CommandResult du = RunShell(
-        "du -s --block-size=1 " + ShellQuote(sb_->layer_dir() + "/audit") +
-            " | cut -f1",
-        60);
+    CommandResult du =
+        RunShell("du -s --block-size=1 " +
+                     ShellQuote(sb_->layer_dir() + "/audit") + " | cut -f1",
+                 60);
     EXPECT_TRUE(du.ok()) << du.Describe();
     return (st.f_blocks - st.f_bfree) * st.f_frsize -
            std::stoull(du.out.empty() ? "0" : du.out);
